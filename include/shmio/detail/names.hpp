@@ -1,0 +1,33 @@
+#pragma once
+// How a shmio name becomes a file in /dev/shm.
+//
+//   "jobs", "Local\jobs"  -> /dev/shm/shmio.u{uid}.jobs      (the user's own names)
+//   "Global\jobs"         -> /dev/shm/shmio.global.jobs      (one per machine; owner-only access)
+//
+// Bytes that cannot or should not appear in a file name ('/', '%', control bytes, DEL) are
+// escaped as %XX ("a/b%c" -> "a%2Fb%25c"). A name whose file name would pass max_file_name is
+// cut, and "~" plus 16 hex digits of a hash of the whole name are appended, so different long
+// names stay different files.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+namespace shmio::detail {
+
+inline constexpr std::string_view shm_directory = "/dev/shm/";
+inline constexpr std::string_view file_prefix = "shmio.";
+/// Leaves room under NAME_MAX (255) for nothing else: our file names are used as they are.
+inline constexpr std::size_t max_file_name = 255;
+
+/// The file name (no directory) for `name`; errc::invalid_name if it is empty or only a prefix.
+std::string segment_file_name(std::string_view name, std::error_code& ec);
+/// shm_directory + segment_file_name(name).
+std::string segment_path(std::string_view name, std::error_code& ec);
+/// The %XX escaping alone, exposed for tests.
+std::string escape_name(std::string_view name);
+/// 64-bit FNV-1a, stable across processes and builds.
+std::uint64_t name_hash(std::string_view name) noexcept;
+
+}  // namespace shmio::detail

@@ -1,0 +1,110 @@
+#pragma once
+// The platform layer: every Linux call shmio makes, behind declarations that include no system
+// header. Implemented in src/platform/. Functions report failures as std::error_code values in
+// the system category unless they say otherwise.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <system_error>
+#include <utility>
+
+namespace shmio::detail::platform {
+
+// ---- files --------------------------------------------------------------------------------
+
+/// An owned file descriptor; -1 when empty.
+class unique_fd {
+ public:
+  unique_fd() noexcept = default;
+  explicit unique_fd(int fd) noexcept : fd_(fd) {}
+  unique_fd(unique_fd&& o) noexcept : fd_(o.release()) {}
+  unique_fd& operator=(unique_fd&& o) noexcept {
+    if (this != &o) reset(o.release());
+    return *this;
+  }
+  ~unique_fd() { reset(); }
+  int get() const noexcept { return fd_; }
+  explicit operator bool() const noexcept { return fd_ >= 0; }
+  int release() noexcept { return std::exchange(fd_, -1); }
+  void reset(int fd = -1) noexcept;
+
+ private:
+  int fd_ = -1;
+};
+
+struct file_status {
+  std::uint64_t size = 0;
+  std::uint64_t inode = 0;
+  std::uint32_t owner_uid = 0;
+  std::uint32_t mode = 0;  // permission bits only
+  std::uint32_t links = 0;
+  bool regular = false;
+};
+
+/// Creates `path` exclusively (O_CREAT|O_EXCL|O_NOFOLLOW), mode 0600.
+unique_fd create_exclusive(const std::string& path, std::error_code& ec);
+/// Opens an existing `path` read-write without following a final symlink.
+unique_fd open_existing(const std::string& path, std::error_code& ec);
+file_status status(int fd, std::error_code& ec);
+/// Reserves `size` bytes so that a full /dev/shm fails here (ENOSPC), never as SIGBUS later.
+void reserve(int fd, std::uint64_t size, std::error_code& ec);
+/// Renames `from` to `to` unless `to` exists (then errc::file_exists).
+void rename_no_replace(const std::string& from, const std::string& to, std::error_code& ec);
+void unlink(const std::string& path, std::error_code& ec);
+
+void* map_shared(int fd, std::size_t size, std::error_code& ec);
+void unmap(void* address, std::size_t size) noexcept;
+
+// Open-file-description record locks on single bytes of a file: they belong to the open file,
+// not the process, so they are released when its last descriptor closes or the process dies.
+enum class lock_kind { shared, exclusive, unlock };
+/// Tries once; returns false if another open file holds a conflicting lock.
+bool try_lock_byte(int fd, std::uint64_t byte, lock_kind kind, std::error_code& ec);
+
+// ---- futex on a word in shared memory -----------------------------------------------------
+
+enum class futex_result { woken, value_changed, timed_out, interrupted };
+/// Sleeps while `*word == expected`, for at most `timeout` (negative: no limit).
+futex_result futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                        std::chrono::nanoseconds timeout) noexcept;
+/// Wakes up to `count` sleepers on `word`, in any process.
+void futex_wake(std::atomic<std::uint32_t>& word, int count) noexcept;
+
+// ---- doorbells: datagram sockets in the abstract namespace --------------------------------
+
+/// Binds a new non-blocking doorbell socket named after a fresh random id; returns it and sets
+/// `id`.
+unique_fd open_doorbell(std::uint64_t& id, std::error_code& ec);
+enum class ring_result { rung, already_pending, gone };
+/// Sends one datagram to the doorbell `id` without blocking. `gone` means nobody owns it any more.
+ring_result ring_doorbell(std::uint64_t id) noexcept;
+/// Reads and discards every datagram waiting on `fd`; returns how many there were.
+std::size_t drain_doorbell(int fd) noexcept;
+/// Waits up to `timeout` for `fd` to become readable (negative: no limit).
+bool wait_readable(int fd, std::chrono::nanoseconds timeout) noexcept;
+
+// ---- the process -------------------------------------------------------------------------
+
+std::uint32_t process_id() noexcept;
+std::uint32_t user_id() noexcept;
+bool process_alive(std::uint32_t pid) noexcept;
+std::uint64_t random_u64() noexcept;
+std::uint64_t realtime_ns() noexcept;
+/// CPUs this process may run on.
+unsigned usable_cpus() noexcept;
+void yield() noexcept;
+void sleep_for(std::chrono::nanoseconds d) noexcept;
+
+/// A pause hint for spin loops (cheap; lets the sibling hyperthread run).
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace shmio::detail::platform

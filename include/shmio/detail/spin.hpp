@@ -1,0 +1,62 @@
+#pragma once
+// The spin phase of a wait, and what it learns (see shmio/wait_strategy.hpp).
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+#include "shmio/detail/platform.hpp"
+#include "shmio/wait_strategy.hpp"
+
+namespace shmio::detail {
+
+class spin_policy {
+ public:
+  explicit spin_policy(wait_strategy s) noexcept
+      : limit_(platform::usable_cpus() > 1 ? s.spin_limit.count() : 0),
+        adaptive_(s.adaptive),
+        budget_(limit_) {}
+
+  /// Re-checks `attempt` until it yields a value or the spin budget is spent.
+  template <class Attempt>
+  auto spin(Attempt& attempt) -> decltype(attempt()) {
+    // relaxed: the budget is a per-object hint; a stale value only changes how long we spin.
+    const std::int64_t budget = budget_.load(std::memory_order_relaxed);
+    if (budget <= 0) return {};
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
+    const auto deadline = start + std::chrono::nanoseconds(budget);
+    for (std::uint32_t i = 1;; ++i) {
+      if (auto r = attempt()) return r;
+      // Pause-spin for about a microsecond; then yield, so a peer on this same CPU can run.
+      if (i < pause_rounds) {
+        platform::cpu_relax();
+        continue;
+      }
+      platform::yield();
+      if (clock::now() >= deadline) break;
+    }
+    if (adaptive_)
+      budget_.store(std::max<std::int64_t>(budget / 2, min_budget), std::memory_order_relaxed);
+    return {};
+  }
+
+  /// Feedback from a parked wait woken `after` parking: had we spun that long, we would not have
+  /// parked, so spin longer next time.
+  void woken_after(std::chrono::nanoseconds after) noexcept {
+    if (!adaptive_ || after.count() >= limit_) return;
+    const std::int64_t budget = budget_.load(std::memory_order_relaxed);
+    budget_.store(std::min(limit_, std::max(budget * 2, after.count() * 2)),
+                  std::memory_order_relaxed);
+  }
+
+ private:
+  static constexpr std::uint32_t pause_rounds = 64;
+  static constexpr std::int64_t min_budget = 1000;  // keep sampling: 1 µs
+  std::int64_t limit_;
+  bool adaptive_;
+  std::atomic<std::int64_t> budget_;
+};
+
+}  // namespace shmio::detail

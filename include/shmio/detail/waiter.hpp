@@ -1,0 +1,253 @@
+#pragma once
+// The process-local half of a wait: turns "wait until this shared-memory condition holds" into
+// an Asio operation (async_wait) or a blocking call (wait).
+//
+// One waiter serves one I/O object. It owns a doorbell (a datagram socket its executor's reactor
+// watches) and one slot in each shared wait_queue the object waits on. Pending operations sit in
+// per-queue FIFO lists; whenever the doorbell rings (or the rescue timer fires) every pending
+// operation re-checks its condition. Each operation completes exactly once: by its condition,
+// by cancellation through its slot, or by shutdown, whichever takes it out of its list first
+// under the mutex.
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <system_error>
+#include <utility>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/associated_allocator.hpp>
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/error.hpp>
+#include <asio/execution.hpp>
+#include <asio/experimental/append.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/post.hpp>
+#include <asio/prefer.hpp>
+#include <asio/recycling_allocator.hpp>
+#include <asio/steady_timer.hpp>
+
+#include "shmio/detail/layout.hpp"
+#include "shmio/detail/spin.hpp"
+#include "shmio/detail/wait_queue.hpp"
+
+namespace shmio::detail {
+
+/// The value of an operation that completes with an error_code only.
+struct no_value {};
+
+/// What one attempt at a wait's condition produced. An attempt returns std::optional<outcome>:
+/// empty means "not yet, keep waiting".
+template <class R>
+struct outcome {
+  std::error_code ec;
+  R value{};
+};
+
+/// Invokes `h` with (ec) or (ec, value), through `ex`: posted, or dispatched when allowed.
+template <class R, class Handler, class Executor>
+void deliver(Handler&& h, const Executor& ex, outcome<R>&& r, bool may_dispatch) {
+  auto bound = [&] {
+    if constexpr (std::is_same_v<R, no_value>)
+      return asio::experimental::append(std::forward<Handler>(h), r.ec);
+    else
+      return asio::experimental::append(std::forward<Handler>(h), r.ec, std::move(r.value));
+  }();
+  if (may_dispatch)
+    asio::dispatch(ex, std::move(bound));
+  else
+    asio::post(ex, std::move(bound));
+}
+
+class waiter : public std::enable_shared_from_this<waiter> {
+ public:
+  static constexpr std::size_t max_queues = 2;
+  /// How often parked async waits re-check even without a ring: covers a signaller killed
+  /// between publishing and ringing, and objects that found no free slot (those poll faster).
+  static constexpr auto rescue_interval = std::chrono::milliseconds(200);
+  static constexpr auto slotless_interval = std::chrono::milliseconds(1);
+
+  waiter(const asio::any_io_executor& ex, std::span<layout::wait_queue* const> queues,
+         wait_strategy strategy, std::error_code& ec);
+  ~waiter();
+  waiter(const waiter&) = delete;
+  waiter& operator=(const waiter&) = delete;
+
+  const asio::any_io_executor& get_executor() const noexcept { return ex_; }
+  spin_policy& spin() noexcept { return spin_; }
+
+  /// Starts an async wait on queue `q` for `attempt` (a callable returning
+  /// std::optional<outcome<R>>). Never completes inside this call.
+  template <class R, class Attempt, class Handler>
+  void async_wait(std::size_t q, Attempt attempt, Handler&& handler);
+
+  /// Blocks until `attempt` yields or `timeout` passes (negative: no limit).
+  template <class Attempt>
+  auto wait(std::size_t q, Attempt attempt, std::chrono::nanoseconds timeout)
+      -> decltype(attempt());
+
+  /// Completes every pending operation with operation_aborted and gives back the slots.
+  void shutdown() noexcept;
+
+ private:
+  struct op_base {
+    op_base* next = nullptr;
+    op_base* prev = nullptr;
+    std::uint64_t id = 0;
+    std::size_t queue = 0;
+    virtual bool attempt() = 0;                                         // under the mutex
+    virtual void finish(std::error_code abort, bool may_dispatch) = 0;  // frees the op
+    virtual void destroy() noexcept = 0;                                // frees without calling
+   protected:
+    ~op_base() = default;
+  };
+  template <class R, class Attempt, class Handler>
+  class op;
+  struct list {
+    op_base* head = nullptr;
+    op_base* tail = nullptr;
+    bool empty() const noexcept { return head == nullptr; }
+    void push_back(op_base* o) noexcept;
+    void remove(op_base* o) noexcept;
+  };
+  struct cancel_handler {
+    std::weak_ptr<waiter> self;
+    std::uint64_t id;
+    void operator()(asio::cancellation_type type) const;
+  };
+  using finished = std::array<op_base*, 8>;
+
+  void park(op_base* o);
+  void cancel(std::uint64_t id);
+  void on_wake(const std::error_code& ec, bool from_bell);
+  void recheck(std::unique_lock<std::mutex>& lock);
+  void watch(std::unique_lock<std::mutex>& lock);
+  bool nothing_pending() const noexcept;
+
+  asio::any_io_executor ex_;
+  spin_policy spin_;
+  std::array<layout::wait_queue*, max_queues> queues_{};
+  std::array<int, max_queues> slots_{no_slot, no_slot};
+  std::size_t queue_count_ = 0;
+  std::uint64_t doorbell_id_ = 0;
+  asio::posix::stream_descriptor bell_;
+  asio::steady_timer rescue_;
+
+  std::mutex mutex_;
+  std::array<list, max_queues> pending_;
+  std::uint64_t next_id_ = 1;
+  bool bell_waiting_ = false;
+  bool rescue_waiting_ = false;
+  bool closed_ = false;
+  std::chrono::steady_clock::time_point parked_since_{};
+};
+
+// ---- implementation ------------------------------------------------------------------------
+
+template <class R, class Attempt, class Handler>
+class waiter::op final : public op_base {
+  using default_alloc = asio::recycling_allocator<void>;
+  using alloc_type = typename std::allocator_traits<
+      asio::associated_allocator_t<Handler, default_alloc>>::template rebind_alloc<op>;
+  using work_type = std::decay_t<
+      typename asio::prefer_result<asio::associated_executor_t<Handler, asio::any_io_executor>,
+                                   asio::execution::outstanding_work_t::tracked_t>::type>;
+
+ public:
+  static op* make(Handler&& h, Attempt&& a, const asio::any_io_executor& ex) {
+    alloc_type alloc(asio::get_associated_allocator(h, default_alloc()));
+    op* p = std::allocator_traits<alloc_type>::allocate(alloc, 1);
+    try {
+      return new (p) op(std::move(h), std::move(a), ex);
+    } catch (...) {
+      std::allocator_traits<alloc_type>::deallocate(alloc, p, 1);
+      throw;
+    }
+  }
+
+  bool attempt() override {
+    if (auto r = attempt_()) {
+      result_ = std::move(*r);
+      return true;
+    }
+    return false;
+  }
+
+  void finish(std::error_code abort, bool may_dispatch) override {
+    Handler h(std::move(handler_));
+    work_type work(std::move(work_));
+    outcome<R> r = abort ? outcome<R>{abort, {}} : std::move(result_);
+    destroy();  // free our memory before the upcall, which may start the next operation
+    deliver<R>(std::move(h), work, std::move(r), may_dispatch);
+  }
+
+  void destroy() noexcept override {
+    alloc_type alloc(asio::get_associated_allocator(handler_, default_alloc()));
+    this->~op();
+    std::allocator_traits<alloc_type>::deallocate(alloc, this, 1);
+  }
+
+ private:
+  op(Handler&& h, Attempt&& a, const asio::any_io_executor& ex)
+      : handler_(std::move(h)),
+        attempt_(std::move(a)),
+        // Keeps the handler's execution context running while we are parked outside it.
+        work_(asio::prefer(asio::get_associated_executor(handler_, ex),
+                           asio::execution::outstanding_work.tracked)) {}
+  ~op() = default;
+
+  Handler handler_;
+  Attempt attempt_;
+  outcome<R> result_;
+  work_type work_;
+};
+
+template <class R, class Attempt, class Handler>
+void waiter::async_wait(std::size_t q, Attempt attempt, Handler&& handler) {
+  // Fast path: the condition already holds (or holds after a short spin). Post, never call
+  // inline: the handler must not run inside the initiating function.
+  if (auto r = attempt()) return deliver<R>(std::move(handler), ex_, std::move(*r), false);
+  if (auto r = spin_.spin(attempt))
+    return deliver<R>(std::move(handler), ex_, std::move(*r), false);
+
+  auto slot = asio::get_associated_cancellation_slot(handler);
+  op_base* o =
+      op<R, Attempt, std::decay_t<Handler>>::make(std::move(handler), std::move(attempt), ex_);
+  o->queue = q;
+  {
+    std::lock_guard lock(mutex_);
+    o->id = next_id_++;
+  }
+  if (slot.is_connected())
+    slot.template emplace<cancel_handler>(cancel_handler{weak_from_this(), o->id});
+  park(o);
+}
+
+template <class Attempt>
+auto waiter::wait(std::size_t q, Attempt attempt, std::chrono::nanoseconds timeout)
+    -> decltype(attempt()) {
+  if (auto r = attempt()) return r;
+  using clock = std::chrono::steady_clock;
+  const bool forever = timeout.count() < 0;
+  const auto deadline = forever ? clock::time_point::max() : clock::now() + timeout;
+  if (timeout.count() != 0)
+    if (auto r = spin_.spin(attempt)) return r;
+  for (;;) {
+    const auto now = clock::now();
+    if (!forever && now >= deadline) return attempt();
+    auto slice = forever ? std::chrono::nanoseconds(rescue_interval)
+                         : std::min<std::chrono::nanoseconds>(deadline - now, rescue_interval);
+    sleeper s(*queues_[q]);
+    if (auto r = attempt()) return r;  // the re-check after announcing ourselves
+    s.sleep(slice);
+    if (auto r = attempt()) return r;
+  }
+}
+
+}  // namespace shmio::detail

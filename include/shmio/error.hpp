@@ -1,0 +1,50 @@
+#pragma once
+// Errors reported by shmio: an error category with its own values, each comparable with the
+// matching std::errc where one exists (so `ec == std::errc::file_exists` works too).
+
+#include <string>
+#include <string_view>
+#include <system_error>
+
+namespace shmio {
+
+/// The ways a shmio call can fail. Values are stable: they may be logged or sent across processes.
+enum class errc {
+  not_found = 1,      ///< No segment of that name (or only a stale one a dead process left).
+  already_exists,     ///< create_only found a live segment of that name.
+  incompatible,       ///< The segment is of another kind, layout version or element type.
+  corrupted,          ///< A value read from shared memory is out of range: the segment is unusable.
+  no_space,           ///< /dev/shm has no room for the segment.
+  timed_out,          ///< The operation's timeout passed.
+  peer_gone,          ///< The other side closed or died.
+  message_too_large,  ///< The message does not fit in a node or packet.
+  remote_error,       ///< The remote handler failed; the text travels with the reply.
+  access_denied,      ///< The file is not a regular file owned by this user, or a link.
+  invalid_name,       ///< The name is empty or only a prefix.
+  invalid_argument,   ///< An argument is out of its documented range.
+  busy,               ///< Another operation holds what this one needs (e.g. a second pending wait).
+};
+
+/// The category of shmio::errc values; its name is "shmio".
+const std::error_category& error_category() noexcept;
+
+inline std::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), error_category()};
+}
+
+/// The exception thrown by calls without an error_code overload argument: a std::system_error
+/// whose what() names the operation and the segment, e.g. "open 'jobs': not found".
+class error : public std::system_error {
+ public:
+  error(std::error_code ec, std::string_view operation, std::string_view name);
+};
+
+namespace detail {
+/// Throws shmio::error if `ec` is set.
+void throw_if(const std::error_code& ec, std::string_view operation, std::string_view name);
+}  // namespace detail
+
+}  // namespace shmio
+
+template <>
+struct std::is_error_code_enum<shmio::errc> : std::true_type {};

@@ -1,0 +1,98 @@
+#pragma once
+// shmio::segment — a named block of shared memory with a header (seed 000's SharedBuffer).
+//
+// A segment is a file in /dev/shm (see detail/names.hpp for how names map to files), mapped
+// into every process that opens it. Its 64-byte header records the kind of object it holds and
+// its size, so an opener needs to know only the name. Every other named object in shmio is a
+// segment with a kind-specific body; use object_kind::raw for memory of your own design.
+//
+// Lifetime: each process that has the segment open holds a shared lock on its file. When the
+// last one closes it, the file is removed. A process killed while holding it leaves the file
+// behind, "stale": the next create of the name removes it and succeeds, the next open removes
+// it and fails with errc::not_found. Openers never see a half-initialised segment: a creator
+// builds it under a private name and renames it into place.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "shmio/error.hpp"
+#include "shmio/open_mode.hpp"
+
+namespace shmio {
+
+/// What a segment holds; recorded in its header and checked by every opener.
+enum class object_kind : std::uint32_t {
+  raw = 1,
+  event = 2,
+  circular_buffer = 3,
+  rpc = 4,
+  shared_array = 5,
+  buffer_read_write = 6,
+  broadcast = 7,
+};
+
+/// A view of a mapped named segment. Movable, not copyable; closing (or destroying) the last
+/// handle in the last process removes the segment.
+class segment {
+ public:
+  /// Fills a new segment's body before any other process can see it.
+  using initializer = std::function<void(std::span<std::byte> body)>;
+
+  segment() noexcept = default;
+  /// Creates `name` with a zero-filled body of `body_size` bytes. Throws shmio::error.
+  segment(create_only_t, std::string_view name, object_kind kind, std::size_t body_size,
+          const initializer& init = {});
+  /// Opens `name`, which must hold an object of `kind`. Throws shmio::error.
+  segment(open_only_t, std::string_view name, object_kind kind);
+  /// Opens `name` or, if there is none, creates it as create_only would. Throws shmio::error.
+  segment(open_or_create_t, std::string_view name, object_kind kind, std::size_t body_size,
+          const initializer& init = {});
+
+  /// The error_code forms of the constructors: on failure `ec` is set and the result is empty.
+  static segment create(std::string_view name, object_kind kind, std::size_t body_size,
+                        const initializer& init, std::error_code& ec);
+  static segment open(std::string_view name, object_kind kind, std::error_code& ec);
+  static segment open_or_create(std::string_view name, object_kind kind, std::size_t body_size,
+                                const initializer& init, std::error_code& ec);
+
+  segment(segment&& other) noexcept;
+  segment& operator=(segment&& other) noexcept;
+  segment(const segment&) = delete;
+  segment& operator=(const segment&) = delete;
+  ~segment();
+
+  /// Unmaps the segment and, if this was its last user on the machine, removes its file.
+  void close() noexcept;
+
+  bool is_open() const noexcept { return base_ != nullptr; }
+  /// The object's bytes, after the header. Their contents are shared and untrusted.
+  std::span<std::byte> body() const noexcept;
+  const std::string& name() const noexcept { return name_; }
+  /// The file behind the segment, e.g. "/dev/shm/shmio.u1000.jobs".
+  const std::string& path() const noexcept { return path_; }
+  object_kind kind() const noexcept { return kind_; }
+  /// True if this handle created the segment (rather than opening an existing one).
+  bool created() const noexcept { return created_; }
+
+  /// Removes the file of `name` whether or not it is in use; processes that have it mapped keep
+  /// their mapping. Returns false (and leaves `ec` clear) if there was no such file.
+  static bool remove(std::string_view name, std::error_code& ec);
+
+ private:
+  std::string name_;
+  std::string path_;
+  int fd_ = -1;
+  std::byte* base_ = nullptr;
+  std::size_t size_ = 0;
+  object_kind kind_ = object_kind::raw;
+  bool created_ = false;
+
+  friend struct segment_access;
+};
+
+}  // namespace shmio

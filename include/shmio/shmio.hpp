@@ -1,0 +1,8 @@
+#pragma once
+// Everything shmio offers, in one include.
+
+#include "shmio/error.hpp"
+#include "shmio/named_event.hpp"
+#include "shmio/open_mode.hpp"
+#include "shmio/segment.hpp"
+#include "shmio/wait_strategy.hpp"

@@ -1,0 +1,74 @@
+#include "shmio/detail/names.hpp"
+
+#include <cstdint>
+#include <cstdio>
+
+#include "shmio/detail/platform.hpp"
+#include "shmio/error.hpp"
+
+namespace shmio::detail {
+namespace {
+constexpr std::string_view local_prefix = "Local\\";
+constexpr std::string_view global_prefix = "Global\\";
+constexpr std::size_t hash_suffix_length = 17;  // "~" + 16 hex digits
+
+bool needs_escape(unsigned char c) {
+  return c == '/' || c == '%' || c < 0x20 || c == 0x7f;
+}
+}  // namespace
+
+std::uint64_t name_hash(std::string_view name) noexcept {
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string escape_name(std::string_view name) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(name.size());
+  for (unsigned char c : name) {
+    if (needs_escape(c)) {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 0xF];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string segment_file_name(std::string_view name, std::error_code& ec) {
+  std::string file(file_prefix);
+  if (name.starts_with(global_prefix)) {
+    name.remove_prefix(global_prefix.size());
+    file += "global.";
+  } else {
+    if (name.starts_with(local_prefix)) name.remove_prefix(local_prefix.size());
+    file += 'u' + std::to_string(platform::user_id()) + '.';
+  }
+  if (name.empty()) {
+    ec = errc::invalid_name;
+    return {};
+  }
+  std::string escaped = escape_name(name);
+  if (file.size() + escaped.size() <= max_file_name) return file + escaped;
+
+  char suffix[hash_suffix_length + 1];
+  std::snprintf(suffix, sizeof suffix, "~%016llx",
+                static_cast<unsigned long long>(name_hash(name)));
+  escaped.resize(max_file_name - file.size() - hash_suffix_length);
+  return file + escaped + suffix;
+}
+
+std::string segment_path(std::string_view name, std::error_code& ec) {
+  std::string file = segment_file_name(name, ec);
+  if (ec) return {};
+  return std::string(shm_directory) + file;
+}
+
+}  // namespace shmio::detail

@@ -1,0 +1,94 @@
+// Segment files: create/open, reserve, rename, map, and record locks.
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "shmio/detail/platform.hpp"
+
+namespace shmio::detail::platform {
+namespace {
+std::error_code last_error() {
+  return {errno, std::system_category()};
+}
+}  // namespace
+
+void unique_fd::reset(int fd) noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+unique_fd create_exclusive(const std::string& path, std::error_code& ec) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) ec = last_error();
+  return unique_fd(fd);
+}
+
+unique_fd open_existing(const std::string& path, std::error_code& ec) {
+  // O_NONBLOCK: should the path be a FIFO planted by someone, open must not block on it.
+  int fd = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) ec = last_error();
+  return unique_fd(fd);
+}
+
+file_status status(int fd, std::error_code& ec) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ec = last_error();
+    return {};
+  }
+  return {static_cast<std::uint64_t>(st.st_size),  static_cast<std::uint64_t>(st.st_ino),
+          static_cast<std::uint32_t>(st.st_uid),   static_cast<std::uint32_t>(st.st_mode & 07777),
+          static_cast<std::uint32_t>(st.st_nlink), S_ISREG(st.st_mode)};
+}
+
+void reserve(int fd, std::uint64_t size, std::error_code& ec) {
+  // posix_fallocate returns the error instead of setting errno.
+  int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+  if (rc != 0) ec = {rc, std::system_category()};
+}
+
+void rename_no_replace(const std::string& from, const std::string& to, std::error_code& ec) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) != 0)
+    ec = last_error();
+}
+
+void unlink(const std::string& path, std::error_code& ec) {
+  if (::unlink(path.c_str()) != 0) ec = last_error();
+}
+
+void* map_shared(int fd, std::size_t size, std::error_code& ec) {
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    ec = last_error();
+    return nullptr;
+  }
+  return p;
+}
+
+void unmap(void* address, std::size_t size) noexcept {
+  if (address) ::munmap(address, size);
+}
+
+bool try_lock_byte(int fd, std::uint64_t byte, lock_kind kind, std::error_code& ec) {
+  struct flock fl {};
+  fl.l_type = kind == lock_kind::shared      ? F_RDLCK
+              : kind == lock_kind::exclusive ? F_WRLCK
+                                             : F_UNLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(byte);
+  fl.l_len = 1;
+  fl.l_pid = 0;  // required for OFD locks
+  for (;;) {
+    if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) return true;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EACCES) return false;
+    ec = last_error();
+    return false;
+  }
+}
+
+}  // namespace shmio::detail::platform

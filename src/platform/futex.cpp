@@ -1,0 +1,42 @@
+// Futex wait/wake on words in shared memory (not FUTEX_PRIVATE: waiters are in other processes).
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "shmio/detail/platform.hpp"
+
+namespace shmio::detail::platform {
+
+static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+
+futex_result futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                        std::chrono::nanoseconds timeout) noexcept {
+  timespec ts{};
+  timespec* tsp = nullptr;
+  if (timeout.count() >= 0) {
+    ts.tv_sec = static_cast<time_t>(timeout.count() / 1'000'000'000);
+    ts.tv_nsec = static_cast<long>(timeout.count() % 1'000'000'000);
+    tsp = &ts;
+  }
+  long rc = ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, tsp,
+                      nullptr, 0);
+  if (rc == 0) return futex_result::woken;
+  switch (errno) {
+    case EAGAIN:
+      return futex_result::value_changed;
+    case ETIMEDOUT:
+      return futex_result::timed_out;
+    default:
+      return futex_result::interrupted;
+  }
+}
+
+void futex_wake(std::atomic<std::uint32_t>& word, int count) noexcept {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, count, nullptr, nullptr,
+            0);
+}
+
+}  // namespace shmio::detail::platform

@@ -1,0 +1,58 @@
+// The calling process: ids, clocks, randomness, scheduling.
+#include <sched.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <thread>
+
+#include "shmio/detail/platform.hpp"
+
+namespace shmio::detail::platform {
+
+std::uint32_t process_id() noexcept {
+  return static_cast<std::uint32_t>(::getpid());
+}
+std::uint32_t user_id() noexcept {
+  return static_cast<std::uint32_t>(::geteuid());
+}
+
+bool process_alive(std::uint32_t pid) noexcept {
+  return pid != 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
+
+std::uint64_t random_u64() noexcept {
+  std::uint64_t v = 0;
+  if (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v)) {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);  // no entropy source: still unique enough per process
+    v = (static_cast<std::uint64_t>(ts.tv_nsec) << 20) ^ static_cast<std::uint64_t>(::getpid()) ^
+        reinterpret_cast<std::uintptr_t>(&v);
+  }
+  return v;
+}
+
+std::uint64_t realtime_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+unsigned usable_cpus() noexcept {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return static_cast<unsigned>(CPU_COUNT(&set));
+}
+
+void yield() noexcept {
+  ::sched_yield();
+}
+
+void sleep_for(std::chrono::nanoseconds d) noexcept {
+  std::this_thread::sleep_for(d);
+}
+
+}  // namespace shmio::detail::platform

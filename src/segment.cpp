@@ -1,0 +1,378 @@
+// Named segments: creation by rename, opening with validation, and lifetime by file locks.
+#include "shmio/segment.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <new>
+
+#include "shmio/detail/layout.hpp"
+#include "shmio/detail/names.hpp"
+#include "shmio/detail/platform.hpp"
+
+namespace shmio {
+namespace {
+
+namespace platform = detail::platform;
+namespace layout = detail::layout;
+using namespace std::chrono_literals;
+
+// The admin lock is held for microseconds; a holder stopped by a signal must not hang us.
+constexpr auto admin_lock_deadline = 2s;
+// Rename/remove races with other creators resolve in a few rounds; this bounds pathological ones.
+constexpr int max_create_rounds = 64;
+constexpr std::uint64_t max_body_size = std::uint64_t{1} << 44;  // 16 TiB: far past any /dev/shm
+
+std::error_code from_system(const std::error_code& ec) {
+  if (ec == std::errc::no_such_file_or_directory) return errc::not_found;
+  if (ec == std::errc::no_space_on_device || ec == std::errc::file_too_large) return errc::no_space;
+  // ELOOP: the final component is a symlink; EACCES/EPERM: not ours to use.
+  if (ec == std::errc::too_many_symbolic_link_levels || ec == std::errc::permission_denied ||
+      ec == std::errc::operation_not_permitted)
+    return errc::access_denied;
+  return ec;
+}
+
+// Only a regular file of ours, readable by nobody else, is a segment we may use.
+std::error_code check_ownership(const platform::file_status& st) {
+  if (!st.regular || st.owner_uid != platform::user_id() || (st.mode & 077) != 0)
+    return errc::access_denied;
+  return {};
+}
+
+bool lock_admin(int fd, std::error_code& ec) {
+  auto deadline = std::chrono::steady_clock::now() + admin_lock_deadline;
+  auto backoff = 20us;
+  for (;;) {
+    if (platform::try_lock_byte(fd, layout::admin_lock_byte, platform::lock_kind::exclusive, ec))
+      return true;
+    if (ec) return false;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ec = errc::timed_out;
+      return false;
+    }
+    platform::sleep_for(backoff);
+    backoff = std::min<std::chrono::microseconds>(backoff * 2, 5ms);
+  }
+}
+
+void unlock_admin(int fd) {
+  std::error_code ignored;
+  platform::try_lock_byte(fd, layout::admin_lock_byte, platform::lock_kind::unlock, ignored);
+}
+
+struct mapping {
+  platform::unique_fd fd;
+  std::byte* base = nullptr;
+  std::size_t size = 0;
+};
+
+std::error_code validate_header(const layout::segment_header& h, std::uint64_t file_size,
+                                object_kind kind) {
+  if (h.magic != layout::segment_magic || h.version != layout::layout_version)
+    return errc::incompatible;
+  if (h.kind != static_cast<std::uint32_t>(kind)) return errc::incompatible;
+  if (h.total_size != file_size || h.body_offset != sizeof(layout::segment_header))
+    return errc::corrupted;
+  return {};
+}
+
+enum class existing { opened, missing, stale_removed, live };
+
+// Looks at the file at `path`. A stale one is removed; a live one is opened (if `adopt`) or
+// reported as live. `out` holds the mapping when the result is `opened`.
+existing probe_existing(const std::string& path, object_kind kind, bool adopt, mapping& out,
+                        std::error_code& ec) {
+  platform::unique_fd fd = platform::open_existing(path, ec);
+  if (ec) {
+    if (ec == std::errc::no_such_file_or_directory) {
+      ec.clear();
+      return existing::missing;
+    }
+    ec = from_system(ec);
+    return existing::live;
+  }
+  auto st = platform::status(fd.get(), ec);
+  if (!ec) ec = check_ownership(st);
+  if (ec || !lock_admin(fd.get(), ec)) return existing::live;
+
+  st = platform::status(fd.get(), ec);
+  if (ec) return existing::live;
+  if (st.links == 0) return existing::missing;  // removed since we opened it: look again
+  // An exclusive holder lock succeeds only if no process holds the segment: it is stale.
+  if (platform::try_lock_byte(fd.get(), layout::holder_lock_byte, platform::lock_kind::exclusive,
+                              ec)) {
+    std::error_code ignored;
+    platform::unlink(path, ignored);  // still ours: names are only made by rename-no-replace
+    return existing::stale_removed;   // closing fd drops our locks
+  }
+  if (ec || !adopt) {
+    unlock_admin(fd.get());
+    return existing::live;
+  }
+  // Nobody holds it exclusively while we hold the admin lock, so this cannot fail.
+  platform::try_lock_byte(fd.get(), layout::holder_lock_byte, platform::lock_kind::shared, ec);
+  unlock_admin(fd.get());
+  if (ec) return existing::live;
+
+  if (st.size < sizeof(layout::segment_header)) {
+    ec = errc::corrupted;
+    return existing::live;
+  }
+  void* base = platform::map_shared(fd.get(), st.size, ec);
+  if (ec) return existing::live;
+  out.base = static_cast<std::byte*>(base);
+  out.size = st.size;
+  out.fd = std::move(fd);
+  ec = validate_header(*reinterpret_cast<const layout::segment_header*>(base), st.size, kind);
+  if (ec) {
+    platform::unmap(out.base, out.size);
+    out = {};
+    return existing::live;
+  }
+  return existing::opened;
+}
+
+std::string temp_path() {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, ".%stmp.%u.%016llx", detail::file_prefix.data(),
+                platform::process_id(), static_cast<unsigned long long>(platform::random_u64()));
+  return std::string(detail::shm_directory) + buf;
+}
+
+// Builds a complete segment under a private name, locked and initialised.
+mapping build_private(const std::string& temp, object_kind kind, std::size_t body_size,
+                      const segment::initializer& init, std::error_code& ec) {
+  mapping m;
+  if (body_size > max_body_size) {
+    ec = errc::invalid_argument;
+    return m;
+  }
+  const std::size_t total = sizeof(layout::segment_header) + body_size;
+  m.fd = platform::create_exclusive(temp, ec);
+  if (ec) {
+    ec = from_system(ec);
+    return m;
+  }
+  platform::reserve(m.fd.get(), total, ec);
+  if (!ec)
+    platform::try_lock_byte(m.fd.get(), layout::holder_lock_byte, platform::lock_kind::shared, ec);
+  void* base = ec ? nullptr : platform::map_shared(m.fd.get(), total, ec);
+  if (ec) {
+    ec = from_system(ec);
+    std::error_code ignored;
+    platform::unlink(temp, ignored);
+    m = {};
+    return m;
+  }
+  m.base = static_cast<std::byte*>(base);
+  m.size = total;
+  auto* h = new (m.base) layout::segment_header{};
+  h->magic = layout::segment_magic;
+  h->version = layout::layout_version;
+  h->kind = static_cast<std::uint32_t>(kind);
+  h->total_size = total;
+  h->body_offset = sizeof(layout::segment_header);
+  h->creator_pid = platform::process_id();
+  h->created_ns = platform::realtime_ns();
+  try {
+    if (init) init({m.base + sizeof(layout::segment_header), body_size});
+  } catch (...) {
+    platform::unmap(m.base, m.size);
+    std::error_code ignored;
+    platform::unlink(temp, ignored);
+    throw;
+  }
+  return m;
+}
+
+}  // namespace
+
+struct segment_access {
+  static segment make(std::string_view name, std::string path, mapping m, object_kind kind,
+                      bool created) {
+    segment s;
+    s.name_ = std::string(name);
+    s.path_ = std::move(path);
+    s.fd_ = m.fd.release();
+    s.base_ = m.base;
+    s.size_ = m.size;
+    s.kind_ = kind;
+    s.created_ = created;
+    return s;
+  }
+
+  static segment create_or_adopt(std::string_view name, object_kind kind, std::size_t body_size,
+                                 const segment::initializer& init, bool adopt,
+                                 std::error_code& ec) {
+    ec.clear();
+    std::string path = detail::segment_path(name, ec);
+    if (ec) return {};
+    const std::string temp = temp_path();
+    mapping mine = build_private(temp, kind, body_size, init, ec);
+    if (ec) return {};
+    auto discard_mine = [&] {
+      platform::unmap(mine.base, mine.size);
+      std::error_code ignored;
+      platform::unlink(temp, ignored);
+    };
+    for (int round = 0; round < max_create_rounds; ++round) {
+      platform::rename_no_replace(temp, path, ec);
+      if (!ec) return make(name, std::move(path), std::move(mine), kind, true);
+      if (ec != std::errc::file_exists) {
+        ec = from_system(ec);
+        discard_mine();
+        return {};
+      }
+      ec.clear();
+      mapping theirs;
+      switch (probe_existing(path, kind, adopt, theirs, ec)) {
+        case existing::opened:
+          discard_mine();
+          return make(name, std::move(path), std::move(theirs), kind, false);
+        case existing::live:
+          if (!ec) ec = errc::already_exists;
+          discard_mine();
+          return {};
+        case existing::missing:
+        case existing::stale_removed:
+          continue;
+      }
+    }
+    discard_mine();
+    ec = errc::busy;
+    return {};
+  }
+};
+
+segment segment::create(std::string_view name, object_kind kind, std::size_t body_size,
+                        const initializer& init, std::error_code& ec) {
+  return segment_access::create_or_adopt(name, kind, body_size, init, false, ec);
+}
+
+segment segment::open_or_create(std::string_view name, object_kind kind, std::size_t body_size,
+                                const initializer& init, std::error_code& ec) {
+  ec.clear();
+  std::string path = detail::segment_path(name, ec);
+  if (ec) return {};
+  // Opening first keeps the common case (it exists) free of a throw-away build.
+  mapping m;
+  for (int round = 0; round < max_create_rounds; ++round) {
+    auto r = probe_existing(path, kind, true, m, ec);
+    if (r == existing::opened) return segment_access::make(name, path, std::move(m), kind, false);
+    if (ec) return {};
+    if (r == existing::missing) break;
+  }
+  return segment_access::create_or_adopt(name, kind, body_size, init, true, ec);
+}
+
+segment segment::open(std::string_view name, object_kind kind, std::error_code& ec) {
+  ec.clear();
+  std::string path = detail::segment_path(name, ec);
+  if (ec) return {};
+  mapping m;
+  for (int round = 0; round < max_create_rounds; ++round) {
+    switch (probe_existing(path, kind, true, m, ec)) {
+      case existing::opened:
+        return segment_access::make(name, path, std::move(m), kind, false);
+      case existing::live:
+        return {};
+      case existing::stale_removed:
+        ec = errc::not_found;
+        return {};
+      case existing::missing:
+        // A closer may have removed it between our open and our lock; one more look decides.
+        if (round > 0) {
+          ec = errc::not_found;
+          return {};
+        }
+        continue;
+    }
+  }
+  ec = errc::not_found;
+  return {};
+}
+
+segment::segment(create_only_t, std::string_view name, object_kind kind, std::size_t body_size,
+                 const initializer& init) {
+  std::error_code ec;
+  *this = create(name, kind, body_size, init, ec);
+  detail::throw_if(ec, "create", name);
+}
+
+segment::segment(open_only_t, std::string_view name, object_kind kind) {
+  std::error_code ec;
+  *this = open(name, kind, ec);
+  detail::throw_if(ec, "open", name);
+}
+
+segment::segment(open_or_create_t, std::string_view name, object_kind kind, std::size_t body_size,
+                 const initializer& init) {
+  std::error_code ec;
+  *this = open_or_create(name, kind, body_size, init, ec);
+  detail::throw_if(ec, "open_or_create", name);
+}
+
+segment::segment(segment&& o) noexcept
+    : name_(std::move(o.name_)),
+      path_(std::move(o.path_)),
+      fd_(std::exchange(o.fd_, -1)),
+      base_(std::exchange(o.base_, nullptr)),
+      size_(std::exchange(o.size_, 0)),
+      kind_(o.kind_),
+      created_(o.created_) {}
+
+segment& segment::operator=(segment&& o) noexcept {
+  if (this != &o) {
+    close();
+    name_ = std::move(o.name_);
+    path_ = std::move(o.path_);
+    fd_ = std::exchange(o.fd_, -1);
+    base_ = std::exchange(o.base_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    kind_ = o.kind_;
+    created_ = o.created_;
+  }
+  return *this;
+}
+
+segment::~segment() {
+  close();
+}
+
+void segment::close() noexcept {
+  if (!base_) return;
+  platform::unique_fd fd(std::exchange(fd_, -1));
+  std::error_code ec;
+  // Last user? Upgrading our shared holder lock succeeds only if nobody else holds one. Under
+  // the admin lock no opener can slip in between that test and the unlink.
+  if (lock_admin(fd.get(), ec) && platform::try_lock_byte(fd.get(), layout::holder_lock_byte,
+                                                          platform::lock_kind::exclusive, ec)) {
+    auto st = platform::status(fd.get(), ec);
+    if (!ec && st.links > 0) platform::unlink(path_, ec);
+  }
+  platform::unmap(base_, size_);
+  base_ = nullptr;
+  size_ = 0;
+}  // closing fd releases both locks
+
+std::span<std::byte> segment::body() const noexcept {
+  if (!base_) return {};
+  return {base_ + sizeof(detail::layout::segment_header),
+          size_ - sizeof(detail::layout::segment_header)};
+}
+
+bool segment::remove(std::string_view name, std::error_code& ec) {
+  ec.clear();
+  std::string path = detail::segment_path(name, ec);
+  if (ec) return false;
+  platform::unlink(path, ec);
+  if (ec == std::errc::no_such_file_or_directory) {
+    ec.clear();
+    return false;
+  }
+  if (ec) ec = from_system(ec);
+  return !ec;
+}
+
+}  // namespace shmio

@@ -1,0 +1,129 @@
+#include "shmio/detail/wait_queue.hpp"
+
+#include <climits>
+
+#include "shmio/detail/platform.hpp"
+
+namespace shmio::detail {
+namespace {
+
+namespace platform = detail::platform;
+using layout::parked_doorbell_unit;
+using layout::parked_sleeper_unit;
+using layout::wait_slot_count;
+
+constexpr std::uint64_t sleepers_mask = parked_doorbell_unit - 1;
+
+// Claims slot i's ring (only one signaller or the owner's own disarm wins the CAS) and rings it.
+// Returns true if a live owner was rung.
+bool claim_and_ring(layout::wait_queue& q, std::uint32_t i) noexcept {
+  auto& s = q.slots[i];
+  std::uint32_t armed = 1;
+  // acq_rel: the claim must be ordered after our publication and before the doorbell read.
+  if (!s.armed.compare_exchange_strong(armed, 0, std::memory_order_acq_rel)) return false;
+  q.parked.fetch_sub(parked_doorbell_unit, std::memory_order_acq_rel);
+  const std::uint64_t id = s.doorbell.load(std::memory_order_acquire);
+  if (id == 0) return false;
+  if (platform::ring_doorbell(id) != platform::ring_result::gone) return true;
+  // Its owner died while parked: free the slot for someone else.
+  std::uint64_t expected = id;
+  s.doorbell.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+  return false;
+}
+
+void wake_sleepers(layout::wait_queue& q, std::uint64_t parked, int count) noexcept {
+  if ((parked & sleepers_mask) == 0) return;
+  // release: a sleeper that sees the new sequence also sees what was published before it.
+  q.futex_seq.fetch_add(1, std::memory_order_release);
+  platform::futex_wake(q.futex_seq, count);
+}
+
+}  // namespace
+
+void notify_all(layout::wait_queue& q) noexcept {
+  // seq_cst: this load must not move before the caller's publication (StoreLoad), or a waiter
+  // that armed after our read but re-checked before our publication would sleep on.
+  const std::uint64_t parked = q.parked.load(std::memory_order_seq_cst);
+  if (parked == 0) return;
+  wake_sleepers(q, parked, INT_MAX);
+  if (parked < parked_doorbell_unit) return;
+  for (std::uint32_t i = 0; i < wait_slot_count; ++i)
+    if (q.slots[i].armed.load(std::memory_order_relaxed) != 0) claim_and_ring(q, i);
+}
+
+void notify_one(layout::wait_queue& q) noexcept {
+  const std::uint64_t parked = q.parked.load(std::memory_order_seq_cst);  // as in notify_all
+  if (parked == 0) return;
+  if ((parked & sleepers_mask) != 0) return wake_sleepers(q, parked, 1);
+  // Start at a different slot each time so one waiter does not take every ring.
+  static thread_local std::uint32_t start = platform::process_id();
+  const std::uint32_t first = start++;
+  for (std::uint32_t k = 0; k < wait_slot_count; ++k) {
+    const std::uint32_t i = (first + k) % wait_slot_count;
+    if (q.slots[i].armed.load(std::memory_order_relaxed) != 0 && claim_and_ring(q, i)) return;
+  }
+}
+
+int claim_slot(layout::wait_queue& q, std::uint64_t id) noexcept {
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::uint32_t i = 0; i < wait_slot_count; ++i) {
+      auto& s = q.slots[i];
+      std::uint64_t expected = 0;
+      if (s.doorbell.compare_exchange_strong(expected, id, std::memory_order_acq_rel)) {
+        s.pid.store(platform::process_id(), std::memory_order_relaxed);
+        return static_cast<int>(i);
+      }
+      // Second pass: a slot whose doorbell nobody answers any more belongs to a dead owner.
+      if (pass == 1 && platform::ring_doorbell(expected) == platform::ring_result::gone &&
+          s.doorbell.compare_exchange_strong(expected, id, std::memory_order_acq_rel)) {
+        // The dead owner may have died armed: take its arming out of the count.
+        if (s.armed.exchange(0, std::memory_order_acq_rel) != 0)
+          q.parked.fetch_sub(parked_doorbell_unit, std::memory_order_acq_rel);
+        s.pid.store(platform::process_id(), std::memory_order_relaxed);
+        return static_cast<int>(i);
+      }
+    }
+  }
+  return no_slot;
+}
+
+void release_slot(layout::wait_queue& q, int slot, std::uint64_t id) noexcept {
+  if (slot == no_slot) return;
+  disarm(q, slot);
+  std::uint64_t expected = id;
+  // release: our last use of the slot happens before its next owner's claim.
+  q.slots[slot].doorbell.compare_exchange_strong(expected, 0, std::memory_order_release);
+}
+
+bool arm(layout::wait_queue& q, int slot) noexcept {
+  // seq_cst: the arming must be visible before the caller re-checks its condition (StoreLoad).
+  if (q.slots[slot].armed.exchange(1, std::memory_order_seq_cst) != 0) return false;
+  q.parked.fetch_add(parked_doorbell_unit, std::memory_order_seq_cst);
+  return true;
+}
+
+bool disarm(layout::wait_queue& q, int slot) noexcept {
+  std::uint32_t armed = 1;
+  // acq_rel: one CAS decides between our withdrawal and a signaller's claim.
+  if (!q.slots[slot].armed.compare_exchange_strong(armed, 0, std::memory_order_acq_rel))
+    return false;
+  q.parked.fetch_sub(parked_doorbell_unit, std::memory_order_acq_rel);
+  return true;
+}
+
+sleeper::sleeper(layout::wait_queue& q) noexcept : q_(q) {
+  // seq_cst: our presence must be visible before the caller re-checks its condition.
+  q_.parked.fetch_add(parked_sleeper_unit, std::memory_order_seq_cst);
+  // seq_cst: read after announcing; a notify that missed our announcement bumps it after this.
+  seq_ = q_.futex_seq.load(std::memory_order_seq_cst);
+}
+
+sleeper::~sleeper() {
+  q_.parked.fetch_sub(parked_sleeper_unit, std::memory_order_acq_rel);
+}
+
+void sleeper::sleep(std::chrono::nanoseconds timeout) noexcept {
+  platform::futex_wait(q_.futex_seq, seq_, timeout);
+}
+
+}  // namespace shmio::detail

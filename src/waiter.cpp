@@ -1,0 +1,183 @@
+#include "shmio/detail/waiter.hpp"
+
+#include "shmio/detail/platform.hpp"
+
+namespace shmio::detail {
+
+void waiter::list::push_back(op_base* o) noexcept {
+  o->next = nullptr;
+  o->prev = tail;
+  (tail ? tail->next : head) = o;
+  tail = o;
+}
+
+void waiter::list::remove(op_base* o) noexcept {
+  (o->prev ? o->prev->next : head) = o->next;
+  (o->next ? o->next->prev : tail) = o->prev;
+  o->next = o->prev = nullptr;
+}
+
+void waiter::cancel_handler::operator()(asio::cancellation_type type) const {
+  // Every kind is honoured: a cancelled wait has consumed nothing, so it has no side effects.
+  if ((type & (asio::cancellation_type::terminal | asio::cancellation_type::partial |
+               asio::cancellation_type::total)) == asio::cancellation_type::none)
+    return;
+  if (auto w = self.lock()) w->cancel(id);
+}
+
+waiter::waiter(const asio::any_io_executor& ex, std::span<layout::wait_queue* const> queues,
+               wait_strategy strategy, std::error_code& ec)
+    : ex_(ex), spin_(strategy), bell_(ex), rescue_(ex) {
+  queue_count_ = std::min(queues.size(), max_queues);
+  for (std::size_t i = 0; i < queue_count_; ++i)
+    queues_[i] = queues[i];
+  platform::unique_fd fd = platform::open_doorbell(doorbell_id_, ec);
+  if (ec) return;
+  bell_.assign(fd.release(), ec);
+  if (ec) return;
+  // No free slot is not an error: that queue's waits then poll (slotless_interval).
+  for (std::size_t i = 0; i < queue_count_; ++i)
+    slots_[i] = claim_slot(*queues_[i], doorbell_id_);
+}
+
+waiter::~waiter() {
+  shutdown();
+}
+
+bool waiter::nothing_pending() const noexcept {
+  for (std::size_t i = 0; i < queue_count_; ++i)
+    if (!pending_[i].empty()) return false;
+  return true;
+}
+
+void waiter::park(op_base* o) {
+  std::unique_lock lock(mutex_);
+  if (closed_) {
+    lock.unlock();
+    return o->finish(asio::error::operation_aborted, false);
+  }
+  const std::size_t q = o->queue;
+  if (nothing_pending()) parked_since_ = std::chrono::steady_clock::now();
+  pending_[q].push_back(o);
+  if (slots_[q] != no_slot) arm(*queues_[q], slots_[q]);
+  // The re-check after arming: from here on a publication either is seen now or rings us.
+  if (o->attempt()) {
+    pending_[q].remove(o);
+    if (pending_[q].empty() && slots_[q] != no_slot) disarm(*queues_[q], slots_[q]);
+    watch(lock);
+    lock.unlock();
+    return o->finish({}, false);
+  }
+  watch(lock);
+}
+
+void waiter::cancel(std::uint64_t id) {
+  std::unique_lock lock(mutex_);
+  op_base* found = nullptr;
+  for (std::size_t q = 0; q < queue_count_ && !found; ++q)
+    for (op_base* o = pending_[q].head; o; o = o->next)
+      if (o->id == id) {
+        found = o;
+        break;
+      }
+  if (!found) return;  // it completed first
+  const std::size_t q = found->queue;
+  pending_[q].remove(found);
+  // If a signaller claimed our slot, its ring may have been meant for this operation: pass it
+  // on, so that a cancelled wait never swallows a wake-up another waiter needs.
+  bool forward = false;
+  if (pending_[q].empty() && slots_[q] != no_slot) forward = !disarm(*queues_[q], slots_[q]);
+  watch(lock);
+  lock.unlock();
+  found->finish(asio::error::operation_aborted, false);
+  if (forward) notify_one(*queues_[q]);
+}
+
+void waiter::on_wake(const std::error_code& ec, bool from_bell) {
+  std::unique_lock lock(mutex_);
+  (from_bell ? bell_waiting_ : rescue_waiting_) = false;
+  if (closed_) return;
+  if (from_bell) {
+    platform::drain_doorbell(bell_.native_handle());
+    if (!ec && !nothing_pending())
+      spin_.woken_after(std::chrono::steady_clock::now() - parked_since_);
+  }
+  recheck(lock);
+}
+
+void waiter::recheck(std::unique_lock<std::mutex>& lock) {
+  op_base* done = nullptr;  // finished operations, linked through `next`
+  for (std::size_t q = 0; q < queue_count_; ++q) {
+    list& l = pending_[q];
+    if (l.empty()) continue;
+    if (slots_[q] != no_slot) arm(*queues_[q], slots_[q]);  // re-arm before re-checking
+    while (op_base* o = l.head) {
+      if (!o->attempt()) break;  // FIFO: if the first cannot proceed, neither can the rest
+      l.remove(o);
+      o->next = done;
+      done = o;
+    }
+    if (l.empty() && slots_[q] != no_slot) disarm(*queues_[q], slots_[q]);
+  }
+  if (!nothing_pending()) parked_since_ = std::chrono::steady_clock::now();
+  watch(lock);
+  lock.unlock();
+  while (done) {
+    op_base* o = done;
+    done = o->next;
+    o->finish({}, true);  // we run on the I/O executor, outside any initiating function
+  }
+}
+
+void waiter::watch(std::unique_lock<std::mutex>&) {
+  std::error_code ignored;
+  if (nothing_pending()) {
+    // Nothing to wait for: stop watching, so that io_context::run() can return.
+    if (bell_waiting_) bell_.cancel(ignored);
+    if (rescue_waiting_) rescue_.cancel();
+    return;
+  }
+  if (!bell_waiting_) {
+    bell_waiting_ = true;
+    bell_.async_wait(
+        asio::posix::stream_descriptor::wait_read,
+        [self = shared_from_this()](const std::error_code& ec) { self->on_wake(ec, true); });
+  }
+  if (!rescue_waiting_) {
+    bool slotless = false;
+    for (std::size_t q = 0; q < queue_count_; ++q)
+      slotless |= !pending_[q].empty() && slots_[q] == no_slot;
+    rescue_waiting_ = true;
+    rescue_.expires_after(slotless ? std::chrono::nanoseconds(slotless_interval)
+                                   : std::chrono::nanoseconds(rescue_interval));
+    rescue_.async_wait(
+        [self = shared_from_this()](const std::error_code& ec) { self->on_wake(ec, false); });
+  }
+}
+
+void waiter::shutdown() noexcept {
+  std::unique_lock lock(mutex_);
+  if (closed_) return;
+  closed_ = true;
+  op_base* done = nullptr;
+  for (std::size_t q = 0; q < queue_count_; ++q) {
+    while (op_base* o = pending_[q].head) {
+      pending_[q].remove(o);
+      o->next = done;
+      done = o;
+    }
+    release_slot(*queues_[q], slots_[q], doorbell_id_);
+    slots_[q] = no_slot;
+  }
+  std::error_code ignored;
+  bell_.close(ignored);
+  rescue_.cancel();
+  lock.unlock();
+  while (done) {
+    op_base* o = done;
+    done = o->next;
+    o->finish(asio::error::operation_aborted, false);
+  }
+}
+
+}  // namespace shmio::detail

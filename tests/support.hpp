@@ -1,0 +1,144 @@
+#pragma once
+// Test helpers: unique segment names that are removed even when a test fails, child processes
+// (fork, or fork+exec of the peer program) with bounded waits, and a pipe to synchronise with
+// them without sleeping.
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "shmio/segment.hpp"
+
+namespace shmio::test {
+
+/// Every test segment name starts with this; the ctest cleanup step removes leftovers.
+inline constexpr const char* name_prefix = "shmio-test.";
+
+/// A name no other test (or earlier run) uses; removed when the guard goes out of scope.
+class scoped_name {
+ public:
+  explicit scoped_name(const std::string& what = "seg") {
+    static std::atomic<unsigned> counter{0};
+    name_ = std::string(name_prefix) + what + "." + std::to_string(::getpid()) + "." +
+            std::to_string(counter++);
+  }
+  ~scoped_name() {
+    std::error_code ignored;
+    segment::remove(name_, ignored);
+  }
+  scoped_name(const scoped_name&) = delete;
+  scoped_name& operator=(const scoped_name&) = delete;
+  const std::string& str() const noexcept { return name_; }
+  operator std::string_view() const noexcept { return name_; }
+
+ private:
+  std::string name_;
+};
+
+/// One byte at a time from child to parent (or back): "I am ready", "go on".
+class signal_pipe {
+ public:
+  signal_pipe() {
+    if (::pipe(fds_) != 0) std::abort();
+  }
+  ~signal_pipe() {
+    ::close(fds_[0]);
+    ::close(fds_[1]);
+  }
+  void notify(char c = 1) const {
+    if (::write(fds_[1], &c, 1) != 1) std::abort();
+  }
+  /// Waits up to `timeout` for a byte; returns it, or -1 on timeout or EOF.
+  int wait(std::chrono::milliseconds timeout = std::chrono::seconds(10)) const {
+    pollfd p{fds_[0], POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return -1;
+    char c;
+    return ::read(fds_[0], &c, 1) == 1 ? static_cast<unsigned char>(c) : -1;
+  }
+
+ private:
+  int fds_[2];
+};
+
+/// A forked child process. It is killed (SIGKILL) and reaped if still running at destruction,
+/// so a failing test never leaves it behind.
+class child {
+ public:
+  /// Runs `body` in a forked child; its return value is the exit status (an exception: 99).
+  explicit child(const std::function<int()>& body) {
+    std::fflush(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int rc = 99;
+      try {
+        rc = body();
+      } catch (...) {
+      }
+      ::_exit(rc);
+    }
+    if (pid_ > 0) pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+  }
+  /// Runs `argv` (argv[0] is a path) in a child process by fork + exec.
+  explicit child(const std::vector<std::string>& argv) {
+    std::vector<char*> args;
+    for (const auto& a : argv)
+      args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    std::fflush(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::execv(args[0], args.data());
+      ::_exit(98);
+    }
+    if (pid_ > 0) pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+  }
+  ~child() {
+    if (pid_ > 0 && status_ < 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (pidfd_ >= 0) ::close(pidfd_);
+  }
+  child(const child&) = delete;
+  child& operator=(const child&) = delete;
+
+  pid_t pid() const noexcept { return pid_; }
+  /// Waits up to `timeout` for the child to exit; returns its exit code, 128+signal if killed
+  /// by a signal, or -1 if it is still running.
+  int wait(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    if (status_ >= 0) return status_;
+    pollfd p{pidfd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return -1;
+    int st = 0;
+    if (::waitpid(pid_, &st, 0) != pid_) return -1;
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return status_;
+  }
+  /// kill -9, then reap.
+  int kill9() {
+    ::kill(pid_, SIGKILL);
+    return wait();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int pidfd_ = -1;
+  int status_ = -1;
+};
+
+/// The path of the peer program (tests/peer.cpp), set by CMake.
+inline std::string peer_path() {
+  return SHMIO_TEST_PEER;
+}
+
+}  // namespace shmio::test
