@@ -35,6 +35,10 @@ class category final : public std::error_category {
         return "invalid argument";
       case errc::busy:
         return "busy";
+      case errc::callback_failed:
+        return "in-place callback threw";
+      case errc::too_many_participants:
+        return "too many participants";
     }
     return "unknown shmio error";
   }

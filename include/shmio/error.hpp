@@ -23,6 +23,8 @@ enum class errc {
   invalid_name,       ///< The name is empty or only a prefix.
   invalid_argument,   ///< An argument is out of its documented range.
   busy,               ///< Another operation holds what this one needs (e.g. a second pending wait).
+  callback_failed,    ///< An in-place callback of an async operation threw; nothing was kept.
+  too_many_participants,  ///< The object has as many open handles as its layout allows.
 };
 
 /// The category of shmio::errc values; its name is "shmio".

@@ -78,6 +78,9 @@ class segment {
   object_kind kind() const noexcept { return kind_; }
   /// True if this handle created the segment (rather than opening an existing one).
   bool created() const noexcept { return created_; }
+  /// The file descriptor of the segment file (-1 when closed). Objects built on a segment use
+  /// it for per-participant liveness locks; it stays owned by the segment.
+  int native_handle() const noexcept { return fd_; }
 
   /// Removes the file of `name` whether or not it is in use; processes that have it mapped keep
   /// their mapping. Returns false (and leaves `ec` clear) if there was no such file.

@@ -1,6 +1,7 @@
 #pragma once
 // Everything shmio offers, in one include.
 
+#include "shmio/circular_buffer.hpp"
 #include "shmio/error.hpp"
 #include "shmio/named_event.hpp"
 #include "shmio/open_mode.hpp"

@@ -91,4 +91,17 @@ bool try_lock_byte(int fd, std::uint64_t byte, lock_kind kind, std::error_code& 
   }
 }
 
+bool byte_locked_by_other(int fd, std::uint64_t byte, std::error_code& ec) {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(byte);
+  fl.l_len = 1;
+  if (::fcntl(fd, F_OFD_GETLK, &fl) != 0) {
+    ec = last_error();
+    return true;  // unknown: assume alive, never reclaim on a guess
+  }
+  return fl.l_type != F_UNLCK;
+}
+
 }  // namespace shmio::detail::platform

@@ -63,6 +63,8 @@ void unmap(void* address, std::size_t size) noexcept;
 enum class lock_kind { shared, exclusive, unlock };
 /// Tries once; returns false if another open file holds a conflicting lock.
 bool try_lock_byte(int fd, std::uint64_t byte, lock_kind kind, std::error_code& ec);
+/// True if another open file holds a lock on `byte` (ours do not count).
+bool byte_locked_by_other(int fd, std::uint64_t byte, std::error_code& ec);
 
 // ---- futex on a word in shared memory -----------------------------------------------------
 

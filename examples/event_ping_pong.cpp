@@ -1,0 +1,68 @@
+// Two processes play ping-pong with two named events.
+//
+//   event_ping_pong [rounds]          starts the "pong" process itself, then plays "ping"
+//   event_ping_pong pong NAME         the other side (started by the first)
+//
+// The ping side is a coroutine on an io_context: it sets "ping" and co_awaits "pong".
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <asio.hpp>
+#include <chrono>
+#include <cstdio>
+#include <shmio/shmio.hpp>
+#include <string>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+int play_pong(const std::string& name) {
+  asio::io_context io;
+  shmio::named_event ping(io.get_executor(), shmio::open_only, name + ".ping",
+                          shmio::event_mode::auto_reset);
+  shmio::named_event pong(io.get_executor(), shmio::open_only, name + ".pong",
+                          shmio::event_mode::auto_reset);
+  // Blocking waits are fine here: this process does nothing else.
+  while (ping.wait(5s))
+    pong.set();
+  return 0;  // the ping side went quiet: done
+}
+
+asio::awaitable<void> play_ping(shmio::named_event& ping, shmio::named_event& pong, int rounds) {
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < rounds; ++i) {
+    ping.set();
+    co_await pong.async_wait(asio::use_awaitable);
+    if (i < 3 || i == rounds - 1) std::printf("ping %d -> pong\n", i + 1);
+  }
+  auto us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start);
+  std::printf("%d round trips between two processes, %.2f us each\n", rounds, us.count() / rounds);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "pong") return play_pong(argv[2]);
+
+  const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 10000;
+  const std::string name = "event-ping-pong." + std::to_string(::getpid());
+  asio::io_context io;
+  shmio::named_event ping(io.get_executor(), shmio::create_only, name + ".ping",
+                          shmio::event_mode::auto_reset);
+  shmio::named_event pong(io.get_executor(), shmio::create_only, name + ".pong",
+                          shmio::event_mode::auto_reset);
+
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::execl("/proc/self/exe", argv[0], "pong", name.c_str(), static_cast<char*>(nullptr));
+    std::perror("exec");
+    ::_exit(127);
+  }
+  std::printf("pong is process %d\n", static_cast<int>(child));
+  asio::co_spawn(io, play_ping(ping, pong, rounds), asio::detached);
+  io.run();
+  ::kill(child, SIGTERM);
+  ::waitpid(child, nullptr, 0);
+  return 0;
+}

@@ -1,0 +1,144 @@
+#pragma once
+// shmio::circular_buffer — a lock-free ring of fixed-size nodes that any number of processes
+// write to and read from by name (seed 000's CircularBuffer), with blocking, zero-copy and
+// asynchronous reads and writes.
+//
+// - One message per node; node_count and node_size are fixed by the creator and learnt by
+//   openers. All node_count nodes can hold unread messages (the seed keeps one free: it holds
+//   node_count - 1).
+// - Writers and readers may be many, in any processes. Readers compete: each message goes to
+//   exactly one reader. Messages are read in the order their writers claimed nodes.
+// - A message larger than node_size() is refused with errc::message_too_large, never cut. A read
+//   into a buffer smaller than the next message fails with errc::message_too_large and leaves
+//   the message in the ring, for a read with a larger buffer.
+// - A participant killed while it holds a node does not stall the ring: after ~10 ms others ask
+//   the kernel whether it lives and, if not, skip its half-written message (never delivered) or
+//   free the node it was reading (that one message is lost with its reader).
+//
+// Waiting: see shmio/wait_strategy.hpp. A write wakes a parked reader and a read a parked writer
+// with one shared-memory load when nobody is parked, and no system call.
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/buffer.hpp>
+
+#include "shmio/error.hpp"
+#include "shmio/open_mode.hpp"
+#include "shmio/segment.hpp"
+#include "shmio/wait_strategy.hpp"
+
+namespace shmio {
+
+class circular_buffer {
+ public:
+  using executor_type = asio::any_io_executor;
+
+  /// Creates the ring `name` with `node_count` (>= 2) nodes of `node_size` (>= 1) bytes.
+  /// Throws shmio::error: errc::invalid_argument, errc::already_exists, errc::no_space, ...
+  circular_buffer(const executor_type& ex, create_only_t, std::string_view name,
+                  std::size_t node_count, std::size_t node_size, wait_strategy strategy = {});
+  /// Opens the ring `name`; node_count() and node_size() come from the segment.
+  circular_buffer(const executor_type& ex, open_only_t, std::string_view name,
+                  wait_strategy strategy = {});
+  /// Opens the ring `name`, or creates it with these sizes.
+  circular_buffer(const executor_type& ex, open_or_create_t, std::string_view name,
+                  std::size_t node_count, std::size_t node_size, wait_strategy strategy = {});
+  /// The error_code forms: on failure `ec` is set and the object is closed.
+  circular_buffer(const executor_type& ex, create_only_t, std::string_view name,
+                  std::size_t node_count, std::size_t node_size, wait_strategy strategy,
+                  std::error_code& ec);
+  circular_buffer(const executor_type& ex, open_only_t, std::string_view name,
+                  wait_strategy strategy, std::error_code& ec);
+  circular_buffer(const executor_type& ex, open_or_create_t, std::string_view name,
+                  std::size_t node_count, std::size_t node_size, wait_strategy strategy,
+                  std::error_code& ec);
+
+  circular_buffer(circular_buffer&&) noexcept = default;
+  circular_buffer& operator=(circular_buffer&&) noexcept = default;
+  /// Pending operations complete with asio::error::operation_aborted.
+  ~circular_buffer();
+
+  executor_type get_executor() const noexcept;
+  bool is_open() const noexcept { return impl_ != nullptr; }
+  const std::string& name() const noexcept;
+  std::size_t node_count() const noexcept;
+  std::size_t node_size() const noexcept;
+
+  // ---- blocking -------------------------------------------------------------------------
+  // Timeouts: zero tries once; negative or milliseconds::max() waits for ever.
+
+  /// Writes one message. Returns its size, or 0 if no node came free within `timeout`.
+  /// Throws shmio::error with errc::message_too_large if it exceeds node_size().
+  std::size_t write(asio::const_buffer message, std::chrono::milliseconds timeout);
+  /// As above; a timeout sets errc::timed_out (so a zero-length message is told from it).
+  std::size_t write(asio::const_buffer message, std::chrono::milliseconds timeout,
+                    std::error_code& ec);
+
+  /// Reads one message into `buffer`. Returns its size, or 0 if none came within `timeout`.
+  /// Throws shmio::error with errc::message_too_large (message kept) or errc::corrupted.
+  std::size_t read(asio::mutable_buffer buffer, std::chrono::milliseconds timeout);
+  std::size_t read(asio::mutable_buffer buffer, std::chrono::milliseconds timeout,
+                   std::error_code& ec);
+
+  /// Zero-copy write: `fill(std::span<std::byte> node)` writes into the node (node_size()
+  /// bytes) and returns how many bytes the message has. Returns that size, or 0 on timeout.
+  /// If `fill` throws, the node is given back unpublished and the exception propagates.
+  template <class Fill>
+  std::size_t write_in_place(Fill&& fill, std::chrono::milliseconds timeout);
+  template <class Fill>
+  std::size_t write_in_place(Fill&& fill, std::chrono::milliseconds timeout, std::error_code& ec);
+
+  /// Zero-copy read: `use(std::span<const std::byte> message)` sees the message in shared
+  /// memory, valid only during the call. Returns the message size, or 0 on timeout. If `use`
+  /// throws, the message counts as read and the exception propagates.
+  template <class Use>
+  std::size_t read_in_place(Use&& use, std::chrono::milliseconds timeout);
+  template <class Use>
+  std::size_t read_in_place(Use&& use, std::chrono::milliseconds timeout, std::error_code& ec);
+
+  // ---- asynchronous ---------------------------------------------------------------------
+  // Completion signature of all four: void(std::error_code, std::size_t).
+  // None completes inside the initiating call.
+  // Per-operation cancellation: terminal, partial and total. A cancelled operation completes
+  // once with asio::error::operation_aborted and has done nothing: a read consumed no message,
+  // a write published none. For a timeout, race the operation against a timer with
+  // asio::experimental::awaitable_operators (`||`), or cancel it through its slot.
+
+  /// Writes one message when a node is free. errc::message_too_large if it exceeds node_size().
+  template <class CompletionToken>
+  auto async_write(asio::const_buffer message, CompletionToken&& token);
+  /// Reads one message into `buffer` when one is published.
+  template <class CompletionToken>
+  auto async_read(asio::mutable_buffer buffer, CompletionToken&& token);
+  /// As write_in_place, when a node is free. `fill` runs on the buffer's executor or inside
+  /// this call, and must not start another operation on this circular_buffer.
+  template <class Fill, class CompletionToken>
+  auto async_write_in_place(Fill fill, CompletionToken&& token);
+  /// As read_in_place, when a message is published; the same rule for `use`.
+  template <class Use, class CompletionToken>
+  auto async_read_in_place(Use use, CompletionToken&& token);
+
+  /// Closes this handle: pending operations are aborted; the last handle on the machine
+  /// removes the ring's segment.
+  void close() noexcept;
+
+ private:
+  struct impl;
+  static std::shared_ptr<impl> make_impl(const executor_type& ex, segment seg,
+                                         wait_strategy strategy, std::error_code& ec);
+  impl& checked() const;
+
+  std::shared_ptr<impl> impl_;
+};
+
+}  // namespace shmio
+
+#include "shmio/impl/circular_buffer.hpp"

@@ -1,0 +1,96 @@
+#pragma once
+// The lock-free multi-producer/multi-consumer node ring of a circular_buffer, over the shared
+// layout::ring_state (see layout.hpp for the node word's states).
+//
+// Based on Vyukov's bounded MPMC queue, with one change that makes it survive kill -9: a party
+// claims a *node* (CAS on its word, recording its participant number) before it advances the
+// shared cursor, and everybody helps advance a cursor past a claimed node. So a party that dies
+// at any instruction leaves a node that names it, and whoever waits on that node can ask the
+// kernel whether its owner still lives (a file lock) and, if not, skip or free the node.
+//
+// Positions only grow. Turns are positions modulo 2^48, compared with wrap-around arithmetic.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <system_error>
+
+#include "shmio/detail/layout.hpp"
+
+namespace shmio::detail {
+
+/// A node this participant claimed for writing: fill `data`, then publish or abandon.
+struct write_claim {
+  layout::node_header* node = nullptr;
+  std::span<std::byte> data;
+  std::uint64_t position = 0;
+};
+
+/// A published node this participant claimed for reading: use `data`, then release.
+struct read_claim {
+  layout::node_header* node = nullptr;
+  std::span<const std::byte> data;
+  std::uint64_t position = 0;
+};
+
+enum class claim_status {
+  claimed,
+  would_block,  // full (write) or empty (read)
+  too_small,    // read: the next message is larger than the caller can take; it stays
+  corrupted,    // read: the next message's length is out of range; it was skipped
+};
+
+class ring_view {
+ public:
+  ring_view() = default;
+  /// `state` must have been validated (validate_ring); `fd` is the segment file, `me` this
+  /// handle's participant number (1-based, its lock held).
+  ring_view(layout::ring_state* state, int fd, std::uint16_t me) noexcept;
+
+  std::uint32_t node_count() const noexcept { return count_; }
+  std::uint32_t node_size() const noexcept { return size_; }
+  layout::ring_state& state() const noexcept { return *state_; }
+
+  claim_status try_claim_write(write_claim& out) noexcept;
+  /// Makes the message (its first `length` bytes) readable and wakes a parked reader.
+  void publish(const write_claim& c, std::uint32_t length) noexcept;
+  /// Gives the node back unpublished: readers skip it.
+  void abandon(const write_claim& c) noexcept;
+
+  /// `capacity` is the most the caller can take; a longer message is reported (too_small, with
+  /// its length in `out.data.size()`) and left in place.
+  claim_status try_claim_read(read_claim& out, std::size_t capacity) noexcept;
+  /// Frees the node for the writers of the next lap and wakes a parked writer.
+  void release(const read_claim& c) noexcept;
+
+  /// Frees or skips every node a previous holder of our participant number left claimed.
+  void recover_own_nodes() noexcept;
+
+  /// Sizes and offsets for a new ring; false if they do not fit the limits.
+  static bool body_size_for(std::uint64_t node_count, std::uint64_t node_size,
+                            std::uint64_t& body_size) noexcept;
+  static void initialize(std::span<std::byte> body, std::uint32_t node_count,
+                         std::uint32_t node_size) noexcept;
+  /// Checks a ring's header against the size of its body.
+  static std::error_code validate(std::span<const std::byte> body) noexcept;
+
+ private:
+  layout::node_header& node_at(std::uint64_t position) const noexcept;
+  bool owner_is_dead(std::uint64_t word, std::uint16_t owner) noexcept;
+
+  layout::ring_state* state_ = nullptr;
+  std::byte* nodes_ = nullptr;
+  std::uint32_t count_ = 0;
+  std::uint32_t size_ = 0;
+  std::uint32_t stride_ = 0;
+  int fd_ = -1;
+  std::uint16_t me_ = 0;
+  // The node we last found stuck, and since when: asking the kernel about its owner costs a
+  // syscall, so we only ask once it has been stuck for a while. Races here only shift timing.
+  std::atomic<std::uint64_t> stuck_word_{0};
+  std::atomic<std::int64_t> stuck_since_{0};
+};
+
+}  // namespace shmio::detail

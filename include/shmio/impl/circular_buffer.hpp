@@ -1,0 +1,223 @@
+#pragma once
+// The template part of circular_buffer; included by shmio/circular_buffer.hpp.
+
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include "shmio/detail/ring.hpp"
+#include "shmio/detail/waiter.hpp"
+
+namespace shmio {
+
+namespace detail {
+
+inline constexpr std::size_t readers_queue = 0;  // readers park here: "a message is published"
+inline constexpr std::size_t writers_queue = 1;  // writers park here: "a node is free"
+
+using size_outcome = std::optional<outcome<std::size_t>>;
+
+/// One try at writing: claims a node, lets `fill` write it, publishes. Empty if the ring is full.
+template <class Fill>
+size_outcome attempt_write(ring_view& ring, Fill& fill) {
+  write_claim c;
+  if (ring.try_claim_write(c) != claim_status::claimed) return std::nullopt;
+  std::size_t n = 0;
+  try {
+    n = fill(c.data);
+  } catch (...) {
+    ring.abandon(c);  // readers skip it: nothing half-written is ever delivered
+    throw;
+  }
+  if (n > c.data.size()) {
+    ring.abandon(c);
+    return outcome<std::size_t>{errc::message_too_large, 0};
+  }
+  ring.publish(c, static_cast<std::uint32_t>(n));
+  return outcome<std::size_t>{{}, n};
+}
+
+/// One try at reading a message of at most `capacity` bytes with `use`. Empty if none is there.
+template <class Use>
+size_outcome attempt_read(ring_view& ring, Use& use, std::size_t capacity) {
+  read_claim c;
+  switch (ring.try_claim_read(c, capacity)) {
+    case claim_status::would_block:
+      return std::nullopt;
+    case claim_status::corrupted:
+      return outcome<std::size_t>{errc::corrupted, 0};
+    case claim_status::too_small:
+      return outcome<std::size_t>{errc::message_too_large, c.data.size()};
+    case claim_status::claimed:
+      break;
+  }
+  struct release_on_exit {
+    ring_view& ring;
+    const read_claim& claim;
+    ~release_on_exit() { ring.release(claim); }
+  } guard{ring, c};
+  use(c.data);
+  return outcome<std::size_t>{{}, c.data.size()};
+}
+
+/// Wraps an attempt so that an exception from a user callback completes the operation with
+/// errc::callback_failed (an async operation has no caller to throw to).
+template <class Attempt>
+auto catching(Attempt attempt) {
+  return [attempt = std::move(attempt)]() mutable -> size_outcome {
+    try {
+      return attempt();
+    } catch (...) {
+      return outcome<std::size_t>{errc::callback_failed, 0};
+    }
+  };
+}
+
+inline std::chrono::nanoseconds wait_limit(std::chrono::milliseconds timeout) {
+  return timeout == std::chrono::milliseconds::max() ? std::chrono::nanoseconds(-1)
+                                                     : std::chrono::nanoseconds(timeout);
+}
+
+/// The result of a blocking operation: its size, or 0 with errc::timed_out.
+inline std::size_t finish_blocking(const size_outcome& r, std::error_code& ec) {
+  if (!r) {
+    ec = errc::timed_out;
+    return 0;
+  }
+  ec = r->ec;
+  return r->ec ? 0 : r->value;
+}
+
+}  // namespace detail
+
+struct circular_buffer::impl {
+  segment seg;
+  detail::ring_view ring;
+  std::shared_ptr<detail::waiter> waiter;
+
+  ~impl() {
+    if (waiter) waiter->shutdown();  // abort operations before the memory they use goes
+  }
+
+  template <class Attempt, class Handler>
+  static void start(const std::shared_ptr<impl>& im, std::size_t queue, Attempt&& attempt,
+                    Handler&& handler) {
+    if (!im) {
+      auto ex = asio::get_associated_executor(handler);
+      return detail::deliver<std::size_t>(std::move(handler), ex, {asio::error::bad_descriptor, 0},
+                                          false);
+    }
+    im->waiter->template async_wait<std::size_t>(queue, detail::catching(std::move(attempt)),
+                                                 std::forward<Handler>(handler));
+  }
+};
+
+template <class Fill>
+std::size_t circular_buffer::write_in_place(Fill&& fill, std::chrono::milliseconds timeout,
+                                            std::error_code& ec) {
+  impl& im = checked();
+  auto r = im.waiter->wait(
+      detail::writers_queue, [&] { return detail::attempt_write(im.ring, fill); },
+      detail::wait_limit(timeout));
+  return detail::finish_blocking(r, ec);
+}
+
+template <class Fill>
+std::size_t circular_buffer::write_in_place(Fill&& fill, std::chrono::milliseconds timeout) {
+  std::error_code ec;
+  std::size_t n = write_in_place(std::forward<Fill>(fill), timeout, ec);
+  if (ec == errc::timed_out) return 0;
+  detail::throw_if(ec, "write to circular buffer", name());
+  return n;
+}
+
+template <class Use>
+std::size_t circular_buffer::read_in_place(Use&& use, std::chrono::milliseconds timeout,
+                                           std::error_code& ec) {
+  impl& im = checked();
+  auto r = im.waiter->wait(
+      detail::readers_queue,
+      [&] { return detail::attempt_read(im.ring, use, std::numeric_limits<std::size_t>::max()); },
+      detail::wait_limit(timeout));
+  return detail::finish_blocking(r, ec);
+}
+
+template <class Use>
+std::size_t circular_buffer::read_in_place(Use&& use, std::chrono::milliseconds timeout) {
+  std::error_code ec;
+  std::size_t n = read_in_place(std::forward<Use>(use), timeout, ec);
+  if (ec == errc::timed_out) return 0;
+  detail::throw_if(ec, "read from circular buffer", name());
+  return n;
+}
+
+template <class CompletionToken>
+auto circular_buffer::async_write(asio::const_buffer message, CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
+      [](auto handler, const std::shared_ptr<impl>& im, asio::const_buffer msg) {
+        if (im && msg.size() > im->ring.node_size()) {
+          return detail::deliver<std::size_t>(std::move(handler), im->waiter->get_executor(),
+                                              {errc::message_too_large, 0}, false);
+        }
+        impl* raw = im.get();
+        impl::start(
+            im, detail::writers_queue,
+            [raw, msg] {
+              auto copy = [msg](std::span<std::byte> node) {
+                std::memcpy(node.data(), msg.data(), msg.size());
+                return msg.size();
+              };
+              return detail::attempt_write(raw->ring, copy);
+            },
+            std::move(handler));
+      },
+      token, impl_, message);
+}
+
+template <class CompletionToken>
+auto circular_buffer::async_read(asio::mutable_buffer buffer, CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
+      [](auto handler, const std::shared_ptr<impl>& im, asio::mutable_buffer buf) {
+        impl* raw = im.get();
+        impl::start(
+            im, detail::readers_queue,
+            [raw, buf] {
+              auto copy = [buf](std::span<const std::byte> msg) {
+                std::memcpy(buf.data(), msg.data(), msg.size());
+              };
+              return detail::attempt_read(raw->ring, copy, buf.size());
+            },
+            std::move(handler));
+      },
+      token, impl_, buffer);
+}
+
+template <class Fill, class CompletionToken>
+auto circular_buffer::async_write_in_place(Fill fill, CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
+      [](auto handler, const std::shared_ptr<impl>& im, Fill f) {
+        impl* raw = im.get();
+        impl::start(
+            im, detail::writers_queue,
+            [raw, f = std::move(f)]() mutable { return detail::attempt_write(raw->ring, f); },
+            std::move(handler));
+      },
+      token, impl_, std::move(fill));
+}
+
+template <class Use, class CompletionToken>
+auto circular_buffer::async_read_in_place(Use use, CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
+      [](auto handler, const std::shared_ptr<impl>& im, Use u) {
+        impl* raw = im.get();
+        impl::start(
+            im, detail::readers_queue,
+            [raw, u = std::move(u)]() mutable {
+              return detail::attempt_read(raw->ring, u, std::numeric_limits<std::size_t>::max());
+            },
+            std::move(handler));
+      },
+      token, impl_, std::move(use));
+}
+
+}  // namespace shmio

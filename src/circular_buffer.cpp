@@ -1,0 +1,182 @@
+#include "shmio/circular_buffer.hpp"
+
+#include "shmio/detail/platform.hpp"
+
+namespace shmio {
+namespace {
+
+namespace layout = detail::layout;
+namespace platform = detail::platform;
+
+std::error_code check_sizes(std::size_t node_count, std::size_t node_size, std::uint64_t& body) {
+  if (!detail::ring_view::body_size_for(node_count, node_size, body)) return errc::invalid_argument;
+  return {};
+}
+
+segment::initializer init_ring(std::size_t node_count, std::size_t node_size) {
+  return [node_count, node_size](std::span<std::byte> body) {
+    detail::ring_view::initialize(body, static_cast<std::uint32_t>(node_count),
+                                  static_cast<std::uint32_t>(node_size));
+  };
+}
+
+// Takes the first free participant number: an exclusive lock on its byte of the segment file,
+// held for as long as the segment is open, tells everyone else we are alive.
+std::uint16_t claim_participant(int fd, std::error_code& ec) {
+  for (std::uint32_t i = 0; i < layout::max_participants; ++i) {
+    if (platform::try_lock_byte(fd, layout::participant_lock_base + i,
+                                platform::lock_kind::exclusive, ec))
+      return static_cast<std::uint16_t>(i + 1);
+    if (ec) return 0;
+  }
+  ec = errc::too_many_participants;
+  return 0;
+}
+
+}  // namespace
+
+std::shared_ptr<circular_buffer::impl> circular_buffer::make_impl(const executor_type& ex,
+                                                                  segment seg,
+                                                                  wait_strategy strategy,
+                                                                  std::error_code& ec) {
+  ec = detail::ring_view::validate(seg.body());
+  if (ec) return nullptr;
+  const std::uint16_t me = claim_participant(seg.native_handle(), ec);
+  if (ec) return nullptr;
+  auto im = std::make_shared<impl>();
+  auto* state = reinterpret_cast<layout::ring_state*>(seg.body().data());
+  im->seg = std::move(seg);
+  std::construct_at(&im->ring, state, im->seg.native_handle(), me);
+  // A previous holder of our number died: whatever it left claimed is skipped or freed now.
+  im->ring.recover_own_nodes();
+  layout::wait_queue* queues[] = {&state->readers, &state->writers};
+  im->waiter = std::make_shared<detail::waiter>(ex, queues, strategy, ec);
+  if (ec) return nullptr;
+  return im;
+}
+
+circular_buffer::circular_buffer(const executor_type& ex, create_only_t, std::string_view name,
+                                 std::size_t node_count, std::size_t node_size,
+                                 wait_strategy strategy, std::error_code& ec) {
+  std::uint64_t body = 0;
+  ec = check_sizes(node_count, node_size, body);
+  if (ec) return;
+  segment seg = segment::create(name, object_kind::circular_buffer, body,
+                                init_ring(node_count, node_size), ec);
+  if (!ec) impl_ = make_impl(ex, std::move(seg), strategy, ec);
+}
+
+circular_buffer::circular_buffer(const executor_type& ex, open_only_t, std::string_view name,
+                                 wait_strategy strategy, std::error_code& ec) {
+  segment seg = segment::open(name, object_kind::circular_buffer, ec);
+  if (!ec) impl_ = make_impl(ex, std::move(seg), strategy, ec);
+}
+
+circular_buffer::circular_buffer(const executor_type& ex, open_or_create_t, std::string_view name,
+                                 std::size_t node_count, std::size_t node_size,
+                                 wait_strategy strategy, std::error_code& ec) {
+  std::uint64_t body = 0;
+  ec = check_sizes(node_count, node_size, body);
+  if (ec) return;
+  segment seg = segment::open_or_create(name, object_kind::circular_buffer, body,
+                                        init_ring(node_count, node_size), ec);
+  if (!ec) impl_ = make_impl(ex, std::move(seg), strategy, ec);
+}
+
+circular_buffer::circular_buffer(const executor_type& ex, create_only_t tag, std::string_view name,
+                                 std::size_t node_count, std::size_t node_size,
+                                 wait_strategy strategy) {
+  std::error_code ec;
+  *this = circular_buffer(ex, tag, name, node_count, node_size, strategy, ec);
+  detail::throw_if(ec, "create circular buffer", name);
+}
+
+circular_buffer::circular_buffer(const executor_type& ex, open_only_t tag, std::string_view name,
+                                 wait_strategy strategy) {
+  std::error_code ec;
+  *this = circular_buffer(ex, tag, name, strategy, ec);
+  detail::throw_if(ec, "open circular buffer", name);
+}
+
+circular_buffer::circular_buffer(const executor_type& ex, open_or_create_t tag,
+                                 std::string_view name, std::size_t node_count,
+                                 std::size_t node_size, wait_strategy strategy) {
+  std::error_code ec;
+  *this = circular_buffer(ex, tag, name, node_count, node_size, strategy, ec);
+  detail::throw_if(ec, "open_or_create circular buffer", name);
+}
+
+circular_buffer::~circular_buffer() = default;
+
+void circular_buffer::close() noexcept {
+  impl_.reset();
+}
+
+circular_buffer::impl& circular_buffer::checked() const {
+  if (!impl_) throw error(asio::error::bad_descriptor, "use circular buffer", "(closed)");
+  return *impl_;
+}
+
+circular_buffer::executor_type circular_buffer::get_executor() const noexcept {
+  return impl_ ? impl_->waiter->get_executor() : executor_type{};
+}
+
+const std::string& circular_buffer::name() const noexcept {
+  static const std::string none;
+  return impl_ ? impl_->seg.name() : none;
+}
+
+std::size_t circular_buffer::node_count() const noexcept {
+  return impl_ ? impl_->ring.node_count() : 0;
+}
+
+std::size_t circular_buffer::node_size() const noexcept {
+  return impl_ ? impl_->ring.node_size() : 0;
+}
+
+std::size_t circular_buffer::write(asio::const_buffer message, std::chrono::milliseconds timeout,
+                                   std::error_code& ec) {
+  impl& im = checked();
+  if (message.size() > im.ring.node_size()) {
+    ec = errc::message_too_large;
+    return 0;
+  }
+  auto copy = [message](std::span<std::byte> node) {
+    std::memcpy(node.data(), message.data(), message.size());
+    return message.size();
+  };
+  auto r = im.waiter->wait(
+      detail::writers_queue, [&] { return detail::attempt_write(im.ring, copy); },
+      detail::wait_limit(timeout));
+  return detail::finish_blocking(r, ec);
+}
+
+std::size_t circular_buffer::write(asio::const_buffer message, std::chrono::milliseconds timeout) {
+  std::error_code ec;
+  std::size_t n = write(message, timeout, ec);
+  if (ec == errc::timed_out) return 0;
+  detail::throw_if(ec, "write to circular buffer", name());
+  return n;
+}
+
+std::size_t circular_buffer::read(asio::mutable_buffer buffer, std::chrono::milliseconds timeout,
+                                  std::error_code& ec) {
+  impl& im = checked();
+  auto copy = [buffer](std::span<const std::byte> msg) {
+    std::memcpy(buffer.data(), msg.data(), msg.size());
+  };
+  auto r = im.waiter->wait(
+      detail::readers_queue, [&] { return detail::attempt_read(im.ring, copy, buffer.size()); },
+      detail::wait_limit(timeout));
+  return detail::finish_blocking(r, ec);
+}
+
+std::size_t circular_buffer::read(asio::mutable_buffer buffer, std::chrono::milliseconds timeout) {
+  std::error_code ec;
+  std::size_t n = read(buffer, timeout, ec);
+  if (ec == errc::timed_out) return 0;
+  detail::throw_if(ec, "read from circular buffer", name());
+  return n;
+}
+
+}  // namespace shmio

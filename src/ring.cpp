@@ -1,0 +1,239 @@
+#include "shmio/detail/ring.hpp"
+
+#include <cstring>
+#include <new>
+
+#include "shmio/detail/platform.hpp"
+#include "shmio/detail/wait_queue.hpp"
+#include "shmio/error.hpp"
+
+namespace shmio::detail {
+namespace {
+
+using layout::node_owner_mask;
+using layout::node_reading_bit;
+using layout::node_turn_shift;
+
+constexpr std::uint64_t turn_mask = (std::uint64_t{1} << (64 - node_turn_shift)) - 1;
+// A node stuck this long in another participant's hands makes us ask whether it still lives.
+constexpr std::int64_t stuck_patience_ns = 10'000'000;
+
+constexpr std::uint64_t make_word(std::uint64_t turn, std::uint16_t owner, bool reading = false) {
+  return (turn & turn_mask) << node_turn_shift | (reading ? node_reading_bit : 0) | owner;
+}
+constexpr std::uint64_t turn_of(std::uint64_t word) {
+  return word >> node_turn_shift;
+}
+constexpr std::uint16_t owner_of(std::uint64_t word) {
+  return static_cast<std::uint16_t>(word & node_owner_mask);
+}
+constexpr bool is_reading(std::uint64_t word) {
+  return (word & node_reading_bit) != 0;
+}
+// turn - position, as a signed distance modulo 2^48.
+constexpr std::int64_t distance(std::uint64_t turn, std::uint64_t position) {
+  return static_cast<std::int64_t>(((turn - position) & turn_mask) << node_turn_shift) >>
+         node_turn_shift;
+}
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Moves a cursor past `position` if nobody has yet; losing the race is fine.
+void help_advance(layout::ring_cursor& c, std::uint64_t position) {
+  // relaxed: cursors are hints; node words carry all the ordering.
+  c.position.compare_exchange_strong(position, position + 1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+ring_view::ring_view(layout::ring_state* state, int fd, std::uint16_t me) noexcept
+    : state_(state),
+      nodes_(reinterpret_cast<std::byte*>(state) + state->header.nodes_offset),
+      count_(state->header.node_count),
+      size_(state->header.node_size),
+      stride_(state->header.node_stride),
+      fd_(fd),
+      me_(me) {}
+
+layout::node_header& ring_view::node_at(std::uint64_t position) const noexcept {
+  return *reinterpret_cast<layout::node_header*>(nodes_ + (position % count_) * stride_);
+}
+
+bool ring_view::owner_is_dead(std::uint64_t word, std::uint16_t owner) noexcept {
+  if (owner == me_) return false;  // our own claim, from another thread of this handle
+  const std::int64_t now = now_ns();
+  // relaxed: bookkeeping of this handle only.
+  if (stuck_word_.exchange(word, std::memory_order_relaxed) != word) {
+    stuck_since_.store(now, std::memory_order_relaxed);
+    return false;
+  }
+  if (now - stuck_since_.load(std::memory_order_relaxed) < stuck_patience_ns) return false;
+  stuck_since_.store(now, std::memory_order_relaxed);  // ask at most once per patience period
+  std::error_code ec;
+  const bool held =
+      platform::byte_locked_by_other(fd_, layout::participant_lock_base + owner - 1, ec);
+  return !held && !ec;
+}
+
+claim_status ring_view::try_claim_write(write_claim& out) noexcept {
+  auto& tail = state_->tail;
+  std::uint64_t pos = tail.position.load(std::memory_order_relaxed);
+  for (;;) {
+    layout::node_header& n = node_at(pos);
+    // seq_cst: when this is the re-check after arming, it must not move before the arming.
+    std::uint64_t w = n.word.load(std::memory_order_seq_cst);
+    const std::int64_t d = distance(turn_of(w), pos);
+    const std::uint16_t owner = owner_of(w);
+    if (d == 0 && owner == 0) {
+      // acquire: the previous lap's reader finished with the bytes before it freed the node.
+      if (n.word.compare_exchange_weak(w, make_word(pos, me_), std::memory_order_acquire,
+                                       std::memory_order_relaxed)) {
+        help_advance(tail, pos);
+        out = {&n, {reinterpret_cast<std::byte*>(&n + 1), size_}, pos};
+        return claim_status::claimed;
+      }
+      continue;  // lost the node to another writer: look again at the same position
+    }
+    if (d == 0) {  // another writer holds this position: move on past it
+      help_advance(tail, pos);
+    } else if (d == 1 - static_cast<std::int64_t>(count_)) {
+      // The node still holds the previous lap's message: unread (full), or being read.
+      if (owner == 0 || !owner_is_dead(w, owner)) return claim_status::would_block;
+      // Its reader died holding it: that message is lost with the reader; free the node.
+      n.word.compare_exchange_strong(w, make_word(pos, 0), std::memory_order_acq_rel);
+      continue;
+    } else if (d < 0) {
+      return claim_status::would_block;  // a stale position from a lap ago: the ring is full
+    }
+    pos = tail.position.load(std::memory_order_relaxed);
+  }
+}
+
+void ring_view::publish(const write_claim& c, std::uint32_t length) noexcept {
+  c.node->length = length;
+  // seq_cst: release for the bytes, and ordered before notify's read of `parked` (StoreLoad).
+  c.node->word.store(make_word(c.position + 1, 0), std::memory_order_seq_cst);
+  notify_one(state_->readers);
+}
+
+void ring_view::abandon(const write_claim& c) noexcept {
+  // Skip straight to "read and freed": readers move past it, the next lap's writer may use it.
+  c.node->word.store(make_word(c.position + count_, 0), std::memory_order_seq_cst);
+  notify_one(state_->readers);  // a reader may be parked behind this node
+  notify_one(state_->writers);
+}
+
+claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity) noexcept {
+  auto& head = state_->head;
+  std::uint64_t pos = head.position.load(std::memory_order_relaxed);
+  for (;;) {
+    layout::node_header& n = node_at(pos);
+    std::uint64_t w = n.word.load(std::memory_order_seq_cst);  // as in try_claim_write
+    const std::int64_t d = distance(turn_of(w), pos);
+    const std::uint16_t owner = owner_of(w);
+    if (d == 1 && owner == 0) {
+      // Published. The length is stable until the node is claimed, and the CAS below fails if
+      // it was claimed (and possibly rewritten) since we read the word.
+      const std::uint32_t length = n.length;
+      if (length > size_) {
+        // Corrupted: skip it, so that one bad node cannot wedge every reader.
+        if (n.word.compare_exchange_strong(w, make_word(pos + count_, 0),
+                                           std::memory_order_acq_rel)) {
+          help_advance(head, pos);
+          notify_one(state_->writers);
+          return claim_status::corrupted;
+        }
+        continue;
+      }
+      if (length > capacity) {
+        out = {&n, {reinterpret_cast<const std::byte*>(&n + 1), length}, pos};
+        return claim_status::too_small;
+      }
+      if (n.word.compare_exchange_weak(w, make_word(pos + 1, me_, true), std::memory_order_acquire,
+                                       std::memory_order_relaxed)) {
+        help_advance(head, pos);
+        out = {&n, {reinterpret_cast<const std::byte*>(&n + 1), length}, pos};
+        return claim_status::claimed;
+      }
+      continue;
+    }
+    if (d == 1) {
+      help_advance(head, pos);  // another reader has it: move on
+    } else if (d == 0) {
+      // Empty, or a writer is filling it.
+      if (owner == 0 || !owner_is_dead(w, owner)) return claim_status::would_block;
+      // Its writer died mid-write: a half-written message is never delivered; skip the node.
+      if (n.word.compare_exchange_strong(w, make_word(pos + count_, 0), std::memory_order_acq_rel))
+        notify_one(state_->writers);
+      continue;
+    } else if (d > 1) {
+      help_advance(head, pos);  // skipped (abandoned or recovered) for this lap: move on
+    } else {
+      return claim_status::would_block;  // a stale position: nothing new
+    }
+    pos = head.position.load(std::memory_order_relaxed);
+  }
+}
+
+void ring_view::release(const read_claim& c) noexcept {
+  // seq_cst: orders our reads of the bytes before the node's reuse, and the store before
+  // notify's read of `parked`.
+  c.node->word.store(make_word(c.position + count_, 0), std::memory_order_seq_cst);
+  notify_one(state_->writers);
+}
+
+void ring_view::recover_own_nodes() noexcept {
+  for (std::uint32_t i = 0; i < count_; ++i) {
+    auto& n = *reinterpret_cast<layout::node_header*>(nodes_ + std::size_t{i} * stride_);
+    std::uint64_t w = n.word.load(std::memory_order_acquire);
+    if (owner_of(w) != me_ || owner_of(w) == 0) continue;
+    // A write claim of position p (turn p) is skipped; a read claim (turn p + 1) is freed. Both
+    // end as "done with lap p": turn p + count, owner 0.
+    const std::uint64_t lap_start = is_reading(w) ? turn_of(w) - 1 : turn_of(w);
+    n.word.compare_exchange_strong(w, make_word(lap_start + count_, 0), std::memory_order_acq_rel);
+  }
+  notify_all(state_->readers);
+  notify_all(state_->writers);
+}
+
+bool ring_view::body_size_for(std::uint64_t node_count, std::uint64_t node_size,
+                              std::uint64_t& body_size) noexcept {
+  if (node_count < 2 || node_count > UINT32_MAX || node_size == 0 ||
+      node_size > UINT32_MAX - 2 * layout::cache_line)
+    return false;
+  const std::uint64_t stride = layout::node_stride_for(node_size);
+  if (node_count > (std::uint64_t{1} << 46) / stride) return false;
+  body_size = layout::ring_nodes_offset + node_count * stride;
+  return true;
+}
+
+void ring_view::initialize(std::span<std::byte> body, std::uint32_t node_count,
+                           std::uint32_t node_size) noexcept {
+  auto* st = new (body.data()) layout::ring_state{};
+  st->header.node_count = node_count;
+  st->header.node_size = node_size;
+  st->header.node_stride = static_cast<std::uint32_t>(layout::node_stride_for(node_size));
+  st->header.nodes_offset = layout::ring_nodes_offset;
+  auto* nodes = body.data() + layout::ring_nodes_offset;
+  for (std::uint32_t i = 0; i < node_count; ++i) {
+    auto* n = new (nodes + std::size_t{i} * st->header.node_stride) layout::node_header{};
+    n->word.store(make_word(i, 0), std::memory_order_relaxed);  // published by the rename
+  }
+}
+
+std::error_code ring_view::validate(std::span<const std::byte> body) noexcept {
+  if (body.size() < sizeof(layout::ring_state)) return errc::corrupted;
+  const auto& h = reinterpret_cast<const layout::ring_state*>(body.data())->header;
+  std::uint64_t expected = 0;
+  if (!body_size_for(h.node_count, h.node_size, expected) || expected != body.size() ||
+      h.node_stride != layout::node_stride_for(h.node_size) ||
+      h.nodes_offset != layout::ring_nodes_offset)
+    return errc::corrupted;
+  return {};
+}
+
+}  // namespace shmio::detail
