@@ -20,19 +20,6 @@ segment::initializer init_ring(std::size_t node_count, std::size_t node_size) {
   };
 }
 
-// Takes the first free participant number: an exclusive lock on its byte of the segment file,
-// held for as long as the segment is open, tells everyone else we are alive.
-std::uint16_t claim_participant(int fd, std::error_code& ec) {
-  for (std::uint32_t i = 0; i < layout::max_participants; ++i) {
-    if (platform::try_lock_byte(fd, layout::participant_lock_base + i,
-                                platform::lock_kind::exclusive, ec))
-      return static_cast<std::uint16_t>(i + 1);
-    if (ec) return 0;
-  }
-  ec = errc::too_many_participants;
-  return 0;
-}
-
 }  // namespace
 
 std::shared_ptr<circular_buffer::impl> circular_buffer::make_impl(const executor_type& ex,
@@ -41,7 +28,7 @@ std::shared_ptr<circular_buffer::impl> circular_buffer::make_impl(const executor
                                                                   std::error_code& ec) {
   ec = detail::ring_view::validate(seg.body());
   if (ec) return nullptr;
-  const std::uint16_t me = claim_participant(seg.native_handle(), ec);
+  const std::uint16_t me = detail::ring_view::claim_participant(seg.native_handle(), ec);
   if (ec) return nullptr;
   auto im = std::make_shared<impl>();
   auto* state = reinterpret_cast<layout::ring_state*>(seg.body().data());

@@ -39,6 +39,8 @@ class category final : public std::error_category {
         return "in-place callback threw";
       case errc::too_many_participants:
         return "too many participants";
+      case errc::no_handler:
+        return "no handler at the other end";
     }
     return "unknown shmio error";
   }

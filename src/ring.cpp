@@ -225,6 +225,17 @@ void ring_view::initialize(std::span<std::byte> body, std::uint32_t node_count,
   }
 }
 
+std::uint16_t ring_view::claim_participant(int fd, std::error_code& ec) noexcept {
+  for (std::uint32_t i = 0; i < layout::max_participants; ++i) {
+    if (platform::try_lock_byte(fd, layout::participant_lock_base + i,
+                                platform::lock_kind::exclusive, ec))
+      return static_cast<std::uint16_t>(i + 1);
+    if (ec) return 0;
+  }
+  ec = errc::too_many_participants;
+  return 0;
+}
+
 std::error_code ring_view::validate(std::span<const std::byte> body) noexcept {
   if (body.size() < sizeof(layout::ring_state)) return errc::corrupted;
   const auto& h = reinterpret_cast<const layout::ring_state*>(body.data())->header;

@@ -27,8 +27,10 @@ std::error_code from_system(const std::error_code& ec) {
   if (ec == std::errc::no_such_file_or_directory) return errc::not_found;
   if (ec == std::errc::no_space_on_device || ec == std::errc::file_too_large) return errc::no_space;
   // ELOOP: the final component is a symlink; EACCES/EPERM: not ours to use.
+  // EISDIR/ENXIO/ENODEV: a directory, socket or device sits at the path.
   if (ec == std::errc::too_many_symbolic_link_levels || ec == std::errc::permission_denied ||
-      ec == std::errc::operation_not_permitted)
+      ec == std::errc::operation_not_permitted || ec == std::errc::is_a_directory ||
+      ec == std::errc::no_such_device_or_address || ec == std::errc::no_such_device)
     return errc::access_denied;
   return ec;
 }
@@ -346,10 +348,14 @@ void segment::close() noexcept {
   std::error_code ec;
   // Last user? Upgrading our shared holder lock succeeds only if nobody else holds one. Under
   // the admin lock no opener can slip in between that test and the unlink.
-  if (lock_admin(fd.get(), ec) && platform::try_lock_byte(fd.get(), layout::holder_lock_byte,
-                                                          platform::lock_kind::exclusive, ec)) {
-    auto st = platform::status(fd.get(), ec);
-    if (!ec && st.links > 0) platform::unlink(path_, ec);
+  if (lock_admin(fd.get(), ec)) {
+    if (platform::try_lock_byte(fd.get(), layout::holder_lock_byte, platform::lock_kind::exclusive,
+                                ec)) {
+      auto st = platform::status(fd.get(), ec);
+      if (!ec && st.links > 0) platform::unlink(path_, ec);
+    }
+    // Explicitly: a child forked without exec shares this open file, and with it our locks.
+    unlock_admin(fd.get());
   }
   platform::unmap(base_, size_);
   base_ = nullptr;

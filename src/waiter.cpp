@@ -44,21 +44,70 @@ waiter::~waiter() {
   shutdown();
 }
 
+bool waiter::nothing_pending_but(const op_base* o) const noexcept {
+  for (std::size_t i = 0; i < queue_count_; ++i)
+    for (const op_base* p = pending_[i].head; p; p = p->next)
+      if (p != o) return false;
+  return true;
+}
+
 bool waiter::nothing_pending() const noexcept {
   for (std::size_t i = 0; i < queue_count_; ++i)
     if (!pending_[i].empty()) return false;
   return true;
 }
 
-void waiter::park(op_base* o) {
+waiter::op_base* waiter::find(std::size_t q, std::uint64_t id) const noexcept {
+  for (op_base* o = pending_[q].head; o; o = o->next)
+    if (o->id == id) return o;
+  return nullptr;
+}
+
+void waiter::enqueue(op_base* o, std::chrono::nanoseconds spin) {
   std::unique_lock lock(mutex_);
   if (closed_) {
     lock.unlock();
     return o->finish(asio::error::operation_aborted, false);
   }
   const std::size_t q = o->queue;
-  if (nothing_pending()) parked_since_ = std::chrono::steady_clock::now();
-  pending_[q].push_back(o);
+  // Behind others, or with no time to spin: park now (FIFO: the first cannot be overtaken).
+  if (spin.count() <= 0 || !pending_[q].empty()) {
+    pending_[q].push_back(o);
+    return park(lock, o);
+  }
+  pending_[q].push_back(o);  // in the list while spinning, so that cancellation finds it
+  const auto deadline = std::chrono::steady_clock::now() + spin;
+  asio::post(ex_, [self = shared_from_this(), id = o->id, q, deadline] {
+    self->spin_step(id, q, deadline);
+  });
+}
+
+void waiter::spin_step(std::uint64_t id, std::size_t q,
+                       std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mutex_);
+  op_base* o = closed_ ? nullptr : find(q, id);
+  if (!o) return;  // cancelled, or completed by a ring meanwhile
+  if (o->attempt()) {
+    spin_.spin_succeeded();
+    pending_[q].remove(o);
+    if (pending_[q].empty() && slots_[q] != no_slot) disarm(*queues_[q], slots_[q]);
+    watch(lock);
+    lock.unlock();
+    return o->finish({}, true);  // we run on the executor, outside any initiating function
+  }
+  if (std::chrono::steady_clock::now() >= deadline) {
+    spin_.spin_failed();
+    return park(lock, o);
+  }
+  lock.unlock();
+  platform::yield();  // let a peer that shares this CPU run
+  asio::post(ex_,
+             [self = shared_from_this(), id, q, deadline] { self->spin_step(id, q, deadline); });
+}
+
+void waiter::park(std::unique_lock<std::mutex>& lock, op_base* o) {
+  const std::size_t q = o->queue;
+  if (nothing_pending_but(o)) parked_since_ = std::chrono::steady_clock::now();
   if (slots_[q] != no_slot) arm(*queues_[q], slots_[q]);
   // The re-check after arming: from here on a publication either is seen now or rings us.
   if (o->attempt()) {

@@ -25,6 +25,7 @@ enum class errc {
   busy,               ///< Another operation holds what this one needs (e.g. a second pending wait).
   callback_failed,    ///< An in-place callback of an async operation threw; nothing was kept.
   too_many_participants,  ///< The object has as many open handles as its layout allows.
+  no_handler,             ///< The other end of an RPC channel serves no requests.
 };
 
 /// The category of shmio::errc values; its name is "shmio".

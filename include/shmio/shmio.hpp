@@ -5,5 +5,6 @@
 #include "shmio/error.hpp"
 #include "shmio/named_event.hpp"
 #include "shmio/open_mode.hpp"
+#include "shmio/rpc_buffer.hpp"
 #include "shmio/segment.hpp"
 #include "shmio/wait_strategy.hpp"

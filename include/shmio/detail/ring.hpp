@@ -73,6 +73,9 @@ class ring_view {
                             std::uint64_t& body_size) noexcept;
   static void initialize(std::span<std::byte> body, std::uint32_t node_count,
                          std::uint32_t node_size) noexcept;
+  /// Takes the first free participant number of the segment file `fd`: an exclusive lock on its
+  /// byte, held while the segment is open, tells every other participant that we live.
+  static std::uint16_t claim_participant(int fd, std::error_code& ec) noexcept;
   /// Checks a ring's header against the size of its body.
   static std::error_code validate(std::span<const std::byte> body) noexcept;
 

@@ -37,9 +37,37 @@ class spin_policy {
       platform::yield();
       if (clock::now() >= deadline) break;
     }
-    if (adaptive_)
-      budget_.store(std::max<std::int64_t>(budget / 2, min_budget), std::memory_order_relaxed);
+    spin_failed();
     return {};
+  }
+
+  /// The part of a spin that never gives the CPU away: pause-spins for at most ~1 µs (or the
+  /// budget, if smaller). Async waits use it before spinning through their executor.
+  template <class Attempt>
+  auto tight_spin(Attempt& attempt) -> decltype(attempt()) {
+    if (budget_.load(std::memory_order_relaxed) <= 0) return {};
+    for (std::uint32_t i = 0; i < pause_rounds; ++i) {
+      if (auto r = attempt()) return r;
+      platform::cpu_relax();
+    }
+    return {};
+  }
+
+  /// The current spin budget in nanoseconds (0: park at once).
+  std::int64_t budget() const noexcept { return budget_.load(std::memory_order_relaxed); }
+
+  /// Feedback from a spin that ran out of budget: spinning does not pay now, spin less.
+  void spin_failed() noexcept {
+    if (!adaptive_) return;
+    const std::int64_t budget = budget_.load(std::memory_order_relaxed);
+    budget_.store(std::max<std::int64_t>(budget / 2, min_budget), std::memory_order_relaxed);
+  }
+
+  /// Feedback from a spin that caught its condition: spinning pays, afford more of it.
+  void spin_succeeded() noexcept {
+    if (!adaptive_) return;
+    const std::int64_t budget = budget_.load(std::memory_order_relaxed);
+    if (budget < limit_) budget_.store(std::min(limit_, budget * 2), std::memory_order_relaxed);
   }
 
   /// Feedback from a parked wait woken `after` parking: had we spun that long, we would not have
@@ -53,7 +81,7 @@ class spin_policy {
 
  private:
   static constexpr std::uint32_t pause_rounds = 64;
-  static constexpr std::int64_t min_budget = 1000;  // keep sampling: 1 µs
+  static constexpr std::int64_t min_budget = 5000;  // keep sampling: a few executor rounds
   std::int64_t limit_;
   bool adaptive_;
   std::atomic<std::int64_t> budget_;

@@ -123,12 +123,18 @@ class waiter : public std::enable_shared_from_this<waiter> {
   };
   using finished = std::array<op_base*, 8>;
 
-  void park(op_base* o);
+  // Puts `o` in its list; it spins through the executor for `spin` (re-checking between other
+  // handlers, so a peer in this very thread can make progress), then parks.
+  void enqueue(op_base* o, std::chrono::nanoseconds spin);
+  void spin_step(std::uint64_t id, std::size_t q, std::chrono::steady_clock::time_point deadline);
+  void park(std::unique_lock<std::mutex>& lock, op_base* o);
+  op_base* find(std::size_t q, std::uint64_t id) const noexcept;
   void cancel(std::uint64_t id);
   void on_wake(const std::error_code& ec, bool from_bell);
   void recheck(std::unique_lock<std::mutex>& lock);
   void watch(std::unique_lock<std::mutex>& lock);
   bool nothing_pending() const noexcept;
+  bool nothing_pending_but(const op_base* o) const noexcept;
 
   asio::any_io_executor ex_;
   spin_policy spin_;
@@ -210,10 +216,10 @@ class waiter::op final : public op_base {
 
 template <class R, class Attempt, class Handler>
 void waiter::async_wait(std::size_t q, Attempt attempt, Handler&& handler) {
-  // Fast path: the condition already holds (or holds after a short spin). Post, never call
-  // inline: the handler must not run inside the initiating function.
+  // Fast path: the condition already holds, or holds within a microsecond of pause-spinning.
+  // Post, never call inline: the handler must not run inside the initiating function.
   if (auto r = attempt()) return deliver<R>(std::move(handler), ex_, std::move(*r), false);
-  if (auto r = spin_.spin(attempt))
+  if (auto r = spin_.tight_spin(attempt))
     return deliver<R>(std::move(handler), ex_, std::move(*r), false);
 
   auto slot = asio::get_associated_cancellation_slot(handler);
@@ -226,7 +232,7 @@ void waiter::async_wait(std::size_t q, Attempt attempt, Handler&& handler) {
   }
   if (slot.is_connected())
     slot.template emplace<cancel_handler>(cancel_handler{weak_from_this(), o->id});
-  park(o);
+  enqueue(o, std::chrono::nanoseconds(spin_.budget()));
 }
 
 template <class Attempt>

@@ -1,0 +1,118 @@
+#pragma once
+// One end of an RPC channel: the rings, the request table, the reader and writer loops, the
+// running handlers and the watch on the other end. Everything mutable is touched only on the
+// channel's strand; the public entry points post there.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
+
+#include "shmio/detail/ring.hpp"
+#include "shmio/detail/rpc_packet.hpp"
+#include "shmio/detail/waiter.hpp"
+#include "shmio/rpc_options.hpp"
+#include "shmio/segment.hpp"
+
+namespace shmio::detail {
+
+class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
+ public:
+  /// A caller waiting for its reply; completes exactly once.
+  struct pending_call {
+    virtual ~pending_call() = default;
+    virtual void complete(std::error_code ec, std::vector<std::byte> reply) = 0;
+  };
+
+  static std::shared_ptr<rpc_channel> create(const asio::any_io_executor& ex, std::string_view name,
+                                             rpc_handler handler, const rpc_options& options,
+                                             std::error_code& ec);
+  static std::shared_ptr<rpc_channel> open(const asio::any_io_executor& ex, std::string_view name,
+                                           rpc_handler handler, wait_strategy strategy,
+                                           std::error_code& ec);
+  rpc_channel(const asio::any_io_executor& ex, rpc_handler handler);
+  ~rpc_channel();
+
+  const asio::any_io_executor& get_executor() const noexcept { return ex_; }
+  bool is_owner() const noexcept { return owner_; }
+  const std::string& name() const noexcept { return seg_.name(); }
+  std::chrono::milliseconds default_timeout() const noexcept { return default_timeout_; }
+  rpc_statistics statistics() const;
+
+  /// A fresh request id: random start per end, then +1, so ids of a previous peer never match.
+  std::uint64_t next_id() noexcept { return next_id_.fetch_add(1, std::memory_order_relaxed); }
+  /// Sends a request; `call` completes when its reply, timeout, cancellation or end comes.
+  void start_call(std::uint64_t id, std::unique_ptr<pending_call> call,
+                  std::vector<std::byte> payload, std::chrono::milliseconds timeout);
+  /// Gives up on a call (cancellation through its slot): completes it with operation_aborted.
+  void cancel_call(std::uint64_t id);
+  void close() noexcept;
+
+ private:
+  struct call_entry {
+    std::unique_ptr<pending_call> call;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  struct counters {
+    std::atomic<std::uint64_t> requests_sent{0}, requests_received{0}, responses_sent{0},
+        responses_received{0}, errors_sent{0}, errors_received{0}, bytes_sent{0}, bytes_received{0},
+        packets_sent{0}, packets_received{0}, packets_rejected{0}, discarded_replies{0},
+        timeouts{0}, cancellations{0}, pending{0};
+  };
+
+  std::error_code attach(segment seg, bool owner, wait_strategy strategy);
+  void start_loops();
+  asio::awaitable<void> reader_loop(std::shared_ptr<rpc_channel> self);
+  asio::awaitable<void> writer_loop(std::shared_ptr<rpc_channel> self);
+  asio::awaitable<void> housekeeping_loop(std::shared_ptr<rpc_channel> self);
+  asio::awaitable<void> serve(std::shared_ptr<rpc_channel> self, incoming_message request);
+  void on_packet(std::span<const std::byte> bytes);
+  void on_message(incoming_message m);
+  void finish_call(std::uint64_t id, std::error_code ec, std::vector<std::byte> reply);
+  void send(outgoing_message m);
+  void send_error(std::uint64_t to, std::error_code ec, std::string_view text);
+  bool peer_attached();
+  void peer_gone();
+  void wake_housekeeping();
+  void shutdown_on_strand();
+  std::uint64_t reassembler_max() const noexcept { return reassembler_.max_message_size(); }
+
+  asio::any_io_executor ex_;
+  asio::strand<asio::any_io_executor> strand_;
+  rpc_handler handler_;
+  segment seg_;
+  layout::rpc_header* header_ = nullptr;
+  ring_view in_;                    // the ring the other end writes
+  ring_view out_;                   // the ring we write
+  std::shared_ptr<waiter> waiter_;  // queue 0: in_ readers; queue 1: out_ writers
+  bool owner_ = false;
+  std::uint64_t peer_lock_byte_ = 0;
+  std::chrono::milliseconds default_timeout_{30000};
+  std::atomic<std::uint64_t> next_id_{1};
+  counters stats_;
+
+  // Strand-only state.
+  std::unordered_map<std::uint64_t, call_entry> calls_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<asio::cancellation_signal>> serving_;
+  std::deque<outgoing_message> outbox_;
+  asio::steady_timer outbox_ready_;  // never expires by itself: cancelled to wake the writer
+  asio::steady_timer tick_;          // timeouts and the peer watch, while anything is pending
+  bool ticking_ = false;
+  bool writer_busy_ = false;  // the writer loop is part-way through a message
+  bool peer_present_ = false;
+  bool closed_ = false;
+  reassembler reassembler_;
+  std::vector<std::byte> packet_;  // the packet being read, copied out of its node
+};
+
+}  // namespace shmio::detail

@@ -1,0 +1,98 @@
+#pragma once
+// Packets of the RPC channel: splitting a message into node-sized packets, checking a packet
+// read from shared memory, and putting messages back together.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <system_error>
+#include <unordered_map>
+#include <vector>
+
+#include "shmio/detail/layout.hpp"
+
+namespace shmio::detail {
+
+inline constexpr std::size_t packet_header_size = sizeof(layout::packet_header);
+
+/// Payload bytes that fit in one packet of a ring whose nodes hold `node_size` bytes.
+inline std::uint32_t payload_per_packet(std::uint32_t node_size) noexcept {
+  return node_size - static_cast<std::uint32_t>(packet_header_size);
+}
+
+/// Packets needed for `total` payload bytes: at least one, even for an empty message.
+inline std::uint32_t packets_for(std::uint64_t total, std::uint32_t per_packet) noexcept {
+  return total == 0 ? 1 : static_cast<std::uint32_t>((total + per_packet - 1) / per_packet);
+}
+
+/// One message on its way out: its header fields and its whole payload.
+struct outgoing_message {
+  layout::packet_type type = layout::packet_type::request;
+  std::uint64_t id = 0;
+  std::uint64_t response_to = 0;
+  std::vector<std::byte> payload;
+  std::uint32_t next_packet = 1;  // the first packet not yet written
+};
+
+/// Writes packet `index` (1-based) of `m` into `node`; returns the bytes used.
+std::size_t encode_packet(const outgoing_message& m, std::uint32_t index, std::uint32_t node_size,
+                          std::span<std::byte> node) noexcept;
+
+/// A packet that passed every check: its header and its slice of the payload.
+struct packet_view {
+  layout::packet_header header;
+  std::span<const std::byte> chunk;
+};
+
+/// Checks a packet as read from a node: type and version known, 1 <= index <= count, count
+/// consistent with total_size, and the chunk exactly as long as that index's share. Returns
+/// nothing if any check fails: the packet is then dropped and counted, never trusted.
+std::optional<packet_view> parse_packet(std::span<const std::byte> node,
+                                        std::uint32_t node_size) noexcept;
+
+/// A message put back together.
+struct incoming_message {
+  layout::packet_type type;
+  std::uint64_t id;
+  std::uint64_t response_to;
+  std::vector<std::byte> payload;
+};
+
+/// Collects packets per message id. Packets of one message arrive in order (one writer writes
+/// them one after the other into a FIFO ring); packets of different messages may interleave.
+class reassembler {
+ public:
+  enum class result { incomplete, complete, rejected };
+
+  explicit reassembler(std::uint64_t max_message_size, std::size_t max_partial = 1024)
+      : max_message_size_(max_message_size), max_partial_(max_partial) {}
+
+  /// Adds a checked packet. On `complete`, `out` holds the message.
+  result add(const packet_view& p, incoming_message& out);
+  /// True if the message `add` last rejected was a request too large to take: the caller
+  /// answers it with an error instead of silence.
+  bool last_rejected_too_large() const noexcept { return last_too_large_; }
+  void clear() noexcept { partial_.clear(); }
+  std::uint64_t max_message_size() const noexcept { return max_message_size_; }
+  std::size_t partial_count() const noexcept { return partial_.size(); }
+
+ private:
+  struct partial {
+    incoming_message message;
+    std::uint32_t next_index;
+    std::uint32_t packet_count;
+    std::uint32_t total_size;
+  };
+  std::uint64_t max_message_size_;
+  std::size_t max_partial_;
+  std::unordered_map<std::uint64_t, partial> partial_;
+  bool last_too_large_ = false;
+};
+
+/// Error payload: u32 error value, then the text.
+std::vector<std::byte> encode_error(int value, std::string_view text);
+void decode_error(std::span<const std::byte> payload, int& value, std::string& text);
+
+}  // namespace shmio::detail

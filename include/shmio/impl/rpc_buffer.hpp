@@ -1,0 +1,83 @@
+#pragma once
+// The template part of rpc_buffer; included by shmio/rpc_buffer.hpp.
+
+#include <asio/associated_allocator.hpp>
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/execution.hpp>
+#include <asio/prefer.hpp>
+
+#include "shmio/detail/rpc_channel.hpp"
+
+namespace shmio {
+namespace detail {
+
+/// A caller's completion handler, kept until its reply comes; tracks work meanwhile.
+template <class Handler>
+class rpc_call final : public rpc_channel::pending_call {
+  using work_type = std::decay_t<
+      typename asio::prefer_result<asio::associated_executor_t<Handler, asio::any_io_executor>,
+                                   asio::execution::outstanding_work_t::tracked_t>::type>;
+
+ public:
+  rpc_call(Handler h, const asio::any_io_executor& ex)
+      : handler_(std::move(h)),
+        work_(asio::prefer(asio::get_associated_executor(handler_, ex),
+                           asio::execution::outstanding_work.tracked)) {}
+
+  void complete(std::error_code ec, std::vector<std::byte> reply) override {
+    auto h = std::move(handler_);
+    auto work = std::move(work_);
+    asio::post(work, asio::experimental::append(std::move(h), ec, std::move(reply)));
+  }
+
+ private:
+  Handler handler_;
+  work_type work_;
+};
+
+struct rpc_cancel {
+  std::weak_ptr<rpc_channel> channel;
+  std::uint64_t id;
+  void operator()(asio::cancellation_type type) const {
+    if (type == asio::cancellation_type::none) return;
+    if (auto c = channel.lock()) c->cancel_call(id);
+  }
+};
+
+}  // namespace detail
+
+template <class CompletionToken>
+auto rpc_buffer::async_request(asio::const_buffer payload, std::chrono::milliseconds timeout,
+                               CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(std::error_code, std::vector<std::byte>)>(
+      [](auto handler, const std::shared_ptr<detail::rpc_channel>& ch, asio::const_buffer data,
+         std::chrono::milliseconds limit) {
+        using handler_t = decltype(handler);
+        if (!ch) {
+          auto ex = asio::get_associated_executor(handler);
+          return asio::post(ex,
+                            asio::experimental::append(std::move(handler),
+                                                       std::error_code(asio::error::bad_descriptor),
+                                                       std::vector<std::byte>{}));
+        }
+        const std::uint64_t id = ch->next_id();
+        auto slot = asio::get_associated_cancellation_slot(handler);
+        if (slot.is_connected())
+          slot.template emplace<detail::rpc_cancel>(detail::rpc_cancel{ch, id});
+        const auto* p = static_cast<const std::byte*>(data.data());
+        ch->start_call(
+            id,
+            std::make_unique<detail::rpc_call<handler_t>>(std::move(handler), ch->get_executor()),
+            std::vector<std::byte>(p, p + data.size()), limit);
+      },
+      token, channel_, payload, timeout);
+}
+
+template <class CompletionToken>
+auto rpc_buffer::async_request(asio::const_buffer payload, CompletionToken&& token) {
+  return async_request(payload, channel_ ? channel_->default_timeout() : std::chrono::seconds(30),
+                       std::forward<CompletionToken>(token));
+}
+
+}  // namespace shmio

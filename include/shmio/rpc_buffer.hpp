@@ -1,0 +1,114 @@
+#pragma once
+// shmio::rpc_buffer — a request/response channel between two processes (seed 000's RpcBuffer),
+// with awaitable calls, per-request timeouts, cancellation and packet fragmentation.
+//
+// A channel has two ends: the owner creates it, one opener at a time joins it. Either end may
+// call the other and either may serve calls; a handler may itself call the other end (nested
+// calls) without deadlock. Messages of any size below 4 GiB travel as node-sized packets over
+// two rings in one segment (see docs/protocol.md), and are put back together on arrival.
+//
+//   shmio::rpc_buffer server(ex, shmio::create_only, "calc",
+//       [](std::uint64_t, std::span<const std::byte> in) -> asio::awaitable<std::vector<std::byte>>
+//       {
+//         co_return std::vector<std::byte>(in.begin(), in.end());  // echo
+//       });
+//   shmio::rpc_buffer client(ex, shmio::open_only, "calc");
+//   std::vector<std::byte> reply = co_await client.async_request(asio::buffer(data),
+//                                                                asio::use_awaitable);
+//
+// Handlers run on the channel's strand (on its executor): many requests are served concurrently
+// as coroutines, but a handler that computes for long should move its work elsewhere.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/buffer.hpp>
+
+#include "shmio/error.hpp"
+#include "shmio/open_mode.hpp"
+#include "shmio/rpc_options.hpp"
+#include "shmio/wait_strategy.hpp"
+
+namespace shmio {
+
+namespace detail {
+class rpc_channel;
+}
+
+class rpc_buffer {
+ public:
+  using executor_type = asio::any_io_executor;
+  using handler_type = rpc_handler;
+  using sync_handler_type = rpc_sync_handler;
+
+  /// Creates the channel `name` as its owner. Without a handler, calls from the opener are
+  /// answered at once with errc::no_handler. Throws shmio::error.
+  rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
+             handler_type handler = {}, rpc_options options = {});
+  rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
+             sync_handler_type handler, rpc_options options = {});
+  /// Joins the channel `name` as its opener. errc::busy if it already has one. Throws.
+  rpc_buffer(const executor_type& ex, open_only_t, std::string_view name, handler_type handler = {},
+             wait_strategy strategy = {});
+  rpc_buffer(const executor_type& ex, open_only_t, std::string_view name, sync_handler_type handler,
+             wait_strategy strategy = {});
+  /// The error_code forms: on failure `ec` is set and the object is closed.
+  rpc_buffer(const executor_type& ex, create_only_t, std::string_view name, handler_type handler,
+             rpc_options options, std::error_code& ec);
+  rpc_buffer(const executor_type& ex, open_only_t, std::string_view name, handler_type handler,
+             wait_strategy strategy, std::error_code& ec);
+
+  rpc_buffer(rpc_buffer&&) noexcept;
+  rpc_buffer& operator=(rpc_buffer&&) noexcept;
+  /// Closes this end (see close()).
+  ~rpc_buffer();
+
+  executor_type get_executor() const noexcept;
+  bool is_open() const noexcept { return channel_ != nullptr; }
+  bool is_owner() const noexcept;
+  const std::string& name() const noexcept;
+  rpc_statistics statistics() const;
+
+  /// Calls the other end with `payload` (copied: the buffer may go at once) and the channel's
+  /// default timeout.
+  ///
+  /// Completion signature: `void(std::error_code, std::vector<std::byte> reply)`. Errors:
+  /// errc::timed_out; asio::error::operation_aborted (cancelled, or this end closed);
+  /// errc::remote_error (the reply then holds the remote exception's text); errc::no_handler;
+  /// errc::peer_gone (the other end closed or died: reported within ~100 ms, not at the
+  /// timeout); errc::message_too_large (over max_message_size at either end).
+  ///
+  /// Per-operation cancellation: terminal, partial and total. The request completes at once
+  /// with operation_aborted, its table entry is freed, a late reply is discarded, and the other
+  /// end is told, so its handler's coroutine receives cancellation. (If the handler already ran,
+  /// what it did stays done.) Thread-safe: may be called from any thread.
+  template <class CompletionToken>
+  auto async_request(asio::const_buffer payload, CompletionToken&& token);
+  /// As above with its own timeout.
+  template <class CompletionToken>
+  auto async_request(asio::const_buffer payload, std::chrono::milliseconds timeout,
+                     CompletionToken&& token);
+
+  /// Tells the other end (its pending calls fail with errc::peer_gone at once), aborts this
+  /// end's pending calls and handlers, and releases the channel; the last end to close removes
+  /// its segment.
+  void close() noexcept;
+
+ private:
+  std::shared_ptr<detail::rpc_channel> channel_;
+};
+
+}  // namespace shmio
+
+#include "shmio/impl/rpc_buffer.hpp"

@@ -1,0 +1,53 @@
+#pragma once
+// The options, statistics and handler types of shmio::rpc_buffer.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include <asio/awaitable.hpp>
+
+#include "shmio/wait_strategy.hpp"
+
+namespace shmio {
+
+/// Serves one request: its id and payload (valid until the handler completes) in, the reply
+/// out. An exception becomes an errc::remote_error reply that carries its what() text.
+using rpc_handler = std::function<asio::awaitable<std::vector<std::byte>>(
+    std::uint64_t request_id, std::span<const std::byte> payload)>;
+/// The same as a plain function, for handlers that do not wait.
+using rpc_sync_handler = std::function<std::vector<std::byte>(std::uint64_t request_id,
+                                                              std::span<const std::byte> payload)>;
+
+/// Sizes and limits of a channel, fixed by its owner (the opener adopts the rings' sizes).
+struct rpc_options {
+  std::size_t node_count = 16;        ///< nodes per ring (each direction has one ring)
+  std::size_t node_size = 64 * 1024;  ///< bytes per node; a packet carries node_size - 32
+  std::chrono::milliseconds default_timeout = std::chrono::seconds(30);
+  std::uint64_t max_message_size = 0xFFFF'FFFFull;  ///< larger messages are refused
+  wait_strategy strategy = {};
+};
+
+/// Counters of one end of a channel (seed 000's RpcStatistics, plus what shmio adds).
+struct rpc_statistics {
+  std::uint64_t requests_sent = 0;
+  std::uint64_t requests_received = 0;
+  std::uint64_t responses_sent = 0;
+  std::uint64_t responses_received = 0;
+  std::uint64_t errors_sent = 0;
+  std::uint64_t errors_received = 0;
+  std::uint64_t bytes_sent = 0;      ///< payload bytes
+  std::uint64_t bytes_received = 0;  ///< payload bytes
+  std::uint64_t packets_sent = 0;
+  std::uint64_t packets_received = 0;
+  std::uint64_t packets_rejected = 0;   ///< inconsistent packets, dropped and never trusted
+  std::uint64_t discarded_replies = 0;  ///< replies to requests that timed out or were cancelled
+  std::uint64_t timeouts = 0;
+  std::uint64_t cancellations = 0;     ///< requests cancelled here, or by the caller over there
+  std::uint64_t pending_requests = 0;  ///< right now: the request table's size
+};
+
+}  // namespace shmio

@@ -1,0 +1,467 @@
+#include "shmio/detail/rpc_channel.hpp"
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/use_awaitable.hpp>
+#include <new>
+
+#include "shmio/detail/platform.hpp"
+#include "shmio/detail/ring_ops.hpp"
+
+namespace shmio::detail {
+namespace {
+
+namespace platform = detail::platform;
+using layout::packet_type;
+using namespace std::chrono_literals;
+
+constexpr auto tick_period = 10ms;       // resolution of request timeouts
+constexpr int ticks_per_peer_check = 5;  // the other end is checked every 50 ms while busy
+constexpr std::size_t in_queue = 0;      // waiter queue: packets to read
+constexpr std::size_t out_queue = 1;     // waiter queue: room to write
+
+constexpr auto as_tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
+
+// co_await-able form of waiter::async_wait for a size-valued attempt.
+template <class Attempt, class Token>
+auto async_attempt(const std::shared_ptr<waiter>& w, std::size_t queue, Attempt attempt,
+                   Token&& token) {
+  return asio::async_initiate<Token, void(std::error_code, std::size_t)>(
+      [](auto handler, std::shared_ptr<waiter> w, std::size_t q, Attempt a) {
+        w->async_wait<std::size_t>(q, std::move(a), std::move(handler));
+      },
+      token, w, queue, std::move(attempt));
+}
+
+std::error_code validate_channel(std::span<const std::byte> body) {
+  if (body.size() < sizeof(layout::rpc_header)) return errc::corrupted;
+  const auto& h = *reinterpret_cast<const layout::rpc_header*>(body.data());
+  if (h.version != layout::rpc_version) return errc::incompatible;
+  std::uint64_t ring_bytes = 0;
+  if (!ring_view::body_size_for(h.node_count, h.node_size, ring_bytes) ||
+      h.node_size <= packet_header_size || h.ring_bytes != ring_bytes ||
+      h.to_opener_offset != sizeof(layout::rpc_header) ||
+      h.to_owner_offset != sizeof(layout::rpc_header) + ring_bytes ||
+      body.size() != sizeof(layout::rpc_header) + 2 * ring_bytes)
+    return errc::corrupted;
+  if (auto ec = ring_view::validate(body.subspan(h.to_opener_offset, ring_bytes))) return ec;
+  return ring_view::validate(body.subspan(h.to_owner_offset, ring_bytes));
+}
+
+std::error_code error_from_wire(int value) {
+  // Only shmio's own values travel; anything else is reported as a remote failure.
+  if (value >= static_cast<int>(errc::not_found) && value <= static_cast<int>(errc::no_handler))
+    return static_cast<errc>(value);
+  return errc::remote_error;
+}
+
+}  // namespace
+
+rpc_channel::rpc_channel(const asio::any_io_executor& ex, rpc_handler handler)
+    : ex_(ex),
+      strand_(asio::make_strand(ex)),
+      handler_(std::move(handler)),
+      next_id_(platform::random_u64() >> 2 | 1),
+      outbox_ready_(strand_),
+      tick_(strand_),
+      reassembler_(0xFFFF'FFFFull) {}
+
+rpc_channel::~rpc_channel() {
+  if (waiter_) waiter_->shutdown();
+}
+
+std::shared_ptr<rpc_channel> rpc_channel::create(const asio::any_io_executor& ex,
+                                                 std::string_view name, rpc_handler handler,
+                                                 const rpc_options& options, std::error_code& ec) {
+  std::uint64_t ring_bytes = 0;
+  if (!ring_view::body_size_for(options.node_count, options.node_size, ring_bytes) ||
+      options.node_size <= packet_header_size || options.max_message_size > 0xFFFF'FFFFull) {
+    ec = errc::invalid_argument;
+    return nullptr;
+  }
+  const auto count = static_cast<std::uint32_t>(options.node_count);
+  const auto size = static_cast<std::uint32_t>(options.node_size);
+  auto init = [&](std::span<std::byte> body) {
+    auto* h = new (body.data()) layout::rpc_header{};
+    h->version = layout::rpc_version;
+    h->node_count = count;
+    h->node_size = size;
+    h->ring_bytes = ring_bytes;
+    h->to_opener_offset = sizeof(layout::rpc_header);
+    h->to_owner_offset = sizeof(layout::rpc_header) + ring_bytes;
+    ring_view::initialize(body.subspan(h->to_opener_offset, ring_bytes), count, size);
+    ring_view::initialize(body.subspan(h->to_owner_offset, ring_bytes), count, size);
+  };
+  segment seg = segment::create(name, object_kind::rpc, sizeof(layout::rpc_header) + 2 * ring_bytes,
+                                init, ec);
+  if (ec) return nullptr;
+  auto ch = std::make_shared<rpc_channel>(ex, std::move(handler));
+  ch->default_timeout_ = options.default_timeout;
+  ch->reassembler_ = reassembler(options.max_message_size);
+  ec = ch->attach(std::move(seg), true, options.strategy);
+  if (ec) return nullptr;
+  ch->start_loops();
+  return ch;
+}
+
+std::shared_ptr<rpc_channel> rpc_channel::open(const asio::any_io_executor& ex,
+                                               std::string_view name, rpc_handler handler,
+                                               wait_strategy strategy, std::error_code& ec) {
+  segment seg = segment::open(name, object_kind::rpc, ec);
+  if (ec) return nullptr;
+  ec = validate_channel(seg.body());
+  if (ec) return nullptr;
+  auto ch = std::make_shared<rpc_channel>(ex, std::move(handler));
+  ec = ch->attach(std::move(seg), false, strategy);
+  if (ec) return nullptr;
+  ch->start_loops();
+  return ch;
+}
+
+std::error_code rpc_channel::attach(segment seg, bool owner, wait_strategy strategy) {
+  std::error_code ec;
+  const int fd = seg.native_handle();
+  const std::uint64_t own_byte = owner ? layout::rpc_owner_lock_byte : layout::rpc_opener_lock_byte;
+  if (!platform::try_lock_byte(fd, own_byte, platform::lock_kind::exclusive, ec))
+    return ec ? ec : std::error_code(errc::busy);  // the channel already has this end
+  const std::uint16_t me = ring_view::claim_participant(fd, ec);
+  if (ec) return ec;
+  seg_ = std::move(seg);
+  owner_ = owner;
+  peer_lock_byte_ = owner ? layout::rpc_opener_lock_byte : layout::rpc_owner_lock_byte;
+  std::byte* body = seg_.body().data();
+  header_ = reinterpret_cast<layout::rpc_header*>(body);
+  auto* to_opener = reinterpret_cast<layout::ring_state*>(body + header_->to_opener_offset);
+  auto* to_owner = reinterpret_cast<layout::ring_state*>(body + header_->to_owner_offset);
+  std::construct_at(&in_, owner ? to_owner : to_opener, fd, me);
+  std::construct_at(&out_, owner ? to_opener : to_owner, fd, me);
+  in_.recover_own_nodes();
+  out_.recover_own_nodes();
+  // relaxed: informational only.
+  (owner ? header_->owner_pid : header_->opener_pid)
+      .store(platform::process_id(), std::memory_order_relaxed);
+  layout::wait_queue* queues[] = {&in_.state().readers, &out_.state().writers};
+  waiter_ = std::make_shared<waiter>(strand_, queues, strategy, ec);
+  packet_.reserve(in_.node_size());
+  return ec;
+}
+
+void rpc_channel::start_loops() {
+  asio::co_spawn(strand_, reader_loop(shared_from_this()), asio::detached);
+  asio::co_spawn(strand_, writer_loop(shared_from_this()), asio::detached);
+}
+
+rpc_statistics rpc_channel::statistics() const {
+  auto get = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  return {
+      get(stats_.requests_sent),      get(stats_.requests_received), get(stats_.responses_sent),
+      get(stats_.responses_received), get(stats_.errors_sent),       get(stats_.errors_received),
+      get(stats_.bytes_sent),         get(stats_.bytes_received),    get(stats_.packets_sent),
+      get(stats_.packets_received),   get(stats_.packets_rejected),  get(stats_.discarded_replies),
+      get(stats_.timeouts),           get(stats_.cancellations),     get(stats_.pending)};
+}
+
+// ---- reading -----------------------------------------------------------------------------
+
+asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<rpc_channel> self) {
+  auto take = [this] {
+    auto copy = [this](std::span<const std::byte> node) {
+      packet_.resize(node.size());  // within the reserved node size: no allocation
+      std::memcpy(packet_.data(), node.data(), node.size());
+    };
+    return attempt_read(in_, copy, in_.node_size());
+  };
+  for (;;) {
+    auto [ec, n] = co_await async_attempt(waiter_, in_queue, take, as_tuple_awaitable);
+    for (;;) {
+      if (closed_) co_return;
+      if (ec == errc::corrupted) {
+        stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
+      } else if (ec) {
+        co_return;  // aborted: this end is closing
+      } else {
+        on_packet({packet_.data(), n});
+      }
+      // Drain what is already there without another trip through the executor.
+      auto more = take();
+      if (!more) break;
+      ec = more->ec;
+      n = more->value;
+    }
+  }
+}
+
+void rpc_channel::on_packet(std::span<const std::byte> bytes) {
+  stats_.packets_received.fetch_add(1, std::memory_order_relaxed);
+  auto packet = parse_packet(bytes, in_.node_size());
+  if (!packet) {
+    stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  incoming_message m;
+  switch (reassembler_.add(*packet, m)) {
+    case reassembler::result::incomplete:
+      return;
+    case reassembler::result::complete:
+      return on_message(std::move(m));
+    case reassembler::result::rejected:
+      stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
+      if (reassembler_.last_rejected_too_large()) {
+        const auto& h = packet->header;
+        if (h.type == static_cast<std::uint8_t>(packet_type::request))
+          send_error(h.message_id, errc::message_too_large, "request larger than max_message_size");
+        else if (h.type != static_cast<std::uint8_t>(packet_type::cancel))
+          finish_call(h.response_to, errc::message_too_large, {});
+      }
+      return;
+  }
+}
+
+void rpc_channel::on_message(incoming_message m) {
+  switch (m.type) {
+    case packet_type::request: {
+      stats_.requests_received.fetch_add(1, std::memory_order_relaxed);
+      stats_.bytes_received.fetch_add(m.payload.size(), std::memory_order_relaxed);
+      if (!handler_) return send_error(m.id, errc::no_handler, "no handler at this end");
+      auto signal = std::make_shared<asio::cancellation_signal>();
+      const std::uint64_t id = m.id;
+      serving_[id] = signal;
+      wake_housekeeping();  // watch the caller while we serve it
+      asio::co_spawn(strand_, serve(shared_from_this(), std::move(m)),
+                     asio::bind_cancellation_slot(signal->slot(), asio::detached));
+      return;
+    }
+    case packet_type::response:
+      stats_.responses_received.fetch_add(1, std::memory_order_relaxed);
+      stats_.bytes_received.fetch_add(m.payload.size(), std::memory_order_relaxed);
+      return finish_call(m.response_to, {}, std::move(m.payload));
+    case packet_type::error: {
+      stats_.errors_received.fetch_add(1, std::memory_order_relaxed);
+      int value = 0;
+      std::string text;
+      decode_error(m.payload, value, text);
+      const auto* p = reinterpret_cast<const std::byte*>(text.data());
+      return finish_call(m.response_to, error_from_wire(value),
+                         std::vector<std::byte>(p, p + text.size()));
+    }
+    case packet_type::cancel:
+      if (auto it = serving_.find(m.response_to); it != serving_.end()) {
+        stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
+        it->second->emit(asio::cancellation_type::terminal);
+      }
+      return;
+    case packet_type::close:
+      return peer_gone();
+  }
+}
+
+asio::awaitable<void> rpc_channel::serve([[maybe_unused]] std::shared_ptr<rpc_channel> self,
+                                         incoming_message request) {
+  outgoing_message reply{packet_type::response, next_id(), request.id, {}};
+  std::error_code failure;
+  std::string text;
+  try {
+    reply.payload = co_await handler_(request.id, request.payload);
+  } catch (const std::exception& e) {
+    failure = errc::remote_error;
+    text = e.what();
+  } catch (...) {
+    failure = errc::remote_error;
+    text = "unknown exception";
+  }
+  serving_.erase(request.id);
+  if (closed_) co_return;
+  if (!failure && reply.payload.size() > reassembler_max()) {
+    failure = errc::message_too_large;
+    text = "reply larger than max_message_size";
+  }
+  if (failure) co_return send_error(request.id, failure, text);
+  stats_.responses_sent.fetch_add(1, std::memory_order_relaxed);
+  stats_.bytes_sent.fetch_add(reply.payload.size(), std::memory_order_relaxed);
+  send(std::move(reply));
+}
+
+// ---- writing -----------------------------------------------------------------------------
+
+void rpc_channel::send(outgoing_message m) {
+  if (closed_) return;
+  // Fast path: nothing queued and the writer idle, so write now, packet by packet, as far as
+  // the ring has room. Order is kept: the writer only ever starts on the outbox's front.
+  if (outbox_.empty() && !writer_busy_) {
+    const std::uint32_t count = packets_for(m.payload.size(), payload_per_packet(out_.node_size()));
+    while (m.next_packet <= count) {
+      auto fill = [&](std::span<std::byte> node) {
+        return encode_packet(m, m.next_packet, out_.node_size(), node);
+      };
+      if (!attempt_write(out_, fill)) break;
+      stats_.packets_sent.fetch_add(1, std::memory_order_relaxed);
+      ++m.next_packet;
+    }
+    if (m.next_packet > count) return;
+  }
+  outbox_.push_back(std::move(m));
+  outbox_ready_.cancel();
+}
+
+void rpc_channel::send_error(std::uint64_t to, std::error_code ec, std::string_view text) {
+  stats_.errors_sent.fetch_add(1, std::memory_order_relaxed);
+  send({packet_type::error, next_id(), to, encode_error(ec.value(), text)});
+}
+
+asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<rpc_channel> self) {
+  for (;;) {
+    while (outbox_.empty()) {
+      if (closed_) co_return;
+      outbox_ready_.expires_at(asio::steady_timer::time_point::max());
+      co_await outbox_ready_.async_wait(as_tuple_awaitable);
+    }
+    if (closed_) co_return;
+    writer_busy_ = true;
+    outgoing_message m = std::move(outbox_.front());
+    outbox_.pop_front();
+    const std::uint32_t count = packets_for(m.payload.size(), payload_per_packet(out_.node_size()));
+    for (; m.next_packet <= count; ++m.next_packet) {
+      auto fill = [&m, this](std::span<std::byte> node) {
+        return encode_packet(m, m.next_packet, out_.node_size(), node);
+      };
+      auto [ec, n] = co_await async_attempt(
+          waiter_, out_queue, [&] { return attempt_write(out_, fill); }, as_tuple_awaitable);
+      if (ec || closed_) co_return;  // aborted: this end is closing
+      stats_.packets_sent.fetch_add(1, std::memory_order_relaxed);
+    }
+    writer_busy_ = false;
+  }
+}
+
+// ---- calls -------------------------------------------------------------------------------
+
+void rpc_channel::start_call(std::uint64_t id, std::unique_ptr<pending_call> call,
+                             std::vector<std::byte> payload, std::chrono::milliseconds timeout) {
+  asio::post(strand_, [self = shared_from_this(), id, call = std::move(call),
+                       payload = std::move(payload), timeout]() mutable {
+    if (self->closed_) return call->complete(asio::error::operation_aborted, {});
+    if (payload.size() > self->reassembler_max())
+      return call->complete(errc::message_too_large, {});
+    if (!self->peer_attached()) return call->complete(errc::peer_gone, {});
+    const auto deadline = timeout.count() < 0 || timeout == std::chrono::milliseconds::max()
+                              ? std::chrono::steady_clock::time_point::max()
+                              : std::chrono::steady_clock::now() + timeout;
+    self->calls_.emplace(id, call_entry{std::move(call), deadline});
+    self->stats_.pending.fetch_add(1, std::memory_order_relaxed);
+    self->stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
+    self->stats_.bytes_sent.fetch_add(payload.size(), std::memory_order_relaxed);
+    self->send({packet_type::request, id, 0, std::move(payload)});
+    self->wake_housekeeping();
+  });
+}
+
+void rpc_channel::cancel_call(std::uint64_t id) {
+  asio::post(strand_, [self = shared_from_this(), id] {
+    auto it = self->calls_.find(id);
+    if (it == self->calls_.end()) return;  // it completed first
+    self->stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
+    self->finish_call(id, asio::error::operation_aborted, {});
+    self->send({packet_type::cancel, self->next_id(), id, {}});  // let its handler stop
+  });
+}
+
+void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, std::vector<std::byte> reply) {
+  auto it = calls_.find(id);
+  if (it == calls_.end()) {
+    stats_.discarded_replies.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  auto call = std::move(it->second.call);
+  calls_.erase(it);
+  stats_.pending.fetch_sub(1, std::memory_order_relaxed);
+  call->complete(ec, std::move(reply));
+}
+
+// ---- the other end -----------------------------------------------------------------------
+
+bool rpc_channel::peer_attached() {
+  if (!peer_present_) {
+    std::error_code ec;
+    peer_present_ = platform::byte_locked_by_other(seg_.native_handle(), peer_lock_byte_, ec);
+  }
+  return peer_present_;
+}
+
+void rpc_channel::peer_gone() {
+  peer_present_ = false;
+  reassembler_.clear();
+  outbox_.clear();  // nobody to read them
+  while (!calls_.empty())
+    finish_call(calls_.begin()->first, errc::peer_gone, {});
+  for (auto& [id, signal] : serving_)
+    signal->emit(asio::cancellation_type::terminal);
+}
+
+void rpc_channel::wake_housekeeping() {
+  if (ticking_ || closed_) return;
+  ticking_ = true;
+  asio::co_spawn(strand_, housekeeping_loop(shared_from_this()), asio::detached);
+}
+
+asio::awaitable<void> rpc_channel::housekeeping_loop(
+    [[maybe_unused]] std::shared_ptr<rpc_channel> self) {
+  for (int tick = 1;; ++tick) {
+    tick_.expires_after(tick_period);
+    co_await tick_.async_wait(as_tuple_awaitable);
+    if (closed_) break;
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = calls_.begin(); it != calls_.end();) {
+      const std::uint64_t id = it->first;
+      const bool expired = it->second.deadline <= now;
+      ++it;  // finish_call erases the entry
+      if (!expired) continue;
+      stats_.timeouts.fetch_add(1, std::memory_order_relaxed);
+      finish_call(id, errc::timed_out, {});
+      send({packet_type::cancel, next_id(), id, {}});
+    }
+    if (tick % ticks_per_peer_check == 0 && (!calls_.empty() || !serving_.empty())) {
+      std::error_code ec;
+      if (!platform::byte_locked_by_other(seg_.native_handle(), peer_lock_byte_, ec) && !ec)
+        peer_gone();
+    }
+    if (calls_.empty() && serving_.empty()) break;
+  }
+  ticking_ = false;
+}
+
+// ---- closing -----------------------------------------------------------------------------
+
+void rpc_channel::close() noexcept {
+  // Tell the other end now, if the ring has room: its calls then fail at once. (If not, it
+  // sees our lock go within its next check.)
+  outgoing_message bye{packet_type::close, next_id(), 0, {}};
+  auto fill = [&](std::span<std::byte> node) {
+    return encode_packet(bye, 1, out_.node_size(), node);
+  };
+  try {
+    attempt_write(out_, fill);
+  } catch (...) {
+  }
+  std::error_code ignored;
+  platform::try_lock_byte(seg_.native_handle(),
+                          owner_ ? layout::rpc_owner_lock_byte : layout::rpc_opener_lock_byte,
+                          platform::lock_kind::unlock, ignored);
+  if (waiter_) waiter_->shutdown();
+  asio::post(strand_, [self = shared_from_this()] { self->shutdown_on_strand(); });
+}
+
+void rpc_channel::shutdown_on_strand() {
+  if (closed_) return;
+  closed_ = true;
+  while (!calls_.empty())
+    finish_call(calls_.begin()->first, asio::error::operation_aborted, {});
+  for (auto& [id, signal] : serving_)
+    signal->emit(asio::cancellation_type::terminal);
+  outbox_.clear();
+  outbox_ready_.cancel();
+  tick_.cancel();
+}
+
+}  // namespace shmio::detail

@@ -1,0 +1,112 @@
+#include "shmio/detail/rpc_packet.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace shmio::detail {
+
+using layout::packet_header;
+using layout::packet_type;
+
+std::size_t encode_packet(const outgoing_message& m, std::uint32_t index, std::uint32_t node_size,
+                          std::span<std::byte> node) noexcept {
+  const std::uint32_t per = payload_per_packet(node_size);
+  const std::uint64_t total = m.payload.size();
+  const std::uint64_t offset = std::uint64_t{index - 1} * per;
+  const std::size_t chunk = static_cast<std::size_t>(std::min<std::uint64_t>(per, total - offset));
+  packet_header h{};
+  h.type = static_cast<std::uint8_t>(m.type);
+  h.version = static_cast<std::uint8_t>(layout::rpc_version);
+  h.packet_index = index;
+  h.message_id = m.id;
+  h.total_size = static_cast<std::uint32_t>(total);
+  h.packet_count = packets_for(total, per);
+  h.response_to = m.response_to;
+  std::memcpy(node.data(), &h, sizeof h);
+  if (chunk) std::memcpy(node.data() + sizeof h, m.payload.data() + offset, chunk);
+  return sizeof h + chunk;
+}
+
+std::optional<packet_view> parse_packet(std::span<const std::byte> node,
+                                        std::uint32_t node_size) noexcept {
+  if (node.size() < sizeof(packet_header) || node_size <= sizeof(packet_header)) return {};
+  packet_view p{};
+  std::memcpy(&p.header, node.data(), sizeof p.header);  // one copy: the peer may still scribble
+  const auto& h = p.header;
+  if (h.type < static_cast<std::uint8_t>(packet_type::request) ||
+      h.type > static_cast<std::uint8_t>(packet_type::close) || h.version != layout::rpc_version)
+    return {};
+  const std::uint32_t per = payload_per_packet(node_size);
+  if (h.packet_count != packets_for(h.total_size, per) || h.packet_index == 0 ||
+      h.packet_index > h.packet_count)
+    return {};
+  const std::uint64_t offset = std::uint64_t{h.packet_index - 1} * per;
+  const std::uint64_t expected = std::min<std::uint64_t>(per, h.total_size - offset);
+  if (node.size() - sizeof(packet_header) != expected) return {};
+  p.chunk = node.subspan(sizeof(packet_header));
+  return p;
+}
+
+reassembler::result reassembler::add(const packet_view& p, incoming_message& out) {
+  const auto& h = p.header;
+  last_too_large_ = false;
+  if (h.total_size > max_message_size_) {
+    partial_.erase(h.message_id);
+    last_too_large_ = h.packet_index == 1;  // answer once, at its first packet
+    return result::rejected;
+  }
+  auto type = static_cast<packet_type>(h.type);
+  if (h.packet_count == 1) {  // the common case: no map entry at all
+    if (h.packet_index != 1) return result::rejected;
+    out.type = type;
+    out.id = h.message_id;
+    out.response_to = h.response_to;
+    out.payload.assign(p.chunk.begin(), p.chunk.end());
+    return result::complete;
+  }
+  auto it = partial_.find(h.message_id);
+  if (h.packet_index == 1) {
+    if (it != partial_.end() || partial_.size() >= max_partial_) {
+      if (it != partial_.end()) partial_.erase(it);
+      return result::rejected;
+    }
+    partial part{{type, h.message_id, h.response_to, {}}, 2, h.packet_count, h.total_size};
+    // Grow as packets arrive: a forged total must not make us allocate it up front.
+    part.message.payload.reserve(std::min<std::size_t>(h.total_size, std::size_t{1} << 20));
+    part.message.payload.insert(part.message.payload.end(), p.chunk.begin(), p.chunk.end());
+    partial_.emplace(h.message_id, std::move(part));
+    return result::incomplete;
+  }
+  if (it == partial_.end()) return result::rejected;
+  partial& part = it->second;
+  if (h.packet_index != part.next_index || h.packet_count != part.packet_count ||
+      h.total_size != part.total_size || static_cast<std::uint8_t>(part.message.type) != h.type) {
+    partial_.erase(it);
+    return result::rejected;
+  }
+  part.message.payload.insert(part.message.payload.end(), p.chunk.begin(), p.chunk.end());
+  if (part.next_index++ < part.packet_count) return result::incomplete;
+  out = std::move(part.message);
+  partial_.erase(it);
+  return result::complete;
+}
+
+std::vector<std::byte> encode_error(int value, std::string_view text) {
+  std::vector<std::byte> out(4 + text.size());
+  const std::uint32_t v = static_cast<std::uint32_t>(value);
+  std::memcpy(out.data(), &v, 4);
+  std::memcpy(out.data() + 4, text.data(), text.size());
+  return out;
+}
+
+void decode_error(std::span<const std::byte> payload, int& value, std::string& text) {
+  value = 0;
+  text.clear();
+  if (payload.size() < 4) return;
+  std::uint32_t v = 0;
+  std::memcpy(&v, payload.data(), 4);
+  value = static_cast<int>(v);
+  text.assign(reinterpret_cast<const char*>(payload.data()) + 4, payload.size() - 4);
+}
+
+}  // namespace shmio::detail
