@@ -93,15 +93,22 @@ circular_buffer::circular_buffer(const executor_type& ex, open_or_create_t tag,
   detail::throw_if(ec, "open_or_create circular buffer", name);
 }
 
-circular_buffer::~circular_buffer() = default;
-
-void circular_buffer::close() noexcept {
-  impl_.reset();
+circular_buffer::~circular_buffer() {
+  close();
 }
 
-circular_buffer::impl& circular_buffer::checked() const {
-  if (!impl_) throw error(asio::error::bad_descriptor, "use circular buffer", "(closed)");
-  return *impl_;
+circular_buffer& circular_buffer::operator=(circular_buffer&& other) noexcept {
+  if (this != &other) {
+    close();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+void circular_buffer::close() noexcept {
+  // Shut down explicitly: a pending operation's initiation may still hold the impl, and its
+  // waits must end now, not when the last reference goes.
+  if (auto im = std::exchange(impl_, nullptr)) im->waiter->shutdown();
 }
 
 circular_buffer::executor_type circular_buffer::get_executor() const noexcept {
@@ -123,7 +130,8 @@ std::size_t circular_buffer::node_size() const noexcept {
 
 std::size_t circular_buffer::write(asio::const_buffer message, std::chrono::milliseconds timeout,
                                    std::error_code& ec) {
-  impl& im = checked();
+  if (!impl_) return ec = asio::error::bad_descriptor, 0;
+  impl& im = *impl_;
   if (message.size() > im.ring.node_size()) {
     ec = errc::message_too_large;
     return 0;
@@ -148,7 +156,8 @@ std::size_t circular_buffer::write(asio::const_buffer message, std::chrono::mill
 
 std::size_t circular_buffer::read(asio::mutable_buffer buffer, std::chrono::milliseconds timeout,
                                   std::error_code& ec) {
-  impl& im = checked();
+  if (!impl_) return ec = asio::error::bad_descriptor, 0;
+  impl& im = *impl_;
   auto copy = [buffer](std::span<const std::byte> msg) {
     std::memcpy(buffer.data(), msg.data(), msg.size());
   };

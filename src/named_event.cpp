@@ -90,10 +90,22 @@ std::shared_ptr<named_event::impl> named_event::make_impl(const executor_type& e
   return im;
 }
 
-named_event::~named_event() = default;
+named_event::~named_event() {
+  close();
+}
+
+named_event& named_event::operator=(named_event&& other) noexcept {
+  if (this != &other) {
+    close();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
 
 void named_event::close() noexcept {
-  impl_.reset();
+  // Shut down explicitly: a pending operation's initiation may still hold the impl, and its
+  // waits must end now, not when the last reference goes.
+  if (auto im = std::exchange(impl_, nullptr)) im->waiter->shutdown();
 }
 
 named_event::executor_type named_event::get_executor() const noexcept {

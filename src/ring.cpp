@@ -108,6 +108,10 @@ claim_status ring_view::try_claim_write(write_claim& out) noexcept {
       continue;
     } else if (d < 0) {
       return claim_status::would_block;  // a stale position from a lap ago: the ring is full
+    } else {
+      // The node is past this position (written, or skipped after its writer died before it
+      // could move the tail): move the tail on, or we would look at this node for ever.
+      help_advance(tail, pos);
     }
     pos = tail.position.load(std::memory_order_relaxed);
   }

@@ -62,7 +62,8 @@ class circular_buffer {
                   std::error_code& ec);
 
   circular_buffer(circular_buffer&&) noexcept = default;
-  circular_buffer& operator=(circular_buffer&&) noexcept = default;
+  /// Closes this handle first (see close()).
+  circular_buffer& operator=(circular_buffer&& other) noexcept;
   /// Pending operations complete with asio::error::operation_aborted.
   ~circular_buffer();
 
@@ -134,7 +135,6 @@ class circular_buffer {
   struct impl;
   static std::shared_ptr<impl> make_impl(const executor_type& ex, segment seg,
                                          wait_strategy strategy, std::error_code& ec);
-  impl& checked() const;
 
   std::shared_ptr<impl> impl_;
 };

@@ -56,7 +56,8 @@ class named_event {
               bool initially_set, wait_strategy strategy, std::error_code& ec);
 
   named_event(named_event&&) noexcept = default;
-  named_event& operator=(named_event&&) noexcept = default;
+  /// Closes this handle first (see close()).
+  named_event& operator=(named_event&& other) noexcept;
   /// Pending waits complete with asio::error::operation_aborted.
   ~named_event();
 

@@ -34,7 +34,8 @@ struct circular_buffer::impl {
 template <class Fill>
 std::size_t circular_buffer::write_in_place(Fill&& fill, std::chrono::milliseconds timeout,
                                             std::error_code& ec) {
-  impl& im = checked();
+  if (!impl_) return ec = asio::error::bad_descriptor, 0;
+  impl& im = *impl_;
   auto r = im.waiter->wait(
       detail::writers_queue, [&] { return detail::attempt_write(im.ring, fill); },
       detail::wait_limit(timeout));
@@ -53,7 +54,8 @@ std::size_t circular_buffer::write_in_place(Fill&& fill, std::chrono::millisecon
 template <class Use>
 std::size_t circular_buffer::read_in_place(Use&& use, std::chrono::milliseconds timeout,
                                            std::error_code& ec) {
-  impl& im = checked();
+  if (!impl_) return ec = asio::error::bad_descriptor, 0;
+  impl& im = *impl_;
   auto r = im.waiter->wait(
       detail::readers_queue,
       [&] { return detail::attempt_read(im.ring, use, std::numeric_limits<std::size_t>::max()); },
