@@ -139,9 +139,7 @@ bool named_event::wait(std::chrono::milliseconds timeout, std::error_code& ec) {
     ec = asio::error::bad_descriptor;
     return false;
   }
-  const auto limit = timeout == std::chrono::milliseconds::max()
-                         ? std::chrono::nanoseconds(-1)
-                         : std::chrono::nanoseconds(timeout);
+  const auto limit = detail::wait_limit(timeout);
   detail::event_view state = impl_->state;
   auto r = impl_->waiter->wait(
       0, [state] { return state.try_take() ? std::optional<bool>(true) : std::nullopt; }, limit);

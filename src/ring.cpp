@@ -63,16 +63,17 @@ layout::node_header& ring_view::node_at(std::uint64_t position) const noexcept {
   return *reinterpret_cast<layout::node_header*>(nodes_ + (position % count_) * stride_);
 }
 
-bool ring_view::owner_is_dead(std::uint64_t word, std::uint16_t owner) noexcept {
+bool ring_view::owner_is_dead(stuck_record& record, std::uint64_t word,
+                              std::uint16_t owner) noexcept {
   if (owner == me_) return false;  // our own claim, from another thread of this handle
   const std::int64_t now = now_ns();
   // relaxed: bookkeeping of this handle only.
-  if (stuck_word_.exchange(word, std::memory_order_relaxed) != word) {
-    stuck_since_.store(now, std::memory_order_relaxed);
+  if (record.word.exchange(word, std::memory_order_relaxed) != word) {
+    record.since.store(now, std::memory_order_relaxed);
     return false;
   }
-  if (now - stuck_since_.load(std::memory_order_relaxed) < stuck_patience_ns) return false;
-  stuck_since_.store(now, std::memory_order_relaxed);  // ask at most once per patience period
+  if (now - record.since.load(std::memory_order_relaxed) < stuck_patience_ns) return false;
+  record.since.store(now, std::memory_order_relaxed);  // ask at most once per patience period
   std::error_code ec;
   const bool held =
       platform::byte_locked_by_other(fd_, layout::participant_lock_base + owner - 1, ec);
@@ -102,7 +103,7 @@ claim_status ring_view::try_claim_write(write_claim& out) noexcept {
       help_advance(tail, pos);
     } else if (d == 1 - static_cast<std::int64_t>(count_)) {
       // The node still holds the previous lap's message: unread (full), or being read.
-      if (owner == 0 || !owner_is_dead(w, owner)) return claim_status::would_block;
+      if (owner == 0 || !owner_is_dead(stuck_[1], w, owner)) return claim_status::would_block;
       // Its reader died holding it: that message is lost with the reader; free the node.
       n.word.compare_exchange_strong(w, make_word(pos, 0), std::memory_order_acq_rel);
       continue;
@@ -169,7 +170,7 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity) no
       help_advance(head, pos);  // another reader has it: move on
     } else if (d == 0) {
       // Empty, or a writer is filling it.
-      if (owner == 0 || !owner_is_dead(w, owner)) return claim_status::would_block;
+      if (owner == 0 || !owner_is_dead(stuck_[0], w, owner)) return claim_status::would_block;
       // Its writer died mid-write: a half-written message is never delivered; skip the node.
       if (n.word.compare_exchange_strong(w, make_word(pos + count_, 0), std::memory_order_acq_rel))
         notify_one(state_->writers);

@@ -54,7 +54,10 @@ void notify_all(layout::wait_queue& q) noexcept {
 void notify_one(layout::wait_queue& q) noexcept {
   const std::uint64_t parked = q.parked.load(std::memory_order_seq_cst);  // as in notify_all
   if (parked == 0) return;
-  if ((parked & sleepers_mask) != 0) return wake_sleepers(q, parked, 1);
+  // A counted sleeper may be one that already has what it waited for and is on its way out, so
+  // waking one sleeper is not enough: ring one armed slot as well (models/wake_protocol.pml).
+  wake_sleepers(q, parked, 1);
+  if (parked < parked_doorbell_unit) return;
   // Start at a different slot each time so one waiter does not take every ring.
   static thread_local std::uint32_t start = platform::process_id();
   const std::uint32_t first = start++;
@@ -87,19 +90,25 @@ int claim_slot(layout::wait_queue& q, std::uint64_t id) noexcept {
   return no_slot;
 }
 
-void release_slot(layout::wait_queue& q, int slot, std::uint64_t id) noexcept {
-  if (slot == no_slot) return;
-  disarm(q, slot);
+bool release_slot(layout::wait_queue& q, int slot, std::uint64_t id) noexcept {
+  if (slot == no_slot) return false;
+  // An armed slot whose disarm fails was claimed by a signaller: its ring is on the way to us.
+  const bool was_armed = q.slots[slot].armed.load(std::memory_order_acquire) != 0;
+  const bool claimed = was_armed && !disarm(q, slot);
   std::uint64_t expected = id;
   // release: our last use of the slot happens before its next owner's claim.
   q.slots[slot].doorbell.compare_exchange_strong(expected, 0, std::memory_order_release);
+  return claimed;
 }
 
 bool arm(layout::wait_queue& q, int slot) noexcept {
-  // seq_cst: the arming must be visible before the caller re-checks its condition (StoreLoad).
-  if (q.slots[slot].armed.exchange(1, std::memory_order_seq_cst) != 0) return false;
+  // Count first, then arm: a signaller that claims the slot between the two would otherwise
+  // subtract before we add, and `parked` would wrap for a moment (models/wake_protocol.pml).
+  // seq_cst: both must be visible before the caller re-checks its condition (StoreLoad).
   q.parked.fetch_add(parked_doorbell_unit, std::memory_order_seq_cst);
-  return true;
+  if (q.slots[slot].armed.exchange(1, std::memory_order_seq_cst) == 0) return true;
+  q.parked.fetch_sub(parked_doorbell_unit, std::memory_order_seq_cst);  // it was armed already
+  return false;
 }
 
 bool disarm(layout::wait_queue& q, int slot) noexcept {

@@ -89,11 +89,7 @@ void waiter::spin_step(std::uint64_t id, std::size_t q,
   if (!o) return;  // cancelled, or completed by a ring meanwhile
   if (o->attempt()) {
     spin_.spin_succeeded();
-    pending_[q].remove(o);
-    if (pending_[q].empty() && slots_[q] != no_slot) disarm(*queues_[q], slots_[q]);
-    watch(lock);
-    lock.unlock();
-    return o->finish({}, true);  // we run on the executor, outside any initiating function
+    return complete(lock, o, {}, true);  // we run on the executor, outside any initiator
   }
   if (std::chrono::steady_clock::now() >= deadline) {
     spin_.spin_failed();
@@ -110,14 +106,26 @@ void waiter::park(std::unique_lock<std::mutex>& lock, op_base* o) {
   if (nothing_pending_but(o)) parked_since_ = std::chrono::steady_clock::now();
   if (slots_[q] != no_slot) arm(*queues_[q], slots_[q]);
   // The re-check after arming: from here on a publication either is seen now or rings us.
-  if (o->attempt()) {
-    pending_[q].remove(o);
-    if (pending_[q].empty() && slots_[q] != no_slot) disarm(*queues_[q], slots_[q]);
-    watch(lock);
-    lock.unlock();
-    return o->finish({}, false);
-  }
+  if (o->attempt()) return complete(lock, o, {}, false);
   watch(lock);
+}
+
+bool waiter::withdraw(std::size_t q) noexcept {
+  // A failed disarm means a signaller claimed our slot and rang us. A wake-one signaller rang
+  // nobody else, so the ring must go on to another waiter, or it is swallowed (found by
+  // models/wake_protocol.pml): the caller forwards it once it has dropped the mutex.
+  return pending_[q].empty() && slots_[q] != no_slot && !disarm(*queues_[q], slots_[q]);
+}
+
+void waiter::complete(std::unique_lock<std::mutex>& lock, op_base* o, std::error_code ec,
+                      bool may_dispatch) {
+  const std::size_t q = o->queue;
+  pending_[q].remove(o);
+  const bool forward = withdraw(q);
+  watch(lock);
+  lock.unlock();
+  o->finish(ec, may_dispatch);
+  if (forward) notify_one(*queues_[q]);
 }
 
 void waiter::cancel(std::uint64_t id) {
@@ -130,16 +138,8 @@ void waiter::cancel(std::uint64_t id) {
         break;
       }
   if (!found) return;  // it completed first
-  const std::size_t q = found->queue;
-  pending_[q].remove(found);
-  // If a signaller claimed our slot, its ring may have been meant for this operation: pass it
-  // on, so that a cancelled wait never swallows a wake-up another waiter needs.
-  bool forward = false;
-  if (pending_[q].empty() && slots_[q] != no_slot) forward = !disarm(*queues_[q], slots_[q]);
-  watch(lock);
-  lock.unlock();
-  found->finish(asio::error::operation_aborted, false);
-  if (forward) notify_one(*queues_[q]);
+  // A cancelled wait never swallows a wake-up another waiter needs: complete() passes it on.
+  complete(lock, found, asio::error::operation_aborted, false);
 }
 
 void waiter::on_wake(const std::error_code& ec, bool from_bell) {
@@ -156,6 +156,7 @@ void waiter::on_wake(const std::error_code& ec, bool from_bell) {
 
 void waiter::recheck(std::unique_lock<std::mutex>& lock) {
   op_base* done = nullptr;  // finished operations, linked through `next`
+  std::array<bool, max_queues> forward{};
   for (std::size_t q = 0; q < queue_count_; ++q) {
     list& l = pending_[q];
     if (l.empty()) continue;
@@ -166,7 +167,7 @@ void waiter::recheck(std::unique_lock<std::mutex>& lock) {
       o->next = done;
       done = o;
     }
-    if (l.empty() && slots_[q] != no_slot) disarm(*queues_[q], slots_[q]);
+    forward[q] = withdraw(q);
   }
   if (!nothing_pending()) parked_since_ = std::chrono::steady_clock::now();
   watch(lock);
@@ -176,6 +177,8 @@ void waiter::recheck(std::unique_lock<std::mutex>& lock) {
     done = o->next;
     o->finish({}, true);  // we run on the I/O executor, outside any initiating function
   }
+  for (std::size_t q = 0; q < queue_count_; ++q)
+    if (forward[q]) notify_one(*queues_[q]);
 }
 
 void waiter::watch(std::unique_lock<std::mutex>&) {
@@ -208,14 +211,17 @@ void waiter::shutdown() noexcept {
   std::unique_lock lock(mutex_);
   if (closed_) return;
   closed_ = true;
+  closed_flag_.store(true, std::memory_order_release);
   op_base* done = nullptr;
+  std::array<bool, max_queues> forward{};
   for (std::size_t q = 0; q < queue_count_; ++q) {
     while (op_base* o = pending_[q].head) {
       pending_[q].remove(o);
       o->next = done;
       done = o;
     }
-    release_slot(*queues_[q], slots_[q], doorbell_id_);
+    // Going away armed and claimed: pass the ring on, as a cancelled wait does.
+    if (release_slot(*queues_[q], slots_[q], doorbell_id_)) forward[q] = true;
     slots_[q] = no_slot;
   }
   std::error_code ignored;
@@ -227,6 +233,8 @@ void waiter::shutdown() noexcept {
     done = o->next;
     o->finish(asio::error::operation_aborted, false);
   }
+  for (std::size_t q = 0; q < queue_count_; ++q)
+    if (forward[q]) notify_one(*queues_[q]);
 }
 
 }  // namespace shmio::detail

@@ -80,8 +80,16 @@ class ring_view {
   static std::error_code validate(std::span<const std::byte> body) noexcept;
 
  private:
+  // The node we last found stuck, and since when: asking the kernel about its owner costs a
+  // syscall, so we only ask once it has been stuck for a while. One record per direction, or a
+  // handle waiting both to read and to write would keep resetting it. Races only shift timing.
+  struct stuck_record {
+    std::atomic<std::uint64_t> word{0};
+    std::atomic<std::int64_t> since{0};
+  };
+
   layout::node_header& node_at(std::uint64_t position) const noexcept;
-  bool owner_is_dead(std::uint64_t word, std::uint16_t owner) noexcept;
+  bool owner_is_dead(stuck_record& record, std::uint64_t word, std::uint16_t owner) noexcept;
 
   layout::ring_state* state_ = nullptr;
   std::byte* nodes_ = nullptr;
@@ -90,10 +98,7 @@ class ring_view {
   std::uint32_t stride_ = 0;
   int fd_ = -1;
   std::uint16_t me_ = 0;
-  // The node we last found stuck, and since when: asking the kernel about its owner costs a
-  // syscall, so we only ask once it has been stuck for a while. Races here only shift timing.
-  std::atomic<std::uint64_t> stuck_word_{0};
-  std::atomic<std::int64_t> stuck_since_{0};
+  stuck_record stuck_[2];  // [0]: reading, [1]: writing
 };
 
 }  // namespace shmio::detail

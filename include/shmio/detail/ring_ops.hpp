@@ -76,11 +76,6 @@ auto catching(Attempt attempt) {
   };
 }
 
-inline std::chrono::nanoseconds wait_limit(std::chrono::milliseconds timeout) {
-  return timeout == std::chrono::milliseconds::max() ? std::chrono::nanoseconds(-1)
-                                                     : std::chrono::nanoseconds(timeout);
-}
-
 /// The result of a blocking operation: its size, or 0 with errc::timed_out.
 inline std::size_t finish_blocking(const size_outcome& r, std::error_code& ec) {
   if (!r) {

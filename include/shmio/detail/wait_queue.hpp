@@ -26,8 +26,9 @@ inline constexpr int no_slot = -1;
 /// Takes a free slot for the doorbell `id` (reclaiming slots of dead owners); no_slot if all
 /// are held by live owners.
 int claim_slot(layout::wait_queue& q, std::uint64_t id) noexcept;
-/// Gives back a slot claimed for `id`.
-void release_slot(layout::wait_queue& q, int slot, std::uint64_t id) noexcept;
+/// Gives back a slot claimed for `id`. Returns true if it was armed and a signaller had claimed
+/// it: that ring is lost with us unless the caller passes it on.
+bool release_slot(layout::wait_queue& q, int slot, std::uint64_t id) noexcept;
 /// Marks the slot as wanting a ring. Returns true if it was not armed already.
 bool arm(layout::wait_queue& q, int slot) noexcept;
 /// Withdraws the slot's wish for a ring. Returns false if a signaller claimed it first (then a

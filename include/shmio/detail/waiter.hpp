@@ -65,6 +65,15 @@ void deliver(Handler&& h, const Executor& ex, outcome<R>&& r, bool may_dispatch)
     asio::post(ex, std::move(bound));
 }
 
+/// A blocking call's timeout as waiter::wait takes it: negative, max() or anything too long to
+/// count in nanoseconds (centuries) means no limit.
+inline std::chrono::nanoseconds wait_limit(std::chrono::milliseconds timeout) noexcept {
+  constexpr auto longest = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::nanoseconds::max() / 4);  // leaves room for now() + timeout
+  if (timeout.count() < 0 || timeout >= longest) return std::chrono::nanoseconds(-1);
+  return timeout;
+}
+
 class waiter : public std::enable_shared_from_this<waiter> {
  public:
   static constexpr std::size_t max_queues = 2;
@@ -128,6 +137,11 @@ class waiter : public std::enable_shared_from_this<waiter> {
   void enqueue(op_base* o, std::chrono::nanoseconds spin);
   void spin_step(std::uint64_t id, std::size_t q, std::chrono::steady_clock::time_point deadline);
   void park(std::unique_lock<std::mutex>& lock, op_base* o);
+  // Takes `o` out of its list and completes it; passes on a ring it may have swallowed.
+  void complete(std::unique_lock<std::mutex>& lock, op_base* o, std::error_code ec,
+                bool may_dispatch);
+  // Disarms queue q's slot if its list is empty; true if a ring claimed for us must go on.
+  bool withdraw(std::size_t q) noexcept;
   op_base* find(std::size_t q, std::uint64_t id) const noexcept;
   void cancel(std::uint64_t id);
   void on_wake(const std::error_code& ec, bool from_bell);
@@ -151,6 +165,7 @@ class waiter : public std::enable_shared_from_this<waiter> {
   bool bell_waiting_ = false;
   bool rescue_waiting_ = false;
   bool closed_ = false;
+  std::atomic<bool> closed_flag_{false};  // closed_, readable without the mutex
   std::chrono::steady_clock::time_point parked_since_{};
 };
 
@@ -216,6 +231,9 @@ class waiter::op final : public op_base {
 
 template <class R, class Attempt, class Handler>
 void waiter::async_wait(std::size_t q, Attempt attempt, Handler&& handler) {
+  // An operation started (say, a deferred one launched) after close touches nothing.
+  if (closed_flag_.load(std::memory_order_acquire))
+    return deliver<R>(std::move(handler), ex_, {asio::error::bad_descriptor, {}}, false);
   // Fast path: the condition already holds, or holds within a microsecond of pause-spinning.
   // Post, never call inline: the handler must not run inside the initiating function.
   if (auto r = attempt()) return deliver<R>(std::move(handler), ex_, std::move(*r), false);
