@@ -1,33 +1,52 @@
 /*
- * wake_protocol.pml -- the cross-process "arm / re-check / ring" wake-up protocol of shmio.
+ * wake_protocol.pml -- shmio's cross-process "arm / re-check / ring" wake-up protocol.
  *
- * Mirrors the event's wait/set path (docs: /work/shared/DESIGN.md, "How a cross-process wait becomes
- * an Asio operation"): a shared `signalled` word, a small table of waiter slots with an `armed` flag,
- * a `parked` counter, one datagram doorbell per async waiter, and a futex word `seq` for blocking
- * (sync) waiters. Every shared access in the real code is a seq_cst atomic, which is what Promela's
- * interleaving semantics gives us (sequential consistency).
+ * Mirrors (by default, the code as it is):
+ *   src/wait_queue.cpp            notify_all, notify_one, claim_and_ring, wake_sleepers, arm,
+ *                                 disarm, sleeper (the shared-memory side)
+ *   src/waiter.cpp                park, recheck/on_wake (drain, re-arm, re-check), cancel (forward)
+ *   include/shmio/detail/waiter.hpp     waiter::wait (the blocking loop on the futex)
+ *   include/shmio/detail/event_state.hpp  try_take (auto: CAS 1->0, manual: load), set
+ * Layout: layout::wait_queue { parked = armed slots << 32 | sleepers; futex_seq; slots[].armed }.
+ * The model keeps the two halves of `parked` as parked_a / parked_s and reads them together in one
+ * step, as the code's single 64-bit load does; a half that goes below 0 here is a half that wraps
+ * in the code (0 - 1<<32 leaves the high half at 0xffffffff and the low half untouched).
  *
- * Modelling rule: one Promela transition (a plain statement or a d_step) == one atomic instruction or
- * one syscall of the real code (a load, a store, a CAS, a fetch_add, a sendto, a recv, futex_wait,
- * futex_wake). Two separate atomics are never merged. The only other things inside a d_step are ghost
- * variables (bookkeeping for the assertions, never read by the protocol) and the test harness
- * (pacing of signallers, delivery of cancellation), which are not part of the protocol.
+ * Modelling rule: one Promela step (a statement or a d_step) == one atomic instruction or one
+ * syscall of the code (load, store, exchange, CAS, fetch_add, sendto, recv, futex_wait,
+ * futex_wake). Two atomics are never merged. Besides that, d_steps hold only ghost variables
+ * (bookkeeping for assertions, never read by the protocol) and test harness (when a
+ * cancellation is emitted, pacing of signallers). The orders in the code are seq_cst at every
+ * place the protocol depends on, so interleaving (sequential consistency) is the right semantics;
+ * the relaxed `armed` load before the claim CAS is folded into the CAS (it only filters).
  *
- * Configuration (spin -D...):
- *   AUTO_RESET=1|0   auto-reset event (waiter consumes with CAS 1->0) / manual-reset (waiter observes 1)
- *   NA=1..3          async waiters (one slot + one doorbell each)
- *   NS=0..2          sync (futex) waiters
- *   NSIG=1..3        signallers, each calls set() once
- *   AROUNDS=1..      waits performed by each async waiter, one after the other (>=2 exercises stale
- *                    datagrams left behind by an earlier wait)
- *   CAP=1..          doorbell queue capacity in datagrams (a send to a full queue is dropped)
- *   CANCEL=0|1       a canceller may cancel one pending async wait, at any moment it is pending
- *   PACED=0|1        a signaller calls set() only while the event is not signalled (harness pacing, so
- *                    sets never coalesce; lets us assert "exactly NSIG completions")
- *   FORWARD=1|0      a cancelled auto-reset waiter whose slot was claimed forwards the notify
- *   ARM_COUNT_FIRST  arm as "parked++; armed=1" instead of the described "armed=1; parked++"
- *   ARM_XCHG         arm as "if (exchange(armed,1)==0) parked++" (tolerates a stale wake-up)
- *   MUTANT_NO_RECHECK  the async waiter parks right after arming, without the re-check (must fail)
+ * Not modelled: the 200 ms rescue timer and futex timeouts (they would turn every lost wake-up
+ * into a 200 ms stall and hide it: here a lost wake-up is a waiter blocked for ever), spinning
+ * before parking (more tries, no shared writes), several pending ops on one waiter object (FIFO
+ * list, one slot), dead owners and slot reclaim, reset().
+ *
+ * Configuration (spin -DNAME=value):
+ *   AUTO_RESET=1|0  auto-reset event (a wait takes the signal with CAS 1->0) | manual-reset
+ *   NA=1..3         async waiters (one slot and one doorbell each)
+ *   NS=0..2         blocking waiters (futex)
+ *   NSIG=1..3       signallers, each calls set() once
+ *   AROUNDS=1..     waits each async waiter performs one after another (2 exercises stale rings)
+ *   CAP=1..         doorbell queue capacity in datagrams (a ring to a full queue is dropped)
+ *   CANCEL=0|1      one cancellation, emitted at any moment an async wait is pending
+ *   PACED=0|1       harness: a signaller sets only while the event is clear, so sets never
+ *                   coalesce (lets us assert exactly NSIG completions)
+ *   FORWARD=1|0     a cancelled waiter whose slot was claimed calls notify_one (waiter::cancel)
+ * Variants (spin -DNAME), each used by check.sh --findings or --mutant:
+ *   ARM_COUNT_FIRST parked += 1<<32 before the exchange, undone if it was armed already
+ *   ARM_STORE       arm as first described: armed = 1 (plain store); parked += 1<<32
+ *   STRICT_NONNEG   assert the armed half of parked never goes below zero, not even briefly
+ *   SET_NOTIFY_ONE  set() wakes one (notify_one), as circular_buffer's publish/release do
+ *   FORWARD_ON_DONE a waiter that completes but finds its slot claimed (failed disarm) forwards
+ *                   with notify_one, as cancel does
+ *   NOTIFY_ONE_BOTH notify_one wakes one sleeper AND rings one armed slot (sleepers do not shadow
+ *                   parked async waiters)
+ *   MUTANT_NO_RECHECK  the async waiter parks right after arming, with no re-check (must fail)
+ *   LOST_WAKEUP_ONLY   check only the wake-up properties, not the parked-counter ones
  */
 
 #ifndef AUTO_RESET
@@ -58,35 +77,42 @@
 #define FORWARD 1
 #endif
 
-/* ---------------- shared memory (the segment) ---------------- */
-bit   cond;              /* event: signalled 0/1 */
-bit   armed[NA];         /* waiter table: slot i armed */
-short parked_a;          /* parked word, async part: number of armed slots               */
-short parked_s;          /* parked word, sync part: number of sync waiters in their wait */
-                         /* (one word in the real code; read together by one load)       */
-byte  seq;               /* futex word */
+/* ---------------- shared memory ---------------- */
+bit   cond;              /* event_state::signalled */
+bit   armed[NA];         /* wait_queue::slots[i].armed */
+short parked_a;          /* wait_queue::parked, high half: armed slots */
+short parked_s;          /* wait_queue::parked, low half: futex sleepers */
+byte  seq;               /* wait_queue::futex_seq */
 
-/* ---------------- kernel objects ---------------- */
-byte  bell[NA];          /* datagrams queued on waiter i's doorbell socket */
-bit   fsleep[NS + 1];    /* futex wait queue on &seq: sync waiter j is asleep */
+/* ---------------- kernel ---------------- */
+byte  bell[NA];          /* datagrams queued on async waiter i's doorbell socket */
+bit   fsleep[NS + 1];    /* futex wait queue of &futex_seq: blocking waiter j is asleep */
 
-/* ---------------- ghost state (assertions only) ---------------- */
-byte  sets;              /* set() calls that published */
+/* ---------------- ghosts (assertions only) and harness ---------------- */
+byte  sets;              /* set() calls that have published */
 byte  completions;       /* waits that completed successfully */
 byte  cancels;           /* waits that completed with operation_aborted */
-byte  waiting;           /* waits started and not yet completed */
-bit   in_sync[NS + 1];   /* sync waiter j is counted in parked_s */
-bit   op_pending[NA];    /* async wait i has been initiated and not completed (cancellable) */
-bit   cancel_req[NA];    /* cancellation emitted for async wait i */
+byte  waiting;           /* waits started and not completed */
+byte  sdone;             /* blocking waiters that returned */
+byte  arming;            /* async waiters between their exchange 0->1 and their parked += 1<<32 */
+bit   op_pending[NA];    /* harness: async wait i is pending (its cancellation slot is live) */
+bit   cancel_req[NA];    /* harness: a cancellation was emitted for async wait i */
 
-/* "parked never negative", checked right after every decrement (the only place it can go below 0) */
-#ifdef ALLOW_NEGATIVE
-#define NONNEG(x) skip
+/* parked's halves: checked after every decrement, the only place they can go down */
+#ifdef STRICT_NONNEG
+#define NONNEG_A  assert(parked_a >= 0)
 #else
-#define NONNEG(x) assert(x >= 0)
+/* the high half may dip below 0 only by arms in flight (exchange done, fetch_add not yet) */
+#define NONNEG_A  assert(parked_a + arming >= 0)
+#endif
+#define NONNEG_S  assert(parked_s >= 0)
+#ifdef LOST_WAKEUP_ONLY
+#undef NONNEG_A
+#define NONNEG_A  skip
 #endif
 
-/* try / re-check the condition: one atomic op (CAS 1->0 for auto-reset, a load for manual) */
+/* event_view::try_take: one atomic op (auto: CAS 1 -> 0; manual: load). The code's load before
+   its CAS only filters, like the relaxed `armed` load in notify. */
 #if AUTO_RESET
 #define TRY_BODY(got)                                                              \
   if                                                                               \
@@ -103,20 +129,35 @@ bit   cancel_req[NA];    /* cancellation emitted for async wait i */
   fi
 #endif
 
-/* one sendto(MSG_DONTWAIT) on doorbell k: dropped when the queue is full (a datagram is pending) */
-#define SEND(k)  d_step { if :: bell[k] < CAP -> bell[k]++ :: else -> skip fi }
+/* platform::ring_doorbell: sendto(MSG_DONTWAIT); EAGAIN (queue full) drops it, a ring is pending */
+#define RING(k)  d_step { if :: bell[k] < CAP -> bell[k]++ :: else -> skip fi }
 
-/* set() steps 2-4 (also used by a cancelled waiter that forwards). Each line one atomic op/syscall. */
-inline notify(pa, ps, k, ok)
+/* claim_and_ring: CAS(armed 1 -> 0); the winner does parked -= 1<<32 and rings */
+inline claim_and_ring(k, ok)
 {
-  d_step { pa = parked_a; ps = parked_s };            /* one load of the parked word */
+  d_step {
+    if
+    :: armed[k] == 1 -> armed[k] = 0; ok = 1
+    :: else -> ok = 0
+    fi
+  };
   if
-  :: pa + ps == 0 -> skip                             /* coalescing fast path: no syscall */
+  :: ok -> parked_a--; NONNEG_A; RING(k)
+  :: else
+  fi
+}
+
+/* notify_all (set() of an event) */
+inline notify_all(pa, ps, k, ok)
+{
+  d_step { pa = parked_a; ps = parked_s };            /* load parked (seq_cst) */
+  if
+  :: pa == 0 && ps == 0 -> skip                       /* nobody parked: no syscall */
   :: else ->
      if
-     :: ps > 0 ->
-        seq++;                                        /* fetch_add on the futex word */
-        d_step {                                      /* futex_wake(&seq, INT_MAX) */
+     :: ps != 0 ->                                    /* wake_sleepers(INT_MAX) */
+        seq++;                                        /* futex_seq.fetch_add */
+        d_step {                                      /* FUTEX_WAKE all */
           k = 0;
           do
           :: k < NS -> fsleep[k] = 0; k++
@@ -126,167 +167,232 @@ inline notify(pa, ps, k, ok)
         }
      :: else
      fi;
-     k = 0;
+     if
+     :: pa == 0 -> skip                               /* parked < 1<<32: no armed slot */
+     :: else ->
+        k = 0;
+        do
+        :: k < NA -> claim_and_ring(k, ok); k++
+        :: else -> break
+        od
+     fi
+  fi
+}
+
+/* notify_one (circular_buffer, a forwarding cancel): sleepers first, else the first armed slot
+   from a start that rotates per thread (any start, here) */
+inline notify_one(pa, ps, k, ok, n)
+{
+  d_step { pa = parked_a; ps = parked_s };            /* load parked (seq_cst) */
+  if
+  :: pa == 0 && ps == 0 -> skip
+  :: ps != 0 ->                                       /* wake_sleepers(1) and return */
+     seq++;
+     atomic {                                         /* FUTEX_WAKE one (any) */
+       if
+       :: fsleep[0] == 1 -> fsleep[0] = 0
+#if NS > 1
+       :: fsleep[1] == 1 -> fsleep[1] = 0
+#endif
+       :: else -> skip
+       fi
+     }
+#ifdef NOTIFY_ONE_BOTH
+  :: else
+  fi;
+  if
+  :: pa == 0 -> skip                                  /* variant: also ring one armed slot */
+#endif
+  :: else ->
+     if
+     :: k = 0
+#if NA > 1
+     :: k = 1
+#endif
+#if NA > 2
+     :: k = 2
+#endif
+     fi;
+     n = 0;
      do
-     :: k < NA ->
-        d_step {                                      /* CAS(armed[k], 1 -> 0) */
-          if
-          :: armed[k] == 1 -> armed[k] = 0; ok = 1
-          :: else -> ok = 0
-          fi
-        };
+     :: n < NA ->
+        claim_and_ring((k + n) % NA, ok);
         if
-        :: ok ->
-           parked_a--;                                /* fetch_sub */
-           NONNEG(parked_a);
-           SEND(k)                                    /* ring slot k's doorbell */
-        :: else
-        fi;
-        k++
+        :: ok -> break                                /* rang one */
+        :: else -> n++
+        fi
      :: else -> break
      od
   fi
 }
 
-/* ---------------- async waiter (one slot, one doorbell) ---------------- */
+/* arm(): returns with `old` = the previous value of armed[i] */
+#if defined(ARM_STORE)
+#define ARM                                                                        \
+  atomic { old = 0; armed[i] = 1; arming++ };            /* armed = 1 (store) */     \
+  d_step { parked_a++; arming-- }                      /* parked += 1<<32 */
+#elif defined(ARM_COUNT_FIRST)
+#define ARM                                                                        \
+  parked_a++;                                          /* parked += 1<<32 */       \
+  d_step { old = armed[i]; armed[i] = 1 };             /* exchange */              \
+  if                                                                               \
+  :: old == 1 -> parked_a--; NONNEG_A                  /* was armed: undo */       \
+  :: else                                                                          \
+  fi
+#else
+#define ARM                                                                        \
+  atomic { old = armed[i]; armed[i] = 1;               /* exchange */              \
+           if :: old == 0 -> arming++ :: else fi };                                \
+  if                                                                               \
+  :: old == 0 -> d_step { parked_a++; arming-- }       /* parked += 1<<32 */       \
+  :: else                                              /* still armed: counted */  \
+  fi
+#endif
+
+/* disarm(): CAS(armed 1 -> 0), then parked -= 1<<32 if it succeeded; ok = the CAS succeeded.
+   `ghost` is bookkeeping done in the same step. (atomic, not d_step: it is a goto target.) */
+#define DISARM(ok, ghost)                                                          \
+  atomic {                                                                         \
+    ghost;                                                                         \
+    if                                                                             \
+    :: armed[i] == 1 -> armed[i] = 0; ok = 1                                       \
+    :: else -> ok = 0                                  /* a signaller claimed it */ \
+    fi                                                                             \
+  };                                                                               \
+  if                                                                               \
+  :: ok -> parked_a--; NONNEG_A                                                    \
+  :: else                                                                          \
+  fi
+
+/* ---------------- async waiter: waiter::async_wait / park / on_wake / cancel ---------------- */
 proctype awaiter(byte i)
 {
-  byte r, pa, ps, k;
+  byte r, pa, ps, k, n;
   bit got, ok, old;
 
   do
   :: r < AROUNDS ->
-     d_step { waiting++; TRY_BODY(got) };             /* 1. try */
+     d_step {                                         /* async_wait: attempt() */
+       waiting++; TRY_BODY(got);
+       op_pending[i] = 1 - got                        /* harness: cancellable from now on */
+     };
      if
-     :: got -> goto complete
+     :: got -> goto complete                          /* posted */
      :: else
      fi;
-arm:                                                  /* 2. arm */
-#if defined(ARM_FLAG_FIRST) && defined(ARM_STORE)     /* as first described: armed = 1; parked++ */
-     atomic { armed[i] = 1; op_pending[i] = 1 };      /* store */
-     parked_a++;                                      /* fetch_add */
-#elif defined(ARM_FLAG_FIRST)                         /* if (exchange(armed, 1) == 0) parked++ */
-     atomic { old = armed[i]; armed[i] = 1; op_pending[i] = 1 };   /* exchange */
+#if CANCEL
      if
-     :: old == 0 -> parked_a++
-     :: else                                          /* stale wake-up: still armed and counted */
-     fi;
-#elif defined(ARM_STORE)                              /* parked++; armed = 1 */
-     parked_a++;                                      /* fetch_add */
-     atomic { armed[i] = 1; op_pending[i] = 1 };      /* store */
-#else                                                 /* the fixed arm (default): */
-     parked_a++;                                      /* fetch_add: count before the flag is visible */
-     atomic { old = armed[i]; armed[i] = 1; op_pending[i] = 1 };   /* exchange */
-     if
-     :: old == 1 -> parked_a--; NONNEG(parked_a)      /* stale wake-up: already armed and counted */
+     :: cancel_req[i] -> goto cancelled               /* cancelled while spinning, before park */
      :: else
      fi;
 #endif
+     ARM;                                             /* park(): arm ... */
 #ifndef MUTANT_NO_RECHECK
-     d_step { TRY_BODY(got) };                        /* 3. re-check */
+     d_step { TRY_BODY(got) };                        /* ... and re-check */
      if
-     :: got ->
-        d_step {                                      /* disarm: CAS(armed[i], 1 -> 0) */
-          if
-          :: armed[i] == 1 -> armed[i] = 0; ok = 1
-          :: else -> ok = 0                            /* claimed: a datagram is or will be queued */
-          fi
-        };
-        if
-        :: ok -> parked_a--; NONNEG(parked_a)
-        :: else
-        fi;
-        goto complete
+     :: got -> goto withdraw
      :: else
      fi;
 #endif
-end_park:                                             /* 4. park: wait for the doorbell (or cancel) */
-     if
-     :: bell[i] > 0 ->
-        do                                            /* drain: recv(MSG_DONTWAIT) until EAGAIN */
+end_parked:
+     if                                               /* watch(): reactor waits on the doorbell */
+     :: bell[i] > 0 ->                                /* on_wake(from_bell) */
+        do                                            /* drain_doorbell: recv until EAGAIN */
         :: bell[i] > 0 -> bell[i]--
         :: else -> break
         od;
-        goto arm                                      /* 5. re-arm, re-check */
-     :: cancel_req[i] ->                              /* cancelled while parked */
-        d_step {                                      /* disarm: CAS(armed[i], 1 -> 0) */
-          if
-          :: armed[i] == 1 -> armed[i] = 0; ok = 1
-          :: else -> ok = 0
-          fi;
-          cancels++; waiting--                        /* ghost: completes with operation_aborted */
-        };
+        ARM;                                          /* recheck(): re-arm ... */
+        d_step { TRY_BODY(got) };                     /* ... and re-check */
         if
-        :: ok -> parked_a--; NONNEG(parked_a)
-        :: else ->                                    /* a signaller claimed us: datagram stays queued */
-#if AUTO_RESET && FORWARD
-           if
-           :: cond == 1 -> notify(pa, ps, k, ok)      /* forward (notify re-reads parked) */
-           :: else
-           fi
-#else
-           skip
-#endif
-        fi;
-        goto complete
+        :: got -> goto withdraw
+        :: else -> goto end_parked
+        fi
+     :: cancel_req[i] -> goto cancelled               /* cancel_handler -> waiter::cancel */
      fi;
+
+withdraw:                                             /* list empty: disarm(), result unused */
+     DISARM(ok, skip);
+#if defined(FORWARD_ON_DONE)
+     if
+     :: !ok -> notify_one(pa, ps, k, ok, n)           /* the ring that claimed us: pass it on */
+     :: else
+     fi;
+#endif
+     goto complete;
+
+cancelled:                                            /* removed from the list: it is ours */
+     DISARM(ok, cancels++; waiting--);
+#if FORWARD
+     if
+     :: !ok -> notify_one(pa, ps, k, ok, n)           /* forward = !disarm(): pass the ring on */
+     :: else
+     fi;
+#endif
+     skip;
+
 complete:
      atomic { op_pending[i] = 0; cancel_req[i] = 0; r++ }   /* harness: the op is over */
   :: else -> break
   od
 }
 
-/* ---------------- sync waiter (futex on seq) ---------------- */
+/* ---------------- blocking waiter: waiter::wait with no timeout ---------------- */
 proctype swaiter(byte j)
 {
   byte old;
   bit got;
 
-  d_step { waiting++; TRY_BODY(got) };                /* 1. try */
+  d_step { waiting++; TRY_BODY(got) };                /* attempt() */
   if
-  :: got -> goto done
-  :: else
-  fi;
-  d_step { parked_s++; in_sync[j] = 1 };              /* 2. parked++ (sync part) */
-again:
-  old = seq;                                          /* 3. old = seq */
-  d_step { TRY_BODY(got) };                           /* 4. re-check */
-  if
-  :: got -> d_step { parked_s--; in_sync[j] = 0 }; NONNEG(parked_s); goto done
-  :: else
-  fi;
-  d_step {                                            /* 5. futex_wait(&seq, old) */
-    if
-    :: seq == old -> fsleep[j] = 1
-    :: else -> skip                                   /* EAGAIN */
-    fi
-  };
-end_futex:
-  fsleep[j] == 0;                                     /* asleep until futex_wake */
-  goto again;                                         /* 6. */
-done:
-  skip
+  :: got -> sdone++
+  :: else ->
+     do
+     :: parked_s++;                                   /* sleeper(): parked += 1 */
+        old = seq;                                    /* seq_ = futex_seq.load() */
+        d_step { TRY_BODY(got) };                     /* re-check after announcing */
+        if
+        :: got -> break
+        :: else
+        fi;
+        d_step {                                      /* futex_wait(futex_seq, seq_) */
+          if
+          :: seq == old -> fsleep[j] = 1
+          :: else -> skip                             /* EAGAIN */
+          fi
+        };
+end_asleep:
+        fsleep[j] == 0;                               /* asleep until FUTEX_WAKE */
+        d_step { TRY_BODY(got) };                     /* attempt() after the sleep */
+        if
+        :: got -> break
+        :: else
+        fi;
+        parked_s--; NONNEG_S                          /* ~sleeper(), then loop */
+     od;
+     atomic { parked_s--; sdone++ };                  /* ~sleeper() on the way out */
+     NONNEG_S
+  fi
 }
 
-/* ---------------- signaller: set() ---------------- */
+/* ---------------- signaller: event_view::set ---------------- */
 proctype signaller()
 {
-  byte pa, ps, k;
+  byte pa, ps, k, n;
   bit ok;
 #if PACED
-  atomic { cond == 0 ->                               /* harness: wait until the last signal is consumed */
-    cond = 1; sets++                      /* 1. publish: store signalled = 1 */
-  };
+  atomic { cond == 0 -> cond = 1; sets++ };           /* harness waits until clear; exchange */
 #else
-  d_step {                                            /* 1. publish: store signalled = 1 */
-    cond = 1; sets++
-  };
+  d_step { cond = 1; sets++ };                        /* signalled.exchange(1) */
 #endif
-  notify(pa, ps, k, ok)                               /* 2.-4. */
+#ifdef SET_NOTIFY_ONE
+  notify_one(pa, ps, k, ok, n)
+#else
+  notify_all(pa, ps, k, ok)
+#endif
 }
 
 #if CANCEL
-/* emits one cancellation for one pending async wait, at any moment it is pending (or none at all) */
+/* emits one cancellation for one pending async wait at any moment it is pending, or none */
 proctype canceller()
 {
   if
@@ -303,38 +409,32 @@ proctype canceller()
 #endif
 
 /* ---------------- end-state monitor ---------------- */
-/* `timeout` is executable only when no other process can move: every process has finished or is
-   blocked for ever (parked on its doorbell, asleep on the futex). That is where lost wake-ups show. */
+/* `timeout` is executable only when nothing else can move: every process has finished or is
+   blocked for ever (parked on its doorbell, asleep on the futex). Lost wake-ups show there. */
 active proctype monitor()
 {
-  byte n, ma, ms;
+  byte x, ma;
   timeout ->
-  /* no lost wake-up: nobody waits for ever while the event is signalled */
+  /* no lost wake-up: nobody still waits for ever while the event is set */
   assert(!(cond == 1 && waiting > 0));
+#ifndef LOST_WAKEUP_ONLY
   d_step {
-    n = 0; ma = 0; ms = 0;
+    x = 0; ma = 0;
     do
-    :: n < NA -> ma = ma + armed[n]; n++
-    :: else -> break
-    od;
-    n = 0;
-    do
-    :: n < NS -> ms = ms + in_sync[n]; n++
+    :: x < NA -> ma = ma + armed[x]; x++
     :: else -> break
     od
   };
-  /* parked word == armed slots + sync waiters still waiting */
-  assert(parked_a == ma && parked_s == ms);
+  /* parked == armed slots << 32 | blocking waiters still inside their wait */
+  assert(parked_a == ma && parked_s == NS - sdone);
+#endif
 #if AUTO_RESET
-  /* each set() released at most one wait */
+  /* each set() let at most one wait through */
   assert(completions <= sets);
 #if PACED && !CANCEL
-  /* sets do not coalesce and there are enough waiters: exactly NSIG waits completed */
+  /* sets that do not coalesce, enough waits, nobody cancelled: exactly NSIG completions */
   assert(NA * AROUNDS + NS < NSIG || completions == NSIG);
 #endif
-#else
-  /* manual reset, nobody resets: once set, every wait completes */
-  assert(sets == 0 || waiting == 0);
 #endif
 }
 

@@ -13,17 +13,20 @@ rpc_buffer::handler_type lift(rpc_buffer::sync_handler_type f) {
 }  // namespace
 
 rpc_buffer::rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
-                       handler_type handler, rpc_options options, std::error_code& ec) {
+                       handler_type handler, rpc_options options, std::error_code& ec)
+    : ex_(ex) {
   channel_ = detail::rpc_channel::create(ex, name, std::move(handler), options, ec);
 }
 
 rpc_buffer::rpc_buffer(const executor_type& ex, open_only_t, std::string_view name,
-                       handler_type handler, wait_strategy strategy, std::error_code& ec) {
+                       handler_type handler, wait_strategy strategy, std::error_code& ec)
+    : ex_(ex) {
   channel_ = detail::rpc_channel::open(ex, name, std::move(handler), strategy, ec);
 }
 
 rpc_buffer::rpc_buffer(const executor_type& ex, create_only_t tag, std::string_view name,
-                       handler_type handler, rpc_options options) {
+                       handler_type handler, rpc_options options)
+    : ex_(ex) {
   std::error_code ec;
   channel_ = detail::rpc_channel::create(ex, name, std::move(handler), options, ec);
   detail::throw_if(ec, "create rpc channel", name);
@@ -35,7 +38,8 @@ rpc_buffer::rpc_buffer(const executor_type& ex, create_only_t tag, std::string_v
     : rpc_buffer(ex, tag, name, lift(std::move(handler)), options) {}
 
 rpc_buffer::rpc_buffer(const executor_type& ex, open_only_t, std::string_view name,
-                       handler_type handler, wait_strategy strategy) {
+                       handler_type handler, wait_strategy strategy)
+    : ex_(ex) {
   std::error_code ec;
   channel_ = detail::rpc_channel::open(ex, name, std::move(handler), strategy, ec);
   detail::throw_if(ec, "open rpc channel", name);
@@ -50,6 +54,7 @@ rpc_buffer::rpc_buffer(rpc_buffer&&) noexcept = default;
 rpc_buffer& rpc_buffer::operator=(rpc_buffer&& other) noexcept {
   if (this != &other) {
     close();
+    ex_ = other.ex_;
     channel_ = std::move(other.channel_);
   }
   return *this;
@@ -64,7 +69,7 @@ void rpc_buffer::close() noexcept {
 }
 
 rpc_buffer::executor_type rpc_buffer::get_executor() const noexcept {
-  return channel_ ? channel_->get_executor() : executor_type{};
+  return ex_;
 }
 
 bool rpc_buffer::is_owner() const noexcept {

@@ -106,6 +106,7 @@ class rpc_buffer {
   void close() noexcept;
 
  private:
+  executor_type ex_;  // kept after close, so that late calls complete on it
   std::shared_ptr<detail::rpc_channel> channel_;
 };
 

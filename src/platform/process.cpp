@@ -47,6 +47,11 @@ unsigned usable_cpus() noexcept {
   return static_cast<unsigned>(CPU_COUNT(&set));
 }
 
+unsigned online_cpus() noexcept {
+  const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<unsigned>(n) : 1;
+}
+
 void yield() noexcept {
   ::sched_yield();
 }

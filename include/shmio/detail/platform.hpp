@@ -97,6 +97,8 @@ std::uint64_t random_u64() noexcept;
 std::uint64_t realtime_ns() noexcept;
 /// CPUs this process may run on.
 unsigned usable_cpus() noexcept;
+/// CPUs the machine has online.
+unsigned online_cpus() noexcept;
 void yield() noexcept;
 void sleep_for(std::chrono::nanoseconds d) noexcept;
 

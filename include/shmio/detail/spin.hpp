@@ -14,7 +14,10 @@ namespace shmio::detail {
 class spin_policy {
  public:
   explicit spin_policy(wait_strategy s) noexcept
-      : limit_(platform::usable_cpus() > 1 ? s.spin_limit.count() : 0),
+      // The adaptive default never spins on a one-CPU machine (the peer could not run while we
+      // spin). It looks at the machine, not our affinity: a process pinned to one CPU still has
+      // a peer on another. An explicit strategy is taken as given.
+      : limit_(!s.adaptive || platform::online_cpus() > 1 ? s.spin_limit.count() : 0),
         adaptive_(s.adaptive),
         budget_(limit_) {}
 

@@ -50,28 +50,31 @@ struct rpc_cancel {
 template <class CompletionToken>
 auto rpc_buffer::async_request(asio::const_buffer payload, std::chrono::milliseconds timeout,
                                CompletionToken&& token) {
+  // Copied now, not when the operation starts: with a lazy token (deferred, an awaitable kept
+  // for later) the caller's buffer may be gone by then.
+  const auto* p = static_cast<const std::byte*>(payload.data());
+  std::vector<std::byte> copy(p, p + payload.size());
   return asio::async_initiate<CompletionToken, void(std::error_code, std::vector<std::byte>)>(
-      [](auto handler, const std::shared_ptr<detail::rpc_channel>& ch, asio::const_buffer data,
-         std::chrono::milliseconds limit) {
+      [](auto handler, const std::shared_ptr<detail::rpc_channel>& ch, const executor_type& ex,
+         std::vector<std::byte> data, std::chrono::milliseconds limit) {
         using handler_t = decltype(handler);
-        if (!ch) {
-          auto ex = asio::get_associated_executor(handler);
-          return asio::post(ex,
-                            asio::experimental::append(std::move(handler),
-                                                       std::error_code(asio::error::bad_descriptor),
-                                                       std::vector<std::byte>{}));
+        if (!ch) {  // closed: complete on the object's executor, as any other completion
+          auto hex = asio::get_associated_executor(handler, ex);
+          return asio::post(
+              hex, asio::experimental::append(std::move(handler),
+                                              std::error_code(asio::error::operation_aborted),
+                                              std::vector<std::byte>{}));
         }
         const std::uint64_t id = ch->next_id();
         auto slot = asio::get_associated_cancellation_slot(handler);
         if (slot.is_connected())
           slot.template emplace<detail::rpc_cancel>(detail::rpc_cancel{ch, id});
-        const auto* p = static_cast<const std::byte*>(data.data());
         ch->start_call(
             id,
             std::make_unique<detail::rpc_call<handler_t>>(std::move(handler), ch->get_executor()),
-            std::vector<std::byte>(p, p + data.size()), limit);
+            std::move(data), limit);
       },
-      token, channel_, payload, timeout);
+      token, channel_, ex_, std::move(copy), timeout);
 }
 
 template <class CompletionToken>

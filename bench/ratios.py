@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Summarise shmio_bench_events' Google Benchmark JSON output as ratios within one run.
+
+Usage:
+    build/bench/shmio_bench_events --benchmark_repetitions=3 \
+        --benchmark_out=/tmp/ev.json --benchmark_out_format=json
+    python3 bench/ratios.py /tmp/ev.json            # plain text
+    python3 bench/ratios.py --markdown /tmp/ev.json # the tables of docs/performance.md
+
+Reads BM_roundtrip/<family>/<placement>[/...] entries (per-repetition runs; Google Benchmark's
+own aggregate rows are ignored and recomputed, so any --benchmark_repetitions works, including
+1). For each placement it prints each family's median and mean (over repetitions) real time per
+round trip and the ratio of its median to the medians of spin_floor/split, eventfd_blocking
+(same placement) and asio_local_stream (same placement).
+
+Google Benchmark's real time is the mean over all round trips of a repetition, so a few long
+stalls (another tenant preempting us) move it. The benchmark also reports the counter
+median_ns: the median, over batches of 16 round trips, of the batch's mean round trip. A second
+table gives that figure (median over repetitions) and the same ratios computed from it.
+
+Then it checks the targets, with both figures:
+
+    hot async round trip   shmio_async/split       <= 3.0 x spin_floor/split
+    parked                 shmio_async_park/P      <= 1.1 x eventfd_blocking/P   (P = split, same)
+    same core              shmio_async/same        <= 2.0 x eventfd_blocking/same
+
+Only the Python standard library is used. Reading '-' reads standard input.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+
+UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+FAMILY_ORDER = [
+    "spin_floor",
+    "eventfd_blocking",
+    "asio_local_stream",
+    "shmio_sync",
+    "shmio_async",
+    "shmio_async_park",
+    "shmio_sync_pinlate",
+    "shmio_async_pinlate",
+]
+PLACEMENTS = ["split", "same"]
+
+# (label, numerator family, numerator placement, denominator family, denominator placement, limit)
+TARGETS = [
+    ("hot async round trip", "shmio_async", "split", "spin_floor", "split", 3.0),
+    ("parked, split cores", "shmio_async_park", "split", "eventfd_blocking", "split", 1.1),
+    ("parked, same core", "shmio_async_park", "same", "eventfd_blocking", "same", 1.1),
+    ("same core (default strategy)", "shmio_async", "same", "eventfd_blocking", "same", 2.0),
+]
+# Not targets: shown so that the reader sees what the diagnostic families say.
+DIAGNOSTICS = [
+    ("hot async, events made before pinning", "shmio_async_pinlate", "split", "spin_floor",
+     "split", 3.0),
+    ("hot sync, default strategy", "shmio_sync", "split", "spin_floor", "split", 3.0),
+    ("same core, sync", "shmio_sync", "same", "eventfd_blocking", "same", 2.0),
+    ("same core, events made before pinning", "shmio_async_pinlate", "same", "eventfd_blocking",
+     "same", 2.0),
+]
+
+
+def load(path):
+    if path == "-":
+        return json.load(sys.stdin)
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def collect(doc):
+    """Returns {(family, placement): [ns per round trip, one per repetition]} for the real time
+    and for the median_ns counter, and the runs skipped because of an error."""
+    runs, batch, errors = {}, {}, []
+    for b in doc.get("benchmarks", []):
+        if b.get("run_type", "iteration") != "iteration":
+            continue
+        name = b.get("run_name") or b.get("name", "")
+        parts = name.split("/")
+        if len(parts) < 3 or parts[0] != "BM_roundtrip":
+            continue
+        key = (parts[1], parts[2])
+        if b.get("error_occurred"):
+            errors.append((name, b.get("error_message", "")))
+            continue
+        ns = float(b["real_time"]) * UNIT_NS[b.get("time_unit", "ns")]
+        runs.setdefault(key, []).append(ns)
+        if "median_ns" in b:
+            batch.setdefault(key, []).append(float(b["median_ns"]))
+    return runs, batch, errors
+
+
+def fmt_time(ns):
+    if ns is None:
+        return "-"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.2f} µs"
+    return f"{ns:.0f} ns"
+
+
+def fmt_ratio(r):
+    if r is None:
+        return "-"
+    return f"{r:.2f}×" if r < 100 else f"{r:.0f}×"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("json", help="Google Benchmark JSON output ('-' for stdin)")
+    ap.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    args = ap.parse_args()
+
+    doc = load(args.json)
+    runs, batch, errors = collect(doc)
+    if not runs:
+        sys.exit("no BM_roundtrip results in " + args.json)
+
+    median = {k: statistics.median(v) for k, v in runs.items()}
+    mean = {k: statistics.fmean(v) for k, v in runs.items()}
+    bmedian = {k: statistics.median(v) for k, v in batch.items()}
+
+    def ratio_of(table):
+        def ratio(num, den):
+            if num not in table or den not in table or table[den] == 0:
+                return None
+            return table[num] / table[den]
+        return ratio
+
+    ratio, bratio = ratio_of(median), ratio_of(bmedian)
+
+    ctx = doc.get("context", {})
+    md = args.markdown
+    print(("**Run:** " if md else "run: ") + f"{ctx.get('date', '?')}, {ctx.get('num_cpus', '?')} "
+          f"CPUs at {ctx.get('mhz_per_cpu', '?')} MHz, load average "
+          f"{', '.join(f'{x:.2f}' for x in ctx.get('load_avg', [])) or '?'} "
+          f"(at start), executable {ctx.get('executable', '?')}")
+    print()
+    families = [f for f in FAMILY_ORDER if any((f, p) in runs for p in PLACEMENTS)]
+    families += sorted({f for f, _ in runs} - set(families))
+
+    for p in PLACEMENTS:
+        if not any((f, p) in runs for f in families):
+            continue
+        where = " (parent CPU 0, child CPU 1)" if p == "split" else " (both on CPU 0)"
+        den = [("spin_floor", "split"), ("eventfd_blocking", p), ("asio_local_stream", p)]
+        den_names = ["÷ spin_floor/split", f"÷ eventfd/{p}", f"÷ asio_stream/{p}"]
+
+        header = ["family", "reps", "median", "mean", "min", "max"] + den_names
+        rows = []
+        for f in families:
+            k = (f, p)
+            if k not in runs:
+                continue
+            v = runs[k]
+            rows.append([f, str(len(v)), fmt_time(median[k]), fmt_time(mean[k]),
+                         fmt_time(min(v)), fmt_time(max(v))]
+                        + [fmt_ratio(ratio(k, d)) for d in den])
+        title = f"placement: {p}{where}, Google Benchmark real time per round trip"
+        print(f"**{title}**\n" if md else title)
+        print_table(header, rows, md)
+        print()
+
+        header = ["family", "reps", "median_ns", "min", "max"] + den_names
+        rows = []
+        for f in families:
+            k = (f, p)
+            if k not in batch:
+                continue
+            v = batch[k]
+            rows.append([f, str(len(v)), fmt_time(bmedian[k]), fmt_time(min(v)),
+                         fmt_time(max(v))] + [fmt_ratio(bratio(k, d)) for d in den])
+        if rows:
+            title = f"placement: {p}{where}, median of 16-round-trip batches (median_ns)"
+            print(f"**{title}**\n" if md else title)
+            print_table(header, rows, md)
+            print()
+
+    print("**Targets** (ratios of medians over repetitions)\n" if md
+          else "targets (ratios of medians over repetitions):")
+    print_targets(TARGETS, ratio, bratio, md)
+    print()
+    print("**Diagnostics, not targets**\n" if md else "diagnostics, not targets:")
+    print_targets(DIAGNOSTICS, ratio, bratio, md)
+
+    if errors:
+        print()
+        print("skipped (error):")
+        for name, msg in errors:
+            print(f"  {name}: {msg}")
+
+
+def print_targets(targets, ratio, bratio, md):
+    header = ["check", "measured", "limit", "real time", "result", "median_ns", "result"]
+    rows = []
+    for label, nf, np_, df, dp, limit in targets:
+        row = [label, f"{nf}/{np_} ÷ {df}/{dp}", f"≤ {limit:g}×"]
+        for rf in (ratio, bratio):
+            r = rf((nf, np_), (df, dp))
+            row += [fmt_ratio(r), "no data" if r is None else ("met" if r <= limit else "NOT met")]
+        rows.append(row)
+    print_table(header, rows, md)
+
+
+def print_table(header, rows, md):
+    if md:
+        print("| " + " | ".join(header) + " |")
+        print("|" + "|".join("---" if i == 0 else "--:" for i in range(len(header))) + "|")
+        for r in rows:
+            print("| " + " | ".join(r) + " |")
+        return
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print("  " + "  ".join(h.ljust(w) if i == 0 else h.rjust(w)
+                           for i, (h, w) in enumerate(zip(header, widths))))
+    for r in rows:
+        print("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# Model-checks models/wake_protocol.pml with spin, exhaustively, in several configurations.
+#
+#   check.sh [--mutant | --findings | --full] [model.pml]
+#
+#   (default)   the quick suite (the code as it is): every run must pass.        ~20 s on 2 cores
+#   --full      the quick suite plus larger configurations.                   several minutes
+#   --mutant    a copy of the protocol without the re-check after arming: passes only if spin
+#               FINDS the lost wake-up (proves the model and the checks can fail).
+#   --findings  variants behind the findings in models/README.md: each must show its expected
+#               result (a violation, or a pass for the fix).
+#
+# A run fails on: errors > 0, an assertion violation, an invalid end state (deadlock), or an
+# incomplete search (depth limit -- retried deeper -- or memory limit).
+# Environment: SPIN_JOBS (parallel runs, default: CPUs, at most 2), SPIN_MEMLIM (MB per run).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+mode=quick
+model=""
+for arg in "$@"; do
+  case "$arg" in
+    --mutant) mode=mutant ;;
+    --findings) mode=findings ;;
+    --full) mode=full ;;
+    -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -*) echo "check.sh: unknown option $arg" >&2; exit 2 ;;
+    *) model=$arg ;;
+  esac
+done
+model=${model:-$here/wake_protocol.pml}
+[[ -r $model ]] || { echo "check.sh: cannot read $model" >&2; exit 2; }
+model=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
+name=$(basename "$model" .pml)
+
+for tool in spin gcc; do
+  command -v "$tool" >/dev/null || { echo "check.sh: $tool not found" >&2; exit 2; }
+done
+
+cpus=$(nproc 2>/dev/null || echo 1)
+jobs=${SPIN_JOBS:-$(( cpus < 2 ? cpus : 2 ))}
+memlim=${SPIN_MEMLIM:-3000}
+work=$(mktemp -d "${TMPDIR:-/tmp}/wake_protocol.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# One run per line: label | kind | expectation | spin -D flags
+#   kind: safety (assertions + invalid end states) or progress (non-progress cycles: -DNP -l)
+#   expectation: ok, or a fixed string that the violation report must contain
+lost='(cond==1)&&(waiting>0)'
+quick_runs=(
+  "auto 2a+1s 1sig x2 rounds|safety|ok|-DNA=2 -DNS=1 -DNSIG=1 -DAROUNDS=2"
+  "auto 1a+2s 1sig|safety|ok|-DNA=1 -DNS=2 -DNSIG=1"
+  "auto 1a+1s 2sig|safety|ok|-DNA=1 -DNS=1 -DNSIG=2"
+  "manual 2a+1s 1sig x2 rounds|safety|ok|-DAUTO_RESET=0 -DNA=2 -DNS=1 -DNSIG=1 -DAROUNDS=2"
+  "manual 1a+1s 2sig|safety|ok|-DAUTO_RESET=0 -DNA=1 -DNS=1 -DNSIG=2"
+  "auto+cancel 2a+1s 1sig|safety|ok|-DCANCEL=1 -DNA=2 -DNS=1 -DNSIG=1"
+  "auto+cancel 2a 2sig|safety|ok|-DCANCEL=1 -DNA=2 -DNS=0 -DNSIG=2"
+  "auto+cancel 2a 1sig x2 rounds|safety|ok|-DCANCEL=1 -DNA=2 -DNS=0 -DNSIG=1 -DAROUNDS=2"
+  "manual+cancel 2a 2sig|safety|ok|-DCANCEL=1 -DAUTO_RESET=0 -DNA=2 -DNS=0 -DNSIG=2"
+  "auto 2a+1s 1sig x2 rounds|progress|ok|-DNA=2 -DNS=1 -DNSIG=1 -DAROUNDS=2"
+  "auto+cancel 2a 1sig x2 rounds|progress|ok|-DCANCEL=1 -DNA=2 -DNS=0 -DNSIG=1 -DAROUNDS=2"
+  "wake-one 1a+1s 2sig|safety|ok|-DSET_NOTIFY_ONE -DNA=1 -DNS=1 -DNSIG=2"
+  "wake-one 2a 2sig|safety|ok|-DSET_NOTIFY_ONE -DNA=2 -DNS=0 -DNSIG=2"
+  "wake-one+cancel 2a 1sig|safety|ok|-DSET_NOTIFY_ONE -DCANCEL=1 -DNA=2 -DNS=0 -DNSIG=1"
+)
+full_runs=(
+  "auto 2a 2sig x2 rounds|safety|ok|-DNA=2 -DNS=0 -DNSIG=2 -DAROUNDS=2"
+  "auto 2a 2sig x2 rounds paced (exactly 2 complete)|safety|ok|-DNA=2 -DNS=0 -DNSIG=2 -DAROUNDS=2 -DPACED=1"
+  "auto 2a+1s 2sig|safety|ok|-DNA=2 -DNS=1 -DNSIG=2"
+  "auto 2a+1s 2sig paced (exactly 2 complete)|safety|ok|-DPACED=1 -DNA=2 -DNS=1 -DNSIG=2"
+  "manual 2a+1s 2sig|safety|ok|-DAUTO_RESET=0 -DNA=2 -DNS=1 -DNSIG=2"
+  "auto 3a 2sig|safety|ok|-DNA=3 -DNS=0 -DNSIG=2"
+  "auto 1a+2s 2sig|safety|ok|-DNA=1 -DNS=2 -DNSIG=2"
+  "auto+cancel 2a+1s 1sig x2 rounds|safety|ok|-DCANCEL=1 -DNA=2 -DNS=1 -DNSIG=1 -DAROUNDS=2"
+  "manual+cancel 2a+1s 1sig x2 rounds|safety|ok|-DCANCEL=1 -DAUTO_RESET=0 -DNA=2 -DNS=1 -DNSIG=1 -DAROUNDS=2"
+)
+mutant_runs=(
+  "mutant auto 2a 1sig|safety|$lost|-DMUTANT_NO_RECHECK -DNA=2 -DNS=0 -DNSIG=1"
+  "mutant manual 2a+1s 1sig|safety|$lost|-DMUTANT_NO_RECHECK -DAUTO_RESET=0 -DNA=2 -DNS=1 -DNSIG=1"
+)
+findings_runs=(
+  "F1 arm exchange-then-count: parked dips below 0|safety|(parked_a>=0)|-DSTRICT_NONNEG -DNA=2 -DNS=0 -DNSIG=1"
+  "F1 fix: count, then exchange (undo if armed)|safety|ok|-DSTRICT_NONNEG -DARM_COUNT_FIRST -DNA=2 -DNS=0 -DNSIG=2 -DAROUNDS=2"
+  "F2 arm by plain store: stale ring double-counts|safety|(parked_a==ma)|-DARM_STORE -DNA=2 -DNS=0 -DNSIG=2 -DAROUNDS=2"
+  "F3 wake-one: completing waiter swallows the ring|safety|$lost|-DSET_NOTIFY_ONE -DNA=2 -DNS=0 -DNSIG=2"
+  "F4 wake-one: a leaving sleeper shadows the armed|safety|$lost|-DSET_NOTIFY_ONE -DFORWARD_ON_DONE -DNA=1 -DNS=1 -DNSIG=2"
+  "F3+F4 fix 1a+1s 2sig|safety|ok|-DSET_NOTIFY_ONE -DFORWARD_ON_DONE -DNOTIFY_ONE_BOTH -DNA=1 -DNS=1 -DNSIG=2"
+  "F3+F4 fix 2a+1s 1sig x2 rounds|safety|ok|-DSET_NOTIFY_ONE -DFORWARD_ON_DONE -DNOTIFY_ONE_BOTH -DNA=2 -DNS=1 -DNSIG=1 -DAROUNDS=2"
+  "F5 wake-one needs the cancel forward|safety|$lost|-DSET_NOTIFY_ONE -DCANCEL=1 -DFORWARD=0 -DNA=2 -DNS=0 -DNSIG=1"
+  "F5 with forward|safety|ok|-DSET_NOTIFY_ONE -DCANCEL=1 -DNA=2 -DNS=0 -DNSIG=1"
+  "F6 wake-all needs no cancel forward|safety|ok|-DCANCEL=1 -DFORWARD=0 -DNA=2 -DNS=0 -DNSIG=2"
+)
+
+# The protocol as src/ now implements it: count before arming, pass a claimed ring on whenever
+# a waiter withdraws, wake-one rings an armed slot even with sleepers counted. The findings
+# runs below switch these off one at a time to show why each is there.
+current="-DARM_COUNT_FIRST -DFORWARD_ON_DONE -DNOTIFY_ONE_BOTH -DSTRICT_NONNEG"
+with_current() { for r in "$@"; do printf '%s %s\n' "$r" "$current"; done; }
+case $mode in
+  quick) mapfile -t runs < <(with_current "${quick_runs[@]}") ;;
+  full) mapfile -t runs < <(with_current "${quick_runs[@]}" "${full_runs[@]}") ;;
+  mutant) runs=("${mutant_runs[@]}") ;;
+  findings) runs=("${findings_runs[@]}") ;;
+esac
+hash_bits=24
+extra_cflags=""
+if [[ $mode == full ]]; then hash_bits=26; extra_cflags="-DCOLLAPSE"; fi
+
+# run_one INDEX LINE: writes $work/INDEX.result: "ok|label|message" or "fail|label|message"
+run_one() {
+  local idx=$1 label kind expect flags dir out states depth secs violation depth_limit
+  IFS='|' read -r label kind expect flags <<<"$2"
+  dir=$work/$idx
+  mkdir -p "$dir"
+  cd "$dir"
+  cp "$model" "$name.pml"  # spin -t finds the trail beside the model it is given
+  # shellcheck disable=SC2086  # flags are a list of -D options
+  if ! spin $flags -a "$name.pml" >spin.log 2>&1; then
+    echo "fail|$label|spin -a failed: $(tr '\n' ' ' <spin.log)" >"$dir.result"
+    return
+  fi
+  local cflags="-O2 -w -DMEMLIM=$memlim $extra_cflags" pan_args=()
+  if [[ $kind == progress ]]; then
+    cflags+=" -DNP"
+    pan_args=(-l)
+  else
+    cflags+=" -DSAFETY"
+  fi
+  # shellcheck disable=SC2086
+  if ! gcc $cflags -o pan pan.c >gcc.log 2>&1; then
+    echo "fail|$label|gcc failed: $(head -c 400 gcc.log)" >"$dir.result"
+    return
+  fi
+  depth_limit=10000
+  while :; do
+    ./pan "${pan_args[@]}" -m$depth_limit -w$hash_bits >pan.out 2>&1 || true
+    if grep -q 'max search depth too small' pan.out && ((depth_limit < 10000000)); then
+      depth_limit=$((depth_limit * 10))
+      continue
+    fi
+    break
+  done
+  out=pan.out
+  local errors
+  errors=$(sed -n 's/.*errors: \([0-9][0-9]*\).*/\1/p' $out | tail -n 1)
+  states=$(sed -n 's/^ *\([0-9.e+]*\) states, stored.*/\1/p' $out | tail -n 1)
+  depth=$(sed -n 's/.*depth reached \([0-9]*\).*/\1/p' $out | tail -n 1)
+  secs=$(sed -n 's/^pan: elapsed time \([0-9.e+-]*\).*/\1/p' $out | tail -n 1)
+  violation=$(grep -m1 -E '^pan:[0-9]+: ' $out || true)  # e.g. "pan:1: assertion violated .."
+  local stats="states=${states:-?}, depth=${depth:-?}, ${secs:-?} s"
+  local incomplete=""
+  if grep -qiE 'search was not completed|search not completed|depth too small|out of memory|memlim|memory limit' $out; then
+    incomplete=yes
+  fi
+  if [[ -z $errors ]]; then
+    echo "fail|$label|$kind: no verdict from pan: $(tail -n 3 $out | tr '\n' ' ')" >"$dir.result"
+  elif [[ $expect == ok ]]; then
+    if ((errors > 0)) || [[ -n $violation ]]; then
+      local keep="${TMPDIR:-/tmp}/$name.failed.$idx"
+      rm -rf "$keep" && cp -r "$dir" "$keep"
+      echo "fail|$label|$kind FAILED: ${violation:-errors: $errors} ($stats); trail: cd $keep && spin $flags -t -p -g $name.pml" >"$dir.result"
+    elif [[ -n $incomplete ]]; then
+      echo "fail|$label|$kind INCOMPLETE (depth or memory limit; raise SPIN_MEMLIM) ($stats)" >"$dir.result"
+    else
+      echo "ok|$label|$kind ok ($stats)" >"$dir.result"
+    fi
+  else
+    if ((errors > 0)) && [[ $violation == *"$expect"* ]]; then
+      echo "ok|$label|violation found as expected: ${violation#pan:1: } ($stats)" >"$dir.result"
+    elif ((errors > 0)); then
+      echo "fail|$label|found a different violation than expected ($expect): $violation" >"$dir.result"
+    elif [[ -n $incomplete ]]; then
+      echo "fail|$label|expected violation not found and search INCOMPLETE ($stats)" >"$dir.result"
+    else
+      echo "fail|$label|expected violation ($expect) NOT found ($stats)" >"$dir.result"
+    fi
+  fi
+}
+
+start=$SECONDS
+pids=()
+for i in "${!runs[@]}"; do
+  while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
+  ( run_one "$i" "${runs[$i]}" ) &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || true; done
+
+status=0
+found_all=1
+for i in "${!runs[@]}"; do
+  result=$(cat "$work/$i.result" 2>/dev/null || echo "fail|${runs[$i]%%|*}|no result")
+  IFS='|' read -r verdict label message <<<"$result"
+  echo "${name}[$label]: $message"
+  if [[ $verdict != ok ]]; then status=1; found_all=0; fi
+done
+if [[ $mode == mutant ]]; then
+  if ((found_all)); then
+    echo "$name mutant: lost wake-up found as expected"
+  else
+    echo "$name mutant: lost wake-up NOT found -- the model or its checks are broken"
+  fi
+fi
+echo "$name: $mode: ${#runs[@]} runs, $((SECONDS - start)) s, $([[ $status == 0 ]] && echo PASS || echo FAIL)"
+exit $status

@@ -1,0 +1,1913 @@
+// Tests of shmio::rpc_buffer: calls both ways, nested calls, timeouts, cancellation (and that
+// the other end hears of it), remote errors, closing, the death of either process, packet
+// fragmentation across processes, limits, concurrency, statistics, hostile packets, and the
+// packet parser and reassembler on their own. Peer commands are in tests/peer_rpc.cpp.
+//
+// Most tests run both ends in this process on one io_context: the test body is a coroutine on
+// that io_context, and the io_context must run out of work by itself once the body has closed
+// both ends (which checks that nothing is left hanging after a close).
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/experimental/deferred.hpp>
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <future>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "shmio/detail/layout.hpp"
+#include "shmio/detail/ring.hpp"
+#include "shmio/detail/rpc_packet.hpp"
+#include "shmio/rpc_buffer.hpp"
+#include "shmio/segment.hpp"
+#include "support.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace asio::experimental::awaitable_operators;
+using shmio::errc;
+using shmio::rpc_buffer;
+using shmio::rpc_options;
+using shmio::test::child;
+using shmio::test::peer_path;
+using shmio::test::scoped_name;
+using shmio::test::signal_pipe;
+using steady = std::chrono::steady_clock;
+using bytes_t = std::vector<std::byte>;
+namespace detail = shmio::detail;
+namespace layout = shmio::detail::layout;
+
+// Every bounded wait uses this: far longer than anything should take, so only a lost
+// completion (a hang) reaches it.
+constexpr auto bound = 10s;
+
+constexpr auto tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
+
+// Assertions on a co_await: the value is taken first, so that no Catch assertion stays open
+// while the coroutine is suspended (and other handlers assert meanwhile).
+#define CO_CHECK(...)                                           \
+  do {                                                          \
+    const bool co_check_value = static_cast<bool>(__VA_ARGS__); \
+    INFO(#__VA_ARGS__);                                         \
+    CHECK(co_check_value);                                      \
+  } while (false)
+#define CO_REQUIRE(...)                                         \
+  do {                                                          \
+    const bool co_check_value = static_cast<bool>(__VA_ARGS__); \
+    INFO(#__VA_ARGS__);                                         \
+    REQUIRE(co_check_value);                                    \
+  } while (false)
+
+bytes_t bytes(std::string_view s) {
+  const auto* p = reinterpret_cast<const std::byte*>(s.data());
+  return {p, p + s.size()};
+}
+
+// Two bytes (no initializer_list: g++ 12 fails on one inside a co_await expression).
+bytes_t two_bytes(int a, int b) {
+  return {static_cast<std::byte>(a), static_cast<std::byte>(b)};
+}
+
+std::string text(std::span<const std::byte> b) {
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
+/// `n` pseudo-random bytes (xorshift), different for each seed: reordered or lost chunks show.
+bytes_t pattern(std::size_t n, std::uint64_t seed) {
+  bytes_t out(n);
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(out.data() + i, &x, 8);
+  }
+  for (; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    out[i] = static_cast<std::byte>(x);
+  }
+  return out;
+}
+
+std::int32_t as_int(const bytes_t& b) {
+  std::int32_t v = 0;
+  if (b.size() == sizeof v) std::memcpy(&v, b.data(), sizeof v);
+  return v;
+}
+
+rpc_options small_nodes(std::size_t count = 8, std::size_t size = 4096) {
+  rpc_options o;
+  o.node_count = count;
+  o.node_size = size;
+  return o;
+}
+
+std::chrono::milliseconds ms_since(steady::time_point from, steady::time_point to = steady::now()) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(to - from);
+}
+
+double ms_between(steady::time_point from, steady::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+/// The count of the timeout loop: SHMIO_RPC_TIMEOUT_LOOP from the environment (the spec's
+/// figure is 100000), or 2000 to keep the test fast.
+std::size_t timeout_loop_count() {
+  if (const char* s = std::getenv("SHMIO_RPC_TIMEOUT_LOOP")) {
+    const unsigned long long v = std::strtoull(s, nullptr, 10);
+    if (v > 0) return static_cast<std::size_t>(v);
+  }
+  return 2000;
+}
+
+/// A one-shot flag a coroutine can wait for, with a bound (single-threaded use).
+class async_flag {
+ public:
+  explicit async_flag(const asio::any_io_executor& ex) : timer_(ex, steady::time_point::max()) {}
+  void set() {
+    if (!set_) {
+      set_ = true;
+      when_ = steady::now();
+    }
+    timer_.cancel();
+  }
+  void reset() noexcept { set_ = false; }
+  bool is_set() const noexcept { return set_; }
+  steady::time_point when() const noexcept { return when_; }
+  /// True once set; false if `limit` passed first.
+  asio::awaitable<bool> wait(steady::duration limit = bound) {
+    const auto deadline = steady::now() + limit;
+    while (!set_ && steady::now() < deadline) {
+      timer_.expires_at(deadline);
+      co_await timer_.async_wait(tuple_awaitable);
+    }
+    co_return set_;
+  }
+
+ private:
+  asio::steady_timer timer_;
+  bool set_ = false;
+  steady::time_point when_{};
+};
+
+/// Polls `pred` every millisecond until it holds or `limit` passes (for counters that have no
+/// event to wait on).
+template <class Pred>
+asio::awaitable<bool> wait_until(Pred pred, steady::duration limit = bound) {
+  asio::steady_timer t(co_await asio::this_coro::executor);
+  const auto deadline = steady::now() + limit;
+  while (!pred()) {
+    if (steady::now() >= deadline) co_return false;
+    t.expires_after(1ms);
+    co_await t.async_wait(tuple_awaitable);
+  }
+  co_return true;
+}
+
+/// A call started with a callback, to be looked at later.
+struct pending {
+  explicit pending(const asio::any_io_executor& ex) : done(ex) {}
+  async_flag done;
+  std::error_code ec;
+  bytes_t reply;
+  auto handler() {
+    return [this](std::error_code e, bytes_t r) {
+      ec = e;
+      reply = std::move(r);
+      done.set();
+    };
+  }
+};
+
+/// A handler that never answers: it waits an hour, and throws when cancelled.
+asio::awaitable<bytes_t> hold_forever() {
+  asio::steady_timer t(co_await asio::this_coro::executor, 1h);
+  co_await t.async_wait(asio::use_awaitable);
+  co_return bytes("held");
+}
+
+/// A handler that holds, and tells when it started and when its wait was cancelled.
+struct holding_handler {
+  async_flag* started;
+  async_flag* cancelled;
+  asio::awaitable<bytes_t> operator()(std::uint64_t, std::span<const std::byte>) const {
+    started->set();
+    try {
+      co_return co_await hold_forever();
+    } catch (const std::system_error& e) {
+      if (e.code() == asio::error::operation_aborted) cancelled->set();
+      throw;
+    }
+  }
+};
+
+asio::awaitable<bytes_t> echo(std::uint64_t, std::span<const std::byte> in) {
+  co_return bytes_t(in.begin(), in.end());
+}
+
+/// The seed's example handler: two bytes in, their sum out as a 4-byte int; else an echo.
+bytes_t add_two(std::uint64_t, std::span<const std::byte> in) {
+  if (in.size() != 2) return {in.begin(), in.end()};
+  const std::int32_t sum = std::to_integer<int>(in[0]) + std::to_integer<int>(in[1]);
+  bytes_t reply(sizeof sum);
+  std::memcpy(reply.data(), &sum, sizeof sum);
+  return reply;
+}
+
+/// Runs `body` (returning asio::awaitable<void>) as a coroutine on `io`, then `io` until it has
+/// no work left. The body must close every end it opened: the io_context running dry proves
+/// that every loop of every end finished.
+template <class Body>
+void run_until_done(asio::io_context& io, Body&& body, steady::duration limit = 30s) {
+  bool finished = false;
+  std::exception_ptr failure;
+  asio::co_spawn(io, body(), [&](std::exception_ptr e) {
+    finished = true;
+    failure = e;
+    if (e) io.stop();
+  });
+  io.run_for(limit);
+  if (failure) std::rethrow_exception(failure);
+  REQUIRE(finished);
+  CHECK(io.stopped());  // both ends closed: nothing of theirs left running
+}
+
+/// The owner end in this process, with a shmio_test_peer "rpc-serve" process as the opener.
+/// The owner answers the peer's "ready" call (that is how we learn the peer has joined) and
+/// gives every other call to `more` (echo if none).
+class peer_session {
+ public:
+  peer_session(asio::io_context& io, const rpc_options& options, shmio::rpc_handler more = {})
+      : ready_(io.get_executor()),
+        more_(std::move(more)),
+        owner_(io.get_executor(), shmio::create_only, name_,
+               shmio::rpc_handler([this](std::uint64_t id, std::span<const std::byte> in) {
+                 return serve(id, in);
+               }),
+               options) {}
+
+  rpc_buffer& owner() noexcept { return owner_; }
+  const scoped_name& name() const noexcept { return name_; }
+  child& peer() { return *peer_; }
+
+  /// Starts a peer process; `calls` are the calls it makes to us after "ready".
+  void start_peer(const std::vector<std::string>& calls = {}) {
+    ready_.reset();
+    std::vector<std::string> argv{peer_path(), "rpc-serve", name_.str()};
+    argv.insert(argv.end(), calls.begin(), calls.end());
+    peer_.reset();
+    peer_.emplace(argv);
+  }
+  asio::awaitable<bool> wait_ready() { co_return co_await ready_.wait(); }
+
+  /// Asks the peer to close, and waits for it to exit. Returns its exit code.
+  asio::awaitable<int> quit() {
+    auto [ec, reply] = co_await owner_.async_request(asio::buffer(bytes("quit")), tuple_awaitable);
+    // "bye", or peer_gone if its close overtook the reply.
+    CHECK((ec == std::error_code() || ec == errc::peer_gone));
+    co_return peer_->wait(bound);
+  }
+
+ private:
+  asio::awaitable<bytes_t> serve(std::uint64_t id, std::span<const std::byte> in) {
+    if (text(in) == "ready") {
+      ready_.set();
+      co_return bytes("ok");
+    }
+    if (more_) co_return co_await more_(id, in);
+    co_return bytes_t(in.begin(), in.end());
+  }
+
+  scoped_name name_{"rpc"};
+  async_flag ready_;
+  shmio::rpc_handler more_;
+  rpc_buffer owner_;
+  std::optional<child> peer_;
+};
+
+// ---- calls between the two ends --------------------------------------------------------------
+
+TEST_CASE("rpc_buffer: the owner calls the opener and gets the handler's reply", "[rpc]") {
+  // Seed port: the opener adds the two bytes and replies with a 4-byte int.
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name);
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name, shmio::rpc_sync_handler(add_two));
+  CHECK(owner.is_owner());
+  CHECK_FALSE(opener.is_owner());
+  CHECK(owner.name() == name.str());
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    auto [ec, reply] =
+        co_await owner.async_request(asio::buffer(two_bytes(123, 10)), tuple_awaitable);
+    CHECK_FALSE(ec);
+    REQUIRE(reply.size() == 4);
+    CHECK(as_int(reply) == 133);
+    owner.close();
+    opener.close();
+  });
+}
+
+TEST_CASE("rpc_buffer: the owner calls an opener in another process and gets 133",
+          "[rpc][process]") {
+  asio::io_context io;
+  peer_session s(io, rpc_options{});
+  s.start_peer();
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    CO_REQUIRE(co_await s.wait_ready());
+    auto [ec, reply] =
+        co_await s.owner().async_request(asio::buffer(two_bytes(123, 10)), tuple_awaitable);
+    CHECK_FALSE(ec);
+    CHECK(as_int(reply) == 133);
+    CO_CHECK(co_await s.quit() == 0);
+    s.owner().close();
+  });
+}
+
+TEST_CASE("rpc_buffer: calls go both ways at once", "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  auto tagged = [](std::string tag) {
+    return shmio::rpc_sync_handler([tag](std::uint64_t, std::span<const std::byte> in) {
+      return bytes(tag + ":" + text(in));
+    });
+  };
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, tagged("owner"));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name, tagged("opener"));
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    pending to_opener(io.get_executor()), to_owner(io.get_executor());
+    owner.async_request(asio::buffer(bytes("a")), to_opener.handler());
+    opener.async_request(asio::buffer(bytes("b")), to_owner.handler());
+    CO_REQUIRE(co_await to_opener.done.wait());
+    CO_REQUIRE(co_await to_owner.done.wait());
+    CHECK_FALSE(to_opener.ec);
+    CHECK_FALSE(to_owner.ec);
+    CHECK(text(to_opener.reply) == "opener:a");
+    CHECK(text(to_owner.reply) == "owner:b");
+    owner.close();
+    opener.close();
+  });
+}
+
+TEST_CASE("rpc_buffer: a handler may call the other end and use its answer", "[rpc]") {
+  // Each end's handler, given depth n > 0, calls the other end (through its own end) with
+  // n - 1 and answers with that answer + 1: a chain opener -> owner -> opener -> ... of nested
+  // calls, each end serving and calling at once.
+  const std::size_t size = GENERATE(as<std::size_t>{}, 1, 100'000);
+  CAPTURE(size);
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer* ends[2] = {nullptr, nullptr};  // [0] the owner, [1] the opener
+  int served[2] = {0, 0};
+  auto nested = [&](int self) {
+    return shmio::rpc_handler([&, self](std::uint64_t,
+                                        std::span<const std::byte> in) -> asio::awaitable<bytes_t> {
+      ++served[self];
+      const int depth = std::to_integer<int>(in[0]);
+      bytes_t out(in.begin(), in.end());
+      if (depth == 0) co_return out;
+      bytes_t inner(in.begin(), in.end());
+      inner[0] = static_cast<std::byte>(depth - 1);
+      auto [ec, answer] = co_await ends[self]->async_request(asio::buffer(inner), tuple_awaitable);
+      if (ec) throw std::system_error(ec);
+      out[0] = static_cast<std::byte>(std::to_integer<int>(answer.at(0)) + 1);
+      co_return out;
+    });
+  };
+  // Small rings: with 100 kB payloads every level fills them, so a handler blocked in its
+  // nested call must not hold up the reading of that call's reply.
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, nested(0), small_nodes(2, 1024));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name, nested(1));
+  ends[0] = &owner;
+  ends[1] = &opener;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    bytes_t request = pattern(size, 7);
+    request[0] = std::byte{6};
+    auto [ec, reply] = co_await opener.async_request(asio::buffer(request), tuple_awaitable);
+    CHECK_FALSE(ec);
+    REQUIRE(reply.size() == size);
+    CHECK(std::to_integer<int>(reply[0]) == 6);
+    CHECK(std::equal(reply.begin() + 1, reply.end(), request.begin() + 1));
+    CHECK(served[0] == 4);  // depths 6, 4, 2, 0 on the owner
+    CHECK(served[1] == 3);  // depths 5, 3, 1 on the opener
+    owner.close();
+    opener.close();
+  });
+}
+
+// ---- timeouts and cancellation ---------------------------------------------------------------
+
+TEST_CASE("rpc_buffer: a call whose handler never answers times out after its timeout", "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  async_flag started(io.get_executor()), cancelled(io.get_executor());
+  const auto timeout = 200ms;
+  rpc_options options;
+  options.default_timeout = timeout;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler{}, options);
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name,
+                    shmio::rpc_handler(holding_handler{&started, &cancelled}));
+  const bool use_default = GENERATE(false, true);
+  CAPTURE(use_default);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    const auto start = steady::now();
+    std::error_code ec;
+    if (use_default)
+      std::tie(ec, std::ignore) =
+          co_await owner.async_request(asio::buffer(bytes("x")), tuple_awaitable);
+    else
+      std::tie(ec, std::ignore) =
+          co_await owner.async_request(asio::buffer(bytes("x")), timeout, tuple_awaitable);
+    const auto elapsed = ms_since(start);
+    CHECK(ec == errc::timed_out);
+    CHECK(elapsed >= timeout);
+    CHECK(elapsed < timeout + 1s);
+    CHECK(owner.statistics().timeouts == 1);
+    CHECK(owner.statistics().pending_requests == 0);
+    // The timeout tells the other end too: its handler stops waiting.
+    CO_CHECK(co_await cancelled.wait());
+    owner.close();
+    opener.close();
+  });
+}
+
+TEST_CASE("rpc_buffer: cancelling a call through its slot completes it with operation_aborted",
+          "[rpc]") {
+  const auto type = GENERATE(asio::cancellation_type::terminal, asio::cancellation_type::partial,
+                             asio::cancellation_type::total);
+  CAPTURE(static_cast<int>(type));
+  scoped_name name("rpc");
+  asio::io_context io;
+  async_flag started(io.get_executor()), cancelled(io.get_executor());
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name,
+                   shmio::rpc_handler(holding_handler{&started, &cancelled}));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    asio::cancellation_signal signal;
+    pending call(io.get_executor());
+    opener.async_request(asio::buffer(bytes("x")),
+                         asio::bind_cancellation_slot(signal.slot(), call.handler()));
+    CO_REQUIRE(co_await started.wait());
+    const auto emitted = steady::now();
+    signal.emit(type);
+    CO_REQUIRE(co_await call.done.wait());
+    CHECK(call.ec == asio::error::operation_aborted);
+    CHECK(call.reply.empty());
+    const double latency = ms_between(emitted, call.done.when());
+    CAPTURE(latency);
+    CHECK(latency < 50.0);
+    CHECK(opener.statistics().cancellations == 1);
+    CHECK(opener.statistics().pending_requests == 0);
+    owner.close();
+    opener.close();
+  });
+}
+
+TEST_CASE("rpc_buffer: the remote handler of a cancelled call receives cancellation", "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  async_flag started(io.get_executor()), cancelled(io.get_executor());
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name,
+                   shmio::rpc_handler(holding_handler{&started, &cancelled}));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  const bool race = GENERATE(false, true);  // through a bound slot; by losing a race (||)
+  CAPTURE(race);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    if (!race) {
+      asio::cancellation_signal signal;
+      pending call(io.get_executor());
+      opener.async_request(asio::buffer(bytes("x")),
+                           asio::bind_cancellation_slot(signal.slot(), call.handler()));
+      CO_REQUIRE(co_await started.wait());
+      signal.emit(asio::cancellation_type::terminal);
+      CO_REQUIRE(co_await call.done.wait());
+      CHECK(call.ec == asio::error::operation_aborted);
+    }
+    if (race) {
+      asio::steady_timer timer(io.get_executor());
+      auto call = [&]() -> asio::awaitable<void> {
+        co_await opener.async_request(asio::buffer(bytes("x")), asio::use_awaitable);
+      };
+      auto timer_after_start = [&]() -> asio::awaitable<void> {
+        co_await started.wait();
+        timer.expires_after(1ms);
+        co_await timer.async_wait(asio::use_awaitable);
+      };
+      auto winner = co_await (call() || timer_after_start());
+      CHECK(winner.index() == 1);
+    }
+    // Wherever it came from, the handler's wait over there ends with operation_aborted.
+    CO_CHECK(co_await cancelled.wait());
+    CHECK(owner.statistics().cancellations == 1);
+    CHECK(opener.statistics().cancellations == 1);
+    // Its reply (an error now) comes after the caller gave up: discarded and counted.
+    CO_CHECK(co_await wait_until([&] { return opener.statistics().discarded_replies == 1; }));
+    owner.close();
+    opener.close();
+  });
+}
+
+TEST_CASE("rpc_buffer: the handler of a cancelled call in another process stops",
+          "[rpc][process]") {
+  // The peer's "hold" handler ends only when cancelled; its error reply then arrives here,
+  // after the call was given up: a discarded reply shows that the handler over there ended.
+  asio::io_context io;
+  peer_session s(io, rpc_options{});
+  s.start_peer();
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    CO_REQUIRE(co_await s.wait_ready());
+    asio::cancellation_signal signal;
+    pending call(io.get_executor());
+    s.owner().async_request(asio::buffer(bytes("hold")),
+                            asio::bind_cancellation_slot(signal.slot(), call.handler()));
+    // An echo answered means the peer has read "hold" (the ring keeps order) and started it.
+    auto [ec, reply] =
+        co_await s.owner().async_request(asio::buffer(bytes("ping")), tuple_awaitable);
+    CHECK_FALSE(ec);
+    CHECK_FALSE(call.done.is_set());
+    signal.emit(asio::cancellation_type::terminal);
+    CO_REQUIRE(co_await call.done.wait());
+    CHECK(call.ec == asio::error::operation_aborted);
+    CO_CHECK(co_await wait_until([&] { return s.owner().statistics().discarded_replies == 1; }));
+    CO_CHECK(co_await s.quit() == 0);
+    s.owner().close();
+  });
+}
+
+TEST_CASE("rpc_buffer: cancelling a call also cancels the calls its remote handler made", "[rpc]") {
+  // opener -> owner's handler -> nested call to the opener, whose handler holds. Cancelling
+  // the outer call cancels the owner's handler, whose nested call is cancelled in turn.
+  scoped_name name("rpc");
+  asio::io_context io;
+  async_flag started(io.get_executor()), cancelled(io.get_executor());
+  rpc_buffer* owner_ptr = nullptr;
+  std::error_code nested_ec;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name,
+                   shmio::rpc_handler(
+                       [&](std::uint64_t, std::span<const std::byte>) -> asio::awaitable<bytes_t> {
+                         auto [ec, reply] = co_await owner_ptr->async_request(
+                             asio::buffer(bytes("inner")), tuple_awaitable);
+                         nested_ec = ec;
+                         co_return reply;
+                       }));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name,
+                    shmio::rpc_handler(holding_handler{&started, &cancelled}));
+  owner_ptr = &owner;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    asio::cancellation_signal signal;
+    pending call(io.get_executor());
+    opener.async_request(asio::buffer(bytes("outer")),
+                         asio::bind_cancellation_slot(signal.slot(), call.handler()));
+    CO_REQUIRE(co_await started.wait());  // the nested call reached the innermost handler
+    signal.emit(asio::cancellation_type::terminal);
+    CO_REQUIRE(co_await call.done.wait());
+    CHECK(call.ec == asio::error::operation_aborted);
+    CO_CHECK(co_await cancelled.wait());
+    CHECK(nested_ec == asio::error::operation_aborted);
+    CHECK(owner.statistics().pending_requests == 0);
+    owner.close();
+    opener.close();
+  });
+}
+
+TEST_CASE("rpc_buffer: a reply that comes after the timeout is discarded and counted", "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  // The "slow" handler waits for the gate and ignores cancellation, so that it really replies,
+  // late.
+  asio::steady_timer gate(io.get_executor(), steady::time_point::max());
+  auto handler = [&](std::uint64_t, std::span<const std::byte> in) -> asio::awaitable<bytes_t> {
+    if (text(in) == "slow") {
+      co_await gate.async_wait(
+          asio::bind_cancellation_slot(asio::cancellation_slot(), tuple_awaitable));
+      co_return bytes("late");
+    }
+    co_return bytes_t(in.begin(), in.end());
+  };
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name);
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name, shmio::rpc_handler(handler));
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    auto [ec, reply] =
+        co_await owner.async_request(asio::buffer(bytes("slow")), 50ms, tuple_awaitable);
+    CHECK(ec == errc::timed_out);
+    CHECK(owner.statistics().pending_requests == 0);
+    CHECK(owner.statistics().discarded_replies == 0);
+    gate.cancel();  // the handler answers now
+    CO_CHECK(co_await wait_until([&] { return owner.statistics().discarded_replies == 1; }));
+    CHECK(owner.statistics().pending_requests == 0);
+    CHECK(owner.statistics().responses_received == 1);
+    // The channel goes on as before.
+    auto [ec2, reply2] = co_await owner.async_request(asio::buffer(bytes("next")), tuple_awaitable);
+    CHECK_FALSE(ec2);
+    CHECK(text(reply2) == "next");
+    owner.close();
+    opener.close();
+  });
+}
+
+TEST_CASE("rpc_buffer: many timed-out calls leave the request table empty", "[rpc]") {
+  const std::size_t total = timeout_loop_count();
+  constexpr std::size_t wave = 200;  // calls in flight at once
+  CAPTURE(total);
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name);
+  // A slow handler: 10 s, far beyond the 1 ms timeout (cancellation ends it early).
+  rpc_buffer opener(
+      io.get_executor(), shmio::open_only, name,
+      shmio::rpc_handler([](std::uint64_t, std::span<const std::byte>) -> asio::awaitable<bytes_t> {
+        asio::steady_timer t(co_await asio::this_coro::executor, 10s);
+        co_await t.async_wait(asio::use_awaitable);
+        co_return bytes("too late");
+      }));
+  run_until_done(
+      io,
+      [&]() -> asio::awaitable<void> {
+        std::size_t timed_out = 0, other = 0, completed = 0;
+        async_flag wave_done(io.get_executor());
+        for (std::size_t sent = 0; sent < total;) {
+          const std::size_t n = std::min(wave, total - sent);
+          std::size_t left = n;
+          wave_done.reset();
+          for (std::size_t i = 0; i < n; ++i, ++sent)
+            owner.async_request(asio::buffer(bytes("x")), 1ms, [&](std::error_code ec, bytes_t) {
+              ++completed;
+              (ec == errc::timed_out ? timed_out : other)++;
+              if (--left == 0) wave_done.set();
+            });
+          CO_REQUIRE(co_await wave_done.wait());
+        }
+        CHECK(completed == total);
+        CHECK(timed_out == total);
+        CHECK(other == 0);
+        const auto s = owner.statistics();
+        CHECK(s.pending_requests == 0);
+        CHECK(s.timeouts == total);
+        CHECK(s.requests_sent == total);
+        // Every handler over there was cancelled and answered with an error, late: all of
+        // those replies are dropped here, and none finds a table entry.
+        CO_CHECK(co_await wait_until([&] { return owner.statistics().discarded_replies == total; },
+                                     20s));
+        CHECK(owner.statistics().pending_requests == 0);
+        CHECK(opener.statistics().cancellations == total);
+        owner.close();
+        opener.close();
+      },
+      60s);
+}
+
+// ---- failures reported by the other end ------------------------------------------------------
+
+TEST_CASE("rpc_buffer: a handler's exception reaches the caller as remote_error with its text",
+          "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  shmio::rpc_handler handler;
+  std::string expected;
+  SECTION("a plain function throws") {
+    handler = [](std::uint64_t, std::span<const std::byte>) -> asio::awaitable<bytes_t> {
+      throw std::runtime_error("bad input: x");
+      co_return bytes_t{};
+    };
+    expected = "bad input: x";
+  }
+  SECTION("a coroutine throws after waiting") {
+    handler = [](std::uint64_t, std::span<const std::byte>) -> asio::awaitable<bytes_t> {
+      asio::steady_timer t(co_await asio::this_coro::executor, 1ms);
+      co_await t.async_wait(asio::use_awaitable);
+      throw std::invalid_argument("no such account");
+    };
+    expected = "no such account";
+  }
+  SECTION("a sync handler throws") {
+    shmio::rpc_sync_handler f = [](std::uint64_t, std::span<const std::byte>) -> bytes_t {
+      throw std::out_of_range("index 7");
+    };
+    handler = [f](std::uint64_t id, std::span<const std::byte> in) -> asio::awaitable<bytes_t> {
+      co_return f(id, in);
+    };
+    expected = "index 7";
+  }
+  SECTION("something that is not a std::exception is thrown") {
+    handler = [](std::uint64_t, std::span<const std::byte>) -> asio::awaitable<bytes_t> {
+      throw 42;
+      co_return bytes_t{};
+    };
+    expected = "unknown exception";
+  }
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, handler);
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    auto [ec, reply] = co_await opener.async_request(asio::buffer(bytes("x")), tuple_awaitable);
+    CHECK(ec == errc::remote_error);
+    CHECK(text(reply) == expected);
+    CHECK(owner.statistics().errors_sent == 1);
+    CHECK(opener.statistics().errors_received == 1);
+    owner.close();
+    opener.close();
+  });
+}
+
+TEST_CASE("rpc_buffer: the exception text of a handler in another process reaches the caller",
+          "[rpc][process]") {
+  asio::io_context io;
+  peer_session s(io, rpc_options{});
+  s.start_peer();
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    CO_REQUIRE(co_await s.wait_ready());
+    auto [ec, reply] =
+        co_await s.owner().async_request(asio::buffer(bytes("fail")), tuple_awaitable);
+    CHECK(ec == errc::remote_error);
+    CHECK(text(reply) == "peer handler failed");
+    CO_CHECK(co_await s.quit() == 0);
+    s.owner().close();
+  });
+}
+
+TEST_CASE("rpc_buffer: a call to an end without a handler fails at once with no_handler", "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  const bool owner_serves = GENERATE(false, true);
+  CAPTURE(owner_serves);
+  shmio::rpc_handler serve_echo(echo);
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name,
+                   owner_serves ? serve_echo : shmio::rpc_handler{});
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name,
+                    owner_serves ? shmio::rpc_handler{} : serve_echo);
+  rpc_buffer& caller = owner_serves ? owner : opener;  // calls the end without a handler
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    const auto start = steady::now();
+    auto [ec, reply] = co_await caller.async_request(asio::buffer(bytes("x")), tuple_awaitable);
+    CHECK(ec == errc::no_handler);
+    CHECK(ms_since(start) < 1s);  // the default timeout is 30 s: this is not a timeout
+    owner.close();
+    opener.close();
+  });
+}
+
+// ---- closing ---------------------------------------------------------------------------------
+
+TEST_CASE("rpc_buffer: calls to an end that closed fail with peer_gone", "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name, shmio::rpc_handler(echo));
+  const bool called_before = GENERATE(false, true);
+  const bool owner_closes = GENERATE(true, false);
+  CAPTURE(called_before, owner_closes);
+  rpc_buffer& closing = owner_closes ? owner : opener;
+  rpc_buffer& caller = owner_closes ? opener : owner;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    if (called_before) {
+      auto [ec, reply] = co_await caller.async_request(asio::buffer(bytes("x")), tuple_awaitable);
+      CHECK_FALSE(ec);
+    }
+    closing.close();
+    CHECK_FALSE(closing.is_open());
+    for (int i = 0; i < 3; ++i) {
+      const auto start = steady::now();
+      auto [ec, reply] = co_await caller.async_request(asio::buffer(bytes("y")), tuple_awaitable);
+      CHECK(ec == errc::peer_gone);
+      CHECK(ms_since(start) < 1s);
+    }
+    CHECK(caller.statistics().pending_requests == 0);
+    caller.close();
+  });
+}
+
+TEST_CASE("rpc_buffer: closing an end while its handler runs ends the call and the handler",
+          "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  async_flag started(io.get_executor()), cancelled(io.get_executor());
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name,
+                   shmio::rpc_handler(holding_handler{&started, &cancelled}));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    pending call(io.get_executor());
+    opener.async_request(asio::buffer(bytes("x")), call.handler());
+    CO_REQUIRE(co_await started.wait());
+    const auto closed_at = steady::now();
+    owner.close();
+    CO_REQUIRE(co_await call.done.wait());
+    CHECK((call.ec == errc::peer_gone || call.ec == asio::error::operation_aborted));
+    CHECK(ms_between(closed_at, call.done.when()) < 1000.0);
+    CO_CHECK(co_await cancelled.wait());  // this end's handler was aborted by its close
+    CHECK(opener.statistics().pending_requests == 0);
+    opener.close();
+  });
+}
+
+TEST_CASE("rpc_buffer: closing the calling end aborts its calls and cancels the remote handler",
+          "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  async_flag started(io.get_executor()), cancelled(io.get_executor());
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name,
+                   shmio::rpc_handler(holding_handler{&started, &cancelled}));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    pending call(io.get_executor());
+    opener.async_request(asio::buffer(bytes("x")), call.handler());
+    CO_REQUIRE(co_await started.wait());
+    opener.close();
+    CO_REQUIRE(co_await call.done.wait());
+    CHECK(call.ec == asio::error::operation_aborted);
+    CO_CHECK(co_await cancelled.wait(1s));  // told by the close packet
+    owner.close();
+  });
+}
+
+TEST_CASE("rpc_buffer: a call on an end that is closed completes with an error on its executor",
+          "[rpc]") {
+  // Documented: operation_aborted "(cancelled, or this end closed)". And like every Asio
+  // operation, a handler without an associated executor runs on the object's executor, here
+  // inside io.run() on this thread, never on a thread the program did not make.
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name);
+  owner.close();
+  std::promise<std::pair<std::error_code, std::thread::id>> result;
+  auto future = result.get_future();
+  owner.async_request(asio::buffer(bytes("x")), [&](std::error_code ec, bytes_t) {
+    result.set_value({ec, std::this_thread::get_id()});
+  });
+  io.run_for(bound);
+  REQUIRE(future.wait_for(bound) == std::future_status::ready);
+  auto [ec, thread] = future.get();
+  CAPTURE(ec.message());
+  CHECK(ec == asio::error::operation_aborted);
+  CHECK(thread == std::this_thread::get_id());
+}
+
+TEST_CASE("rpc_buffer: the payload is copied when the call is made even with a lazy token",
+          "[rpc]") {
+  // Documented: "Calls the other end with `payload` (copied: the buffer may go at once)". With
+  // a lazy token (deferred, or an awaitable kept for later) the operation starts later: the
+  // bytes must have been taken by then already.
+  const bool deferred = GENERATE(true, false);
+  CAPTURE(deferred);
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    bytes_t buffer = pattern(1000, 11);
+    const bytes_t original = buffer;
+    std::error_code ec;
+    bytes_t reply;
+    if (deferred) {
+      auto op = opener.async_request(asio::buffer(buffer), asio::experimental::deferred);
+      std::fill(buffer.begin(), buffer.end(), std::byte{0});  // the buffer "goes"
+      std::tie(ec, reply) = co_await std::move(op)(tuple_awaitable);
+    } else {
+      auto op = opener.async_request(asio::buffer(buffer), tuple_awaitable);
+      std::fill(buffer.begin(), buffer.end(), std::byte{0});
+      std::tie(ec, reply) = co_await std::move(op);
+    }
+    CHECK_FALSE(ec);
+    CHECK(reply.size() == original.size());
+    CHECK((reply == original));
+    owner.close();
+    opener.close();
+  });
+}
+
+TEST_CASE("rpc_buffer: the last end to close removes the segment", "[rpc]") {
+  scoped_name name("rpc");
+  {
+    asio::io_context io;
+    rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo));
+    rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+    run_until_done(io, [&]() -> asio::awaitable<void> {
+      auto [ec, reply] = co_await opener.async_request(asio::buffer(bytes("x")), tuple_awaitable);
+      CHECK_FALSE(ec);
+      owner.close();
+      opener.close();
+    });
+  }
+  std::error_code ec;
+  auto seg = shmio::segment::open(name, shmio::object_kind::rpc, ec);
+  CHECK(ec == errc::not_found);
+}
+
+// ---- the death of the other process ----------------------------------------------------------
+
+TEST_CASE("rpc_buffer: the owner's pending calls fail with peer_gone when the opener is killed",
+          "[rpc][process]") {
+  asio::io_context io;
+  peer_session s(io, rpc_options{});
+  s.start_peer();
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    CO_REQUIRE(co_await s.wait_ready());
+    constexpr int calls = 3;
+    std::vector<std::unique_ptr<pending>> held;
+    for (int i = 0; i < calls; ++i) {
+      held.push_back(std::make_unique<pending>(io.get_executor()));
+      s.owner().async_request(asio::buffer(bytes("hold")), held.back()->handler());
+    }
+    // The echo's answer means the peer has read the three "hold"s and runs their handlers.
+    auto [ec, reply] =
+        co_await s.owner().async_request(asio::buffer(bytes("ping")), tuple_awaitable);
+    REQUIRE_FALSE(ec);
+    CHECK(s.owner().statistics().pending_requests == calls);
+
+    const auto killed_at = steady::now();
+    ::kill(s.peer().pid(), SIGKILL);
+    double latency = 0;
+    for (auto& p : held) {
+      CO_REQUIRE(co_await p->done.wait());
+      CHECK(p->ec == errc::peer_gone);
+      latency = std::max(latency, ms_between(killed_at, p->done.when()));
+    }
+    WARN("opener killed: the owner's calls failed " << latency << " ms after the kill");
+    CHECK(latency < 300.0);  // specified: ~100 ms; slack for a busy 2-core machine
+    CHECK(s.owner().statistics().pending_requests == 0);
+    CHECK(s.peer().wait(bound) == 128 + SIGKILL);
+
+    // A new opener may join the channel the dead one left, and calls work again.
+    s.start_peer();
+    CO_REQUIRE(co_await s.wait_ready());
+    auto [ec2, reply2] =
+        co_await s.owner().async_request(asio::buffer(bytes("again")), tuple_awaitable);
+    CHECK_FALSE(ec2);
+    CHECK(text(reply2) == "again");
+    CO_CHECK(co_await s.quit() == 0);
+    s.owner().close();
+  });
+}
+
+TEST_CASE("rpc_buffer: the opener's pending calls fail with peer_gone when the owner is killed",
+          "[rpc][process]") {
+  scoped_name name("rpc");
+  signal_pipe created;
+  child owner_process([&] {
+    asio::io_context io;
+    rpc_buffer owner(io.get_executor(), shmio::create_only, name,
+                     shmio::rpc_handler([](std::uint64_t id, std::span<const std::byte> in) {
+                       return text(in) == "hold" ? hold_forever() : echo(id, in);
+                     }));
+    created.notify();
+    io.run();
+    return 0;
+  });
+  REQUIRE(created.wait(bound) == 1);
+  asio::io_context io;
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    constexpr int calls = 3;
+    std::vector<std::unique_ptr<pending>> held;
+    for (int i = 0; i < calls; ++i) {
+      held.push_back(std::make_unique<pending>(io.get_executor()));
+      opener.async_request(asio::buffer(bytes("hold")), held.back()->handler());
+    }
+    auto [ec, reply] = co_await opener.async_request(asio::buffer(bytes("ping")), tuple_awaitable);
+    REQUIRE_FALSE(ec);
+
+    const auto killed_at = steady::now();
+    ::kill(owner_process.pid(), SIGKILL);
+    double latency = 0;
+    for (auto& p : held) {
+      CO_REQUIRE(co_await p->done.wait());
+      CHECK(p->ec == errc::peer_gone);
+      latency = std::max(latency, ms_between(killed_at, p->done.when()));
+    }
+    WARN("owner killed: the opener's calls failed " << latency << " ms after the kill");
+    CHECK(latency < 300.0);
+    CHECK(opener.statistics().pending_requests == 0);
+    // Later calls fail at once too.
+    auto [ec2, reply2] = co_await opener.async_request(asio::buffer(bytes("x")), tuple_awaitable);
+    CHECK(ec2 == errc::peer_gone);
+    opener.close();
+  });
+  CHECK(owner_process.wait(bound) == 128 + SIGKILL);
+}
+
+TEST_CASE("rpc_buffer: handlers running for a caller that is killed are cancelled",
+          "[rpc][process]") {
+  asio::io_context io;
+  async_flag started(io.get_executor()), cancelled(io.get_executor());
+  peer_session s(io, rpc_options{}, holding_handler{&started, &cancelled});
+  s.start_peer({"hold"});  // the peer calls us with "hold" once it is ready
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    CO_REQUIRE(co_await s.wait_ready());
+    CO_REQUIRE(co_await started.wait());
+    const auto killed_at = steady::now();
+    ::kill(s.peer().pid(), SIGKILL);
+    CO_REQUIRE(co_await cancelled.wait());
+    const double latency = ms_between(killed_at, cancelled.when());
+    WARN("caller killed: the handler here was cancelled " << latency << " ms after the kill");
+    CHECK(latency < 300.0);
+    CHECK(s.peer().wait(bound) == 128 + SIGKILL);
+    s.owner().close();
+  });
+}
+
+// ---- fragmentation and limits ----------------------------------------------------------------
+
+TEST_CASE("rpc_buffer: messages of every size cross between processes byte-identical",
+          "[rpc][process]") {
+  struct setup {
+    const char* what;
+    rpc_options options;
+    std::vector<std::size_t> sizes;
+  };
+  const std::size_t per = 4096 - detail::packet_header_size;
+  const auto config = GENERATE_COPY(setup{"small nodes",
+                                          small_nodes(8, 4096),
+                                          {0, 1, per - 1, per, per + 1, 2 * per, 3 * per,
+                                           2 * per + 1, 3 * per + 1, 1000 * per, 1000 * per + 1}},
+                                    setup{"large message", small_nodes(8, 1 << 20), {64u << 20}});
+  CAPTURE(config.what);
+  asio::io_context io;
+  peer_session s(io, config.options);
+  s.start_peer();
+  run_until_done(
+      io,
+      [&]() -> asio::awaitable<void> {
+        CO_REQUIRE(co_await s.wait_ready());
+        std::uint64_t seed = 1;
+        for (std::size_t size : config.sizes) {
+          CAPTURE(size);
+          const bytes_t payload = pattern(size, seed++);
+          auto [ec, reply] =
+              co_await s.owner().async_request(asio::buffer(payload), 30s, tuple_awaitable);
+          CHECK_FALSE(ec);
+          CHECK(reply.size() == payload.size());
+          CHECK((reply == payload));
+        }
+        const auto st = s.owner().statistics();
+        CHECK(st.packets_rejected == 0);
+        CO_CHECK(co_await s.quit() == 0);
+        s.owner().close();
+      },
+      60s);
+}
+
+TEST_CASE("rpc_buffer: a message over max_message_size fails with message_too_large", "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_options options = small_nodes(8, 256);  // several packets per message
+  options.max_message_size = 1000;
+  int owner_handled = 0;
+  rpc_buffer owner(
+      io.get_executor(), shmio::create_only, name,
+      shmio::rpc_handler(
+          [&](std::uint64_t, std::span<const std::byte> in) -> asio::awaitable<bytes_t> {
+            ++owner_handled;
+            if (text(in) == "big reply") co_return bytes_t(1001);
+            co_return bytes_t(in.begin(), in.end());
+          }),
+      options);
+  rpc_buffer opener(
+      io.get_executor(), shmio::open_only, name,
+      shmio::rpc_handler(
+          [](std::uint64_t, std::span<const std::byte> in) -> asio::awaitable<bytes_t> {
+            if (text(in) == "big reply") co_return bytes_t(1001);
+            co_return bytes_t(in.begin(), in.end());
+          }));
+  const int scenario = GENERATE(range(0, 4));
+  CAPTURE(scenario);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    if (scenario == 0) {  // the owner sends a request over its limit
+      auto [ec, reply] = co_await owner.async_request(asio::buffer(bytes_t(1001)), tuple_awaitable);
+      CHECK(ec == errc::message_too_large);
+      auto [ec2, reply2] =
+          co_await owner.async_request(asio::buffer(pattern(1000, 1)), tuple_awaitable);
+      CHECK_FALSE(ec2);
+      CHECK(reply2 == pattern(1000, 1));
+    }
+    if (scenario == 1) {  // the opener sends a request over the owner's limit
+      auto [ec, reply] =
+          co_await opener.async_request(asio::buffer(pattern(1001, 2)), tuple_awaitable);
+      CHECK(ec == errc::message_too_large);
+      CHECK(owner_handled == 0);
+      CHECK(owner.statistics().packets_rejected >= 1);
+      // The rest of that message is dropped over there; the channel goes on working.
+      auto [ec2, reply2] =
+          co_await opener.async_request(asio::buffer(pattern(1000, 3)), tuple_awaitable);
+      CHECK_FALSE(ec2);
+      CHECK(reply2 == pattern(1000, 3));
+    }
+    if (scenario == 2) {  // the owner's handler replies over its limit
+      auto [ec, reply] =
+          co_await opener.async_request(asio::buffer(bytes("big reply")), tuple_awaitable);
+      CHECK(ec == errc::message_too_large);
+    }
+    if (scenario == 3) {  // the opener's handler replies over the owner's limit
+      auto [ec, reply] =
+          co_await owner.async_request(asio::buffer(bytes("big reply")), tuple_awaitable);
+      CHECK(ec == errc::message_too_large);
+      CHECK(owner.statistics().pending_requests == 0);
+      auto [ec2, reply2] =
+          co_await owner.async_request(asio::buffer(bytes("small")), tuple_awaitable);
+      CHECK_FALSE(ec2);
+      CHECK(text(reply2) == "small");
+    }
+    owner.close();
+    opener.close();
+  });
+}
+
+TEST_CASE("rpc_buffer: options out of range are refused with invalid_argument", "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_options options;
+  SECTION("a node no larger than a packet header") {
+    options.node_size = 32;
+  }
+  SECTION("a limit of 4 GiB or more") {
+    options.max_message_size = 0x1'0000'0000ull;
+  }
+  std::error_code ec;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler{}, options, ec);
+  CHECK(ec == errc::invalid_argument);
+  CHECK_FALSE(owner.is_open());
+}
+
+// ---- concurrency -----------------------------------------------------------------------------
+
+TEST_CASE("rpc_buffer: concurrent callers each get the reply to their own request", "[rpc]") {
+  const int threads = GENERATE(1, 2);
+  CAPTURE(threads);
+  constexpr int callers = 10;
+  constexpr int calls_each = 40;
+  scoped_name name("rpc");
+  asio::io_context io;
+  // Reverses the payload, after a trip through the executor so that handlers interleave.
+  // Handlers of one end run on its strand: never two at once, even with two threads.
+  std::atomic<int> inside[2] = {0, 0};
+  std::atomic<int> overlaps{0};
+  auto reverse = [&](int end) {
+    return shmio::rpc_handler(
+        [&, end](std::uint64_t, std::span<const std::byte> in) -> asio::awaitable<bytes_t> {
+          co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+          if (inside[end]++ != 0) ++overlaps;
+          bytes_t out(in.rbegin(), in.rend());
+          --inside[end];
+          co_return out;
+        });
+  };
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, reverse(0), small_nodes(8, 1024));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name, reverse(1));
+  std::atomic<int> mismatches{0}, failures{0}, ok{0}, remaining{callers};
+  auto caller = [&](int who) -> asio::awaitable<void> {
+    rpc_buffer& end = who % 2 ? owner : opener;
+    for (int i = 0; i < calls_each; ++i) {
+      const bytes_t payload = pattern(1 + (who * 977 + i * 131) % 5000, who * 1000 + i);
+      auto [ec, reply] = co_await end.async_request(asio::buffer(payload), tuple_awaitable);
+      if (ec)
+        ++failures;
+      else if (!std::equal(reply.begin(), reply.end(), payload.rbegin(), payload.rend()))
+        ++mismatches;
+      else
+        ++ok;
+    }
+  };
+  for (int c = 0; c < callers; ++c)
+    asio::co_spawn(io, caller(c), [&](std::exception_ptr e) {
+      if (e) ++failures;
+      if (--remaining == 0) {
+        owner.close();
+        opener.close();
+      }
+    });
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t)
+    pool.emplace_back([&] { io.run_for(bound); });
+  io.run_for(bound);
+  for (auto& t : pool)
+    t.join();
+  CHECK(remaining == 0);
+  CHECK(failures == 0);
+  CHECK(mismatches == 0);
+  CHECK(ok == callers * calls_each);
+  CHECK(overlaps == 0);
+  CHECK(io.stopped());
+}
+
+TEST_CASE("rpc_buffer: calls may be started from threads that do not run the io_context", "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  std::thread runner([&] { io.run_for(bound); });
+  std::atomic<int> good{0}, bad{0};
+  auto call_many = [&](int who) {
+    for (int i = 0; i < 100; ++i) {
+      const bytes_t payload = pattern(1 + i * 37, who * 1000 + i);
+      try {
+        auto reply = opener.async_request(asio::buffer(payload), asio::use_future).get();
+        (reply == payload ? good : bad)++;
+      } catch (...) {
+        ++bad;
+      }
+    }
+  };
+  std::thread a(call_many, 1), b(call_many, 2);
+  a.join();
+  b.join();
+  asio::post(io, [&] {
+    owner.close();
+    opener.close();
+  });
+  runner.join();
+  CHECK(good == 200);
+  CHECK(bad == 0);
+  CHECK(io.stopped());
+}
+
+// ---- statistics and attaching ----------------------------------------------------------------
+
+TEST_CASE("rpc_buffer: creating and opening report already_exists and not_found and incompatible",
+          "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  std::error_code ec;
+  rpc_buffer missing(io.get_executor(), shmio::open_only, name, shmio::rpc_handler{},
+                     shmio::wait_strategy{}, ec);
+  CHECK(ec == errc::not_found);
+  CHECK_FALSE(missing.is_open());
+  {
+    rpc_buffer owner(io.get_executor(), shmio::create_only, name);
+    rpc_buffer twice(io.get_executor(), shmio::create_only, name, shmio::rpc_handler{},
+                     rpc_options{}, ec);
+    CHECK(ec == errc::already_exists);
+    CHECK_FALSE(twice.is_open());
+  }
+  io.run_for(bound);
+  scoped_name raw("rpc");
+  shmio::segment other(shmio::create_only, raw, shmio::object_kind::raw, 4096);
+  rpc_buffer wrong(io.get_executor(), shmio::open_only, raw, shmio::rpc_handler{},
+                   shmio::wait_strategy{}, ec);
+  CHECK(ec == errc::incompatible);
+}
+
+/// A handler that records what it was asked, and echoes.
+shmio::rpc_handler recording(std::vector<std::string>& log) {
+  return [&log](std::uint64_t, std::span<const std::byte> in) -> asio::awaitable<bytes_t> {
+    log.push_back(text(in));
+    co_return bytes_t(in.begin(), in.end());
+  };
+}
+
+// The [succession] tests below show a known gap, left open in the issue: packets a departed
+// opener left in the rings, or never read, reach the next opener of the same channel. Hidden
+// ([.]) until per-opener sessions land; run them with: shmio_tests "[succession]".
+TEST_CASE("rpc_buffer: a request the departed opener never read is not served by the next one",
+          "[.][rpc][succession]") {
+  // The owner calls an opener that is attached but reads nothing (its io_context never runs);
+  // that opener then closes, and the call fails with peer_gone. Its request is still in the
+  // ring towards the openers. The caller was told the call failed: a new opener must not
+  // execute it.
+  scoped_name name("rpc");
+  asio::io_context io, idle;
+  std::vector<std::string> served_by_first, served_by_next;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name);
+  rpc_buffer first(idle.get_executor(), shmio::open_only, name, recording(served_by_first));
+  std::optional<rpc_buffer> next;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    pending stale(io.get_executor());
+    owner.async_request(asio::buffer(bytes("stale")), stale.handler());
+    CO_REQUIRE(co_await wait_until([&] { return owner.statistics().packets_sent == 1; }));
+    first.close();
+    CO_REQUIRE(co_await stale.done.wait());
+    CHECK(stale.ec == errc::peer_gone);
+
+    next.emplace(io.get_executor(), shmio::open_only, name.str(), recording(served_by_next));
+    auto [ec, reply] = co_await owner.async_request(asio::buffer(bytes("fresh")), tuple_awaitable);
+    CHECK_FALSE(ec);
+    CHECK(text(reply) == "fresh");
+    CHECK(served_by_first.empty());
+    CHECK(served_by_next == std::vector<std::string>{"fresh"});
+    owner.close();
+    next->close();
+  });
+}
+
+TEST_CASE("rpc_buffer: a request sent to a crashed opener is not served by its successor",
+          "[.][rpc][process][succession]") {
+  // The same after a crash: the opener is killed; a call made before the owner noticed fails
+  // with peer_gone; the restarted opener must not run it.
+  asio::io_context io;
+  peer_session s(io, rpc_options{});
+  s.start_peer();
+  std::vector<std::string> served_by_next;
+  std::optional<rpc_buffer> next;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    CO_REQUIRE(co_await s.wait_ready());
+    auto [ec, reply] =
+        co_await s.owner().async_request(asio::buffer(bytes("ping")), tuple_awaitable);
+    REQUIRE_FALSE(ec);
+    REQUIRE(s.peer().kill9() == 128 + SIGKILL);
+    auto [ec2, reply2] =
+        co_await s.owner().async_request(asio::buffer(bytes("stale")), tuple_awaitable);
+    CHECK(ec2 == errc::peer_gone);
+
+    next.emplace(io.get_executor(), shmio::open_only, s.name().str(), recording(served_by_next));
+    auto [ec3, reply3] =
+        co_await s.owner().async_request(asio::buffer(bytes("fresh")), tuple_awaitable);
+    CHECK_FALSE(ec3);
+    CHECK(served_by_next == std::vector<std::string>{"fresh"});
+    s.owner().close();
+    next->close();
+  });
+}
+
+TEST_CASE("rpc_buffer: an opener killed and replaced at once is still noticed",
+          "[.][rpc][process][succession]") {
+  // The peer is killed and a new opener joins before the owner's next liveness check (the
+  // check cannot run in between: this coroutine does not yield). The dead opener's calls and
+  // the handlers run for it are still to end with peer_gone / cancellation soon, not at the
+  // calls' timeout.
+  asio::io_context io;
+  async_flag started(io.get_executor()), cancelled(io.get_executor());
+  peer_session s(io, rpc_options{}, holding_handler{&started, &cancelled});
+  s.start_peer({"hold"});  // the peer calls us with "hold": we serve it until cancelled
+  std::optional<rpc_buffer> next;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    CO_REQUIRE(co_await s.wait_ready());
+    CO_REQUIRE(co_await started.wait());
+    pending held(io.get_executor());
+    s.owner().async_request(asio::buffer(bytes("hold")), 3s, held.handler());
+    auto [ec, reply] =
+        co_await s.owner().async_request(asio::buffer(bytes("ping")), tuple_awaitable);
+    REQUIRE_FALSE(ec);
+
+    const auto killed_at = steady::now();
+    REQUIRE(s.peer().kill9() == 128 + SIGKILL);
+    next.emplace(io.get_executor(), shmio::open_only, s.name().str(), shmio::rpc_handler(echo));
+
+    CO_REQUIRE(co_await held.done.wait());
+    CAPTURE(held.ec.message(), ms_between(killed_at, held.done.when()));
+    CHECK(held.ec == errc::peer_gone);
+    CHECK(ms_between(killed_at, held.done.when()) < 300.0);
+    CO_CHECK(co_await cancelled.wait(1s));
+    // The new opener is called normally.
+    auto [ec2, reply2] =
+        co_await s.owner().async_request(asio::buffer(bytes("hi")), tuple_awaitable);
+    CHECK_FALSE(ec2);
+    CHECK(text(reply2) == "hi");
+    s.owner().close();
+    next->close();
+  });
+}
+
+TEST_CASE("rpc_buffer: the rest of a message to a killed opener is not sent to its successor",
+          "[.][rpc][process][succession]") {
+  // The opener is killed half-way through receiving a 16 MiB request. The call fails with
+  // peer_gone; the next opener must not be fed the rest of that message (thousands of packets
+  // it can only reject) before the owner's new call.
+  asio::io_context io;
+  peer_session s(io, small_nodes(4, 4096));
+  s.start_peer();
+  std::optional<rpc_buffer> next;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    CO_REQUIRE(co_await s.wait_ready());
+    pending big(io.get_executor());
+    s.owner().async_request(asio::buffer(pattern(16u << 20, 3)), big.handler());
+    CO_REQUIRE(co_await wait_until([&] { return s.owner().statistics().packets_sent > 500; }));
+    REQUIRE(s.peer().kill9() == 128 + SIGKILL);
+    CO_REQUIRE(co_await big.done.wait());
+    CHECK(big.ec == errc::peer_gone);
+
+    next.emplace(io.get_executor(), shmio::open_only, s.name().str(), shmio::rpc_handler(echo));
+    const auto start = steady::now();
+    auto [ec, reply] =
+        co_await s.owner().async_request(asio::buffer(bytes("fresh")), 5s, tuple_awaitable);
+    CHECK_FALSE(ec);
+    CHECK(text(reply) == "fresh");
+    const auto n = next->statistics();
+    CAPTURE(ms_since(start).count(), n.packets_received);
+    CHECK(n.packets_rejected == 0);
+    CHECK(n.requests_received == 1);
+    s.owner().close();
+    next->close();
+  });
+}
+
+TEST_CASE("rpc_buffer: the close of a departed opener does not fail calls to the next one",
+          "[.][rpc][succession]") {
+  // The first opener closes while the owner is not running; a second opener joins, and the
+  // owner calls it before its reader gets to the first one's close packet. That packet is about
+  // the first opener: the call to the second must succeed.
+  scoped_name name("rpc");
+  asio::io_context owner_io, io;
+  rpc_options options;
+  options.strategy = shmio::wait_strategy::park_only();
+  rpc_buffer owner(owner_io.get_executor(), shmio::create_only, name, shmio::rpc_handler{},
+                   options);
+  std::optional<rpc_buffer> first(std::in_place, io.get_executor(), shmio::open_only, name.str(),
+                                  shmio::rpc_handler(echo), shmio::wait_strategy{});
+  owner_io.poll();  // the owner's loops start and park
+  first->close();   // its close packet waits in the owner's ring
+  rpc_buffer next(io.get_executor(), shmio::open_only, name, shmio::rpc_handler(echo));
+  std::error_code ec = asio::error::would_block;
+  bytes_t reply;
+  owner.async_request(asio::buffer(bytes("hello")), 5s, [&](std::error_code e, bytes_t r) {
+    ec = e;
+    reply = std::move(r);
+    owner.close();
+    asio::post(io, [&] { next.close(); });
+  });
+  std::thread other([&] { io.run_for(bound); });
+  owner_io.run_for(bound);
+  other.join();
+  CAPTURE(ec.message());
+  CHECK_FALSE(ec);
+  CHECK(text(reply) == "hello");
+}
+
+TEST_CASE("rpc_buffer: statistics count requests and replies and errors and bytes and packets",
+          "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(
+      io.get_executor(), shmio::create_only, name,
+      shmio::rpc_handler(
+          [](std::uint64_t, std::span<const std::byte> in) -> asio::awaitable<bytes_t> {
+            if (text(in) == "bad") throw std::runtime_error("no");
+            co_return bytes_t(in.begin(), in.end());
+          }),
+      small_nodes(8, 4096));  // 4064 payload bytes per packet
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    for (std::size_t size : {10u, 5000u, 0u}) {  // 1, 2 and 1 packets
+      auto [ec, reply] =
+          co_await opener.async_request(asio::buffer(pattern(size, size)), tuple_awaitable);
+      CHECK_FALSE(ec);
+    }
+    auto [ec, reply] = co_await opener.async_request(asio::buffer(bytes("bad")), tuple_awaitable);
+    CHECK(ec == errc::remote_error);
+
+    const auto c = opener.statistics();
+    CHECK(c.requests_sent == 4);
+    CHECK(c.responses_received == 3);
+    CHECK(c.errors_received == 1);
+    CHECK(c.bytes_sent == 10 + 5000 + 0 + 3);
+    CHECK(c.bytes_received == 10 + 5000 + 0);
+    CHECK(c.packets_sent == 1 + 2 + 1 + 1);
+    CHECK(c.packets_received == 1 + 2 + 1 + 1);
+    CHECK(c.requests_received == 0);
+    CHECK(c.responses_sent == 0);
+    CHECK(c.errors_sent == 0);
+    CHECK(c.packets_rejected == 0);
+    CHECK(c.discarded_replies == 0);
+    CHECK(c.timeouts == 0);
+    CHECK(c.cancellations == 0);
+    CHECK(c.pending_requests == 0);
+
+    const auto s = owner.statistics();
+    CHECK(s.requests_received == 4);
+    CHECK(s.responses_sent == 3);
+    CHECK(s.errors_sent == 1);
+    CHECK(s.bytes_received == 10 + 5000 + 0 + 3);
+    CHECK(s.bytes_sent == 10 + 5000 + 0);
+    CHECK(s.packets_received == 5);
+    CHECK(s.packets_sent == 5);
+    CHECK(s.requests_sent == 0);
+    CHECK(s.responses_received == 0);
+    CHECK(s.errors_received == 0);
+    CHECK(s.packets_rejected == 0);
+    CHECK(s.pending_requests == 0);
+    owner.close();
+    opener.close();
+  });
+  CHECK(owner.statistics().requests_received == 0);  // a closed end has none
+}
+
+TEST_CASE("rpc_buffer: a moved-to object carries on with the channel", "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo));
+  rpc_buffer first(io.get_executor(), shmio::open_only, name);
+  rpc_buffer moved(std::move(first));
+  CHECK_FALSE(first.is_open());  // NOLINT(bugprone-use-after-move): moved-from is closed
+  CHECK(moved.is_open());
+  scoped_name other("rpc");
+  rpc_buffer assigned(io.get_executor(), shmio::create_only, other);
+  assigned = std::move(moved);  // closes what `assigned` had
+  CHECK(assigned.is_open());
+  CHECK_FALSE(assigned.is_owner());
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    auto [ec, reply] = co_await assigned.async_request(asio::buffer(bytes("x")), tuple_awaitable);
+    CHECK_FALSE(ec);
+    CHECK(text(reply) == "x");
+    owner.close();
+    assigned.close();
+  });
+}
+
+TEST_CASE("rpc_buffer: a second opener is refused with busy until the first one closes", "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_sync_handler(add_two));
+  auto first = std::make_unique<rpc_buffer>(io.get_executor(), shmio::open_only, name,
+                                            shmio::rpc_handler(echo));
+  std::error_code ec;
+  rpc_buffer second(io.get_executor(), shmio::open_only, name, {}, {}, ec);
+  CHECK(ec == errc::busy);
+  CHECK_FALSE(second.is_open());
+  try {
+    rpc_buffer third(io.get_executor(), shmio::open_only, name);
+    FAIL("a second opener was let in");
+  } catch (const shmio::error& e) {
+    CHECK(e.code() == errc::busy);
+  }
+  std::optional<rpc_buffer> next;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    auto [ec1, reply1] =
+        co_await first->async_request(asio::buffer(two_bytes(1, 2)), tuple_awaitable);
+    CHECK(as_int(reply1) == 3);
+    first->close();
+    std::error_code open_ec;
+    next.emplace(io.get_executor(), shmio::open_only, name.str(), shmio::rpc_handler(echo),
+                 shmio::wait_strategy{}, open_ec);
+    CHECK_FALSE(open_ec);
+    REQUIRE(next->is_open());
+    auto [ec2, reply2] =
+        co_await next->async_request(asio::buffer(two_bytes(40, 2)), tuple_awaitable);
+    CHECK_FALSE(ec2);
+    CHECK(as_int(reply2) == 42);
+    auto [ec3, reply3] =
+        co_await owner.async_request(asio::buffer(bytes("to the new one")), tuple_awaitable);
+    CHECK_FALSE(ec3);
+    CHECK(text(reply3) == "to the new one");
+    owner.close();
+    next->close();
+  });
+}
+
+// ---- hostile packets in the ring ---------------------------------------------------------------
+
+/// Writes raw nodes into the ring the owner reads, as a third participant of the channel.
+class ring_injector {
+ public:
+  explicit ring_injector(std::string_view name)
+      : seg_(shmio::open_only, name, shmio::object_kind::rpc) {
+    std::byte* body = seg_.body().data();
+    const auto& h = *reinterpret_cast<const layout::rpc_header*>(body);
+    std::error_code ec;
+    const std::uint16_t me = detail::ring_view::claim_participant(seg_.native_handle(), ec);
+    REQUIRE_FALSE(ec);
+    ring_.emplace(reinterpret_cast<layout::ring_state*>(body + h.to_owner_offset),
+                  seg_.native_handle(), me);
+  }
+  std::uint32_t node_size() const { return ring_->node_size(); }
+
+  /// Publishes `node` as one node, waiting (through the executor) for room.
+  asio::awaitable<void> publish(std::span<const std::byte> node) {
+    co_await publish_with_length(node, static_cast<std::uint32_t>(node.size()));
+  }
+  /// Publishes a node whose recorded length is `length` (may be a lie) with `node` in it.
+  asio::awaitable<void> publish_with_length(std::span<const std::byte> node, std::uint32_t length) {
+    detail::write_claim c;
+    while (ring_->try_claim_write(c) != detail::claim_status::claimed)
+      co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+    std::memcpy(c.data.data(), node.data(), std::min(node.size(), c.data.size()));
+    ring_->publish(c, length);
+  }
+
+ private:
+  shmio::segment seg_;
+  std::optional<detail::ring_view> ring_;
+};
+
+layout::packet_header header(std::uint8_t type, std::uint32_t index, std::uint64_t id,
+                             std::uint32_t total, std::uint32_t count,
+                             std::uint64_t response_to = 0) {
+  layout::packet_header h{};
+  h.type = type;
+  h.version = static_cast<std::uint8_t>(layout::rpc_version);
+  h.packet_index = index;
+  h.message_id = id;
+  h.total_size = total;
+  h.packet_count = count;
+  h.response_to = response_to;
+  return h;
+}
+
+constexpr auto request_type = static_cast<std::uint8_t>(layout::packet_type::request);
+constexpr auto response_type = static_cast<std::uint8_t>(layout::packet_type::response);
+
+/// A node: the header, then `chunk` bytes of payload.
+bytes_t node(const layout::packet_header& h, std::size_t chunk, std::uint64_t seed = 5) {
+  bytes_t out(sizeof h);
+  std::memcpy(out.data(), &h, sizeof h);
+  bytes_t payload = pattern(chunk, seed);
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+
+TEST_CASE("rpc_buffer: corrupt packets in the ring are rejected and counted and change nothing",
+          "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  int handled = 0;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name,
+                   shmio::rpc_handler([&](std::uint64_t id, std::span<const std::byte> in) {
+                     ++handled;
+                     return echo(id, in);
+                   }),
+                   small_nodes(16, 4096));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name, shmio::rpc_handler(echo));
+  ring_injector inject(name);
+  const std::uint32_t per = inject.node_size() - 32;  // 4064
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    const std::uint64_t id = 0xBAD0'0000'0000'0001ull;
+    auto bad_type_0 = header(request_type, 1, id, 5, 1);
+    bad_type_0.type = 0;
+    auto bad_type_6 = header(request_type, 1, id, 5, 1);
+    bad_type_6.type = 6;
+    auto bad_version = header(request_type, 1, id, 5, 1);
+    bad_version.version = 2;
+    const std::vector<bytes_t> rejected_by_parse = {
+        bytes_t(10, std::byte{1}),                           // shorter than a header
+        node(bad_type_0, 5),                                 // unknown type
+        node(bad_type_6, 5),                                 // unknown type
+        node(bad_version, 5),                                // wrong version
+        node(header(request_type, 0, id, 5, 1), 5),          // index 0
+        node(header(request_type, 2, id, 5, 1), 5),          // index > count
+        node(header(request_type, 1, id, 5, 2), 5),          // count inconsistent with total
+        node(header(request_type, 1, id, 5, 1), 4),          // chunk shorter than its share
+        node(header(request_type, 1, id, 5, 1), 6),          // chunk longer than its share
+        node(header(request_type, 1, id, per + 1, 1), per),  // count too small for total
+    };
+    for (const auto& n : rejected_by_parse)
+      co_await inject.publish(n);
+    // Well-formed packets the reassembler refuses: a continuation without a start, and a
+    // message whose packets skip an index (the forged 4 GiB total is taken as a start and
+    // must not be allocated; its packet 3 then breaks the order).
+    co_await inject.publish(node(header(request_type, 2, id + 1, per + 5, 2), 5));
+    const std::uint32_t huge = 0xFFFF'FFFFu;
+    const auto huge_count = static_cast<std::uint32_t>((std::uint64_t{huge} + per - 1) / per);
+    co_await inject.publish(node(header(request_type, 1, id + 2, huge, huge_count), per));
+    co_await inject.publish(node(header(request_type, 3, id + 2, huge, huge_count), per));
+    // A node whose length field is beyond the node size: the ring itself drops it.
+    co_await inject.publish_with_length(node(header(request_type, 1, id + 3, 5, 1), 5),
+                                        inject.node_size() + 1);
+
+    // The opener's call travels behind all of them in the same ring: when it is answered, the
+    // owner has seen every bad packet.
+    auto [ec, reply] =
+        co_await opener.async_request(asio::buffer(bytes("still fine")), tuple_awaitable);
+    CHECK_FALSE(ec);
+    CHECK(text(reply) == "still fine");
+    const auto s = owner.statistics();
+    CHECK(s.packets_rejected == rejected_by_parse.size() + 2 + 1);
+    CHECK(s.requests_received == 1);
+    CHECK(handled == 1);
+    // Calls the other way still work as well.
+    auto [ec2, reply2] =
+        co_await owner.async_request(asio::buffer(pattern(10'000, 9)), tuple_awaitable);
+    CHECK_FALSE(ec2);
+    CHECK(reply2 == pattern(10'000, 9));
+    owner.close();
+    opener.close();
+  });
+}
+
+TEST_CASE("rpc_buffer: forged replies and cancels for unknown calls are ignored", "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name, shmio::rpc_handler(echo));
+  ring_injector inject(name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    co_await inject.publish(node(header(response_type, 1, 77, 3, 1, /*response_to=*/12345), 3));
+    co_await inject.publish(
+        node(header(static_cast<std::uint8_t>(layout::packet_type::cancel), 1, 78, 0, 1, 999), 0));
+    auto [ec, reply] = co_await opener.async_request(asio::buffer(bytes("x")), tuple_awaitable);
+    CHECK_FALSE(ec);
+    const auto s = owner.statistics();
+    CHECK(s.discarded_replies == 1);
+    CHECK(s.packets_rejected == 0);
+    CHECK(s.cancellations == 0);
+    owner.close();
+    opener.close();
+  });
+}
+
+// ---- the packet format on its own ------------------------------------------------------------
+
+constexpr std::uint32_t test_node_size = 4096;
+constexpr std::uint32_t test_per = test_node_size - 32;
+
+/// Every packet of `m`, encoded into nodes of test_node_size.
+std::vector<bytes_t> encode_all(const detail::outgoing_message& m) {
+  std::vector<bytes_t> out;
+  const std::uint32_t count = detail::packets_for(m.payload.size(), test_per);
+  for (std::uint32_t i = 1; i <= count; ++i) {
+    bytes_t n(test_node_size);
+    n.resize(detail::encode_packet(m, i, test_node_size, n));
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+TEST_CASE("rpc packets: every message size survives encoding and parsing and reassembly", "[rpc]") {
+  const std::size_t size = GENERATE(as<std::size_t>{}, 0, 1, test_per - 1, test_per, test_per + 1,
+                                    2 * test_per, 3 * test_per, 2 * test_per + 1, 3 * test_per + 1);
+  CAPTURE(size);
+  detail::outgoing_message m{layout::packet_type::request, 42, 0, pattern(size, size)};
+  const auto nodes = encode_all(m);
+  CHECK(nodes.size() == std::max<std::size_t>(1, (size + test_per - 1) / test_per));
+  detail::reassembler r(0xFFFF'FFFFull);
+  detail::incoming_message out{};
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    auto p = detail::parse_packet(nodes[i], test_node_size);
+    REQUIRE(p);
+    const auto result = r.add(*p, out);
+    CHECK(result == (i + 1 == nodes.size() ? detail::reassembler::result::complete
+                                           : detail::reassembler::result::incomplete));
+  }
+  CHECK(out.type == layout::packet_type::request);
+  CHECK(out.id == 42);
+  CHECK(out.payload == m.payload);
+  CHECK(r.partial_count() == 0);
+}
+
+TEST_CASE("rpc packets: the parser rejects inconsistent packets", "[rpc]") {
+  auto parse = [](const bytes_t& n) { return detail::parse_packet(n, test_node_size); };
+  CHECK(parse(node(header(request_type, 1, 1, 5, 1), 5)));  // the well-formed one
+  CHECK_FALSE(parse(bytes_t(31)));
+  CHECK_FALSE(parse(node(header(request_type, 0, 1, 5, 1), 5)));  // index 0
+  CHECK_FALSE(parse(node(header(request_type, 2, 1, 5, 1), 5)));  // index > count
+  CHECK_FALSE(parse(node(header(request_type, 3, 1, 2 * test_per, 2), 0)));
+  CHECK_FALSE(parse(node(header(request_type, 1, 1, 5, 2), 5)));  // count > needed
+  CHECK_FALSE(parse(node(header(request_type, 1, 1, 2 * test_per, 1), test_per)));  // too few
+  CHECK_FALSE(parse(node(header(request_type, 1, 1, 5, 0), 5)));                    // count 0
+  CHECK_FALSE(parse(node(header(request_type, 1, 1, 0, 0), 0)));  // empty needs count 1
+  CHECK(parse(node(header(request_type, 1, 1, 0, 1), 0)));
+  CHECK_FALSE(parse(node(header(request_type, 1, 1, 5, 1), 4)));  // chunk too short
+  CHECK_FALSE(parse(node(header(request_type, 1, 1, 5, 1), 6)));  // chunk too long
+  CHECK_FALSE(parse(node(header(request_type, 1, 1, test_per + 1, 2), test_per - 1)));
+  CHECK(parse(node(header(request_type, 2, 1, test_per + 1, 2), 1)));
+  CHECK_FALSE(parse(node(header(request_type, 2, 1, test_per + 1, 2), 2)));  // last share is 1
+  for (int type : {0, 6, 255}) {
+    auto h = header(request_type, 1, 1, 5, 1);
+    h.type = static_cast<std::uint8_t>(type);
+    CHECK_FALSE(parse(node(h, 5)));
+  }
+  for (int type = 1; type <= 5; ++type) {
+    auto h = header(request_type, 1, 1, 5, 1);
+    h.type = static_cast<std::uint8_t>(type);
+    CHECK(parse(node(h, 5)));
+  }
+  for (int version : {0, 2}) {
+    auto h = header(request_type, 1, 1, 5, 1);
+    h.version = static_cast<std::uint8_t>(version);
+    CHECK_FALSE(parse(node(h, 5)));
+  }
+}
+
+TEST_CASE("rpc packets: interleaved messages are put back together separately", "[rpc]") {
+  detail::outgoing_message a{layout::packet_type::request, 1, 0, pattern(3 * test_per - 7, 1)};
+  detail::outgoing_message b{layout::packet_type::response, 2, 99, pattern(2 * test_per, 2)};
+  detail::outgoing_message c{layout::packet_type::cancel, 3, 1, {}};
+  const auto pa = encode_all(a), pb = encode_all(b), pc = encode_all(c);
+  REQUIRE(pa.size() == 3);
+  REQUIRE(pb.size() == 2);
+  detail::reassembler r(0xFFFF'FFFFull);
+  std::vector<detail::incoming_message> done;
+  for (const bytes_t* n : {&pa[0], &pb[0], &pa[1], &pc[0], &pb[1], &pa[2]}) {
+    auto p = detail::parse_packet(*n, test_node_size);
+    REQUIRE(p);
+    detail::incoming_message m{};
+    const auto result = r.add(*p, m);
+    CHECK(result != detail::reassembler::result::rejected);
+    if (result == detail::reassembler::result::complete) done.push_back(std::move(m));
+  }
+  REQUIRE(done.size() == 3);
+  CHECK(done[0].id == 3);
+  CHECK(done[0].type == layout::packet_type::cancel);
+  CHECK(done[0].response_to == 1);
+  CHECK(done[1].id == 2);
+  CHECK(done[1].response_to == 99);
+  CHECK(done[1].payload == b.payload);
+  CHECK(done[2].id == 1);
+  CHECK(done[2].payload == a.payload);
+  CHECK(r.partial_count() == 0);
+}
+
+TEST_CASE("rpc packets: the reassembler refuses packets out of order or out of place", "[rpc]") {
+  detail::reassembler r(0xFFFF'FFFFull);
+  detail::incoming_message m{};
+  auto add = [&](const layout::packet_header& h, std::size_t chunk) {
+    auto n = node(h, chunk);
+    auto p = detail::parse_packet(n, test_node_size);
+    REQUIRE(p);
+    return r.add(*p, m);
+  };
+  using result = detail::reassembler::result;
+  const std::uint32_t total = 3 * test_per;
+  SECTION("a continuation without a start") {
+    CHECK(add(header(request_type, 2, 7, total, 3), test_per) == result::rejected);
+  }
+  SECTION("a skipped index drops the message") {
+    CHECK(add(header(request_type, 1, 7, total, 3), test_per) == result::incomplete);
+    CHECK(add(header(request_type, 3, 7, total, 3), test_per) == result::rejected);
+    CHECK(r.partial_count() == 0);
+    CHECK(add(header(request_type, 2, 7, total, 3), test_per) == result::rejected);
+  }
+  SECTION("a second start for the same id drops the message") {
+    CHECK(add(header(request_type, 1, 7, total, 3), test_per) == result::incomplete);
+    CHECK(add(header(request_type, 1, 7, total, 3), test_per) == result::rejected);
+    CHECK(r.partial_count() == 0);
+  }
+  SECTION("a change of type or total mid-message drops it") {
+    CHECK(add(header(request_type, 1, 7, total, 3), test_per) == result::incomplete);
+    CHECK(add(header(response_type, 2, 7, total, 3), test_per) == result::rejected);
+    CHECK(r.partial_count() == 0);
+    CHECK(add(header(request_type, 1, 8, total, 3), test_per) == result::incomplete);
+    CHECK(add(header(request_type, 2, 8, total - 1, 3), test_per) == result::rejected);
+    CHECK(r.partial_count() == 0);
+  }
+  SECTION("too many unfinished messages") {
+    detail::reassembler small(0xFFFF'FFFFull, 4);
+    for (std::uint64_t id = 1; id <= 4; ++id) {
+      auto n = node(header(request_type, 1, id, total, 3), test_per);
+      CHECK(small.add(*detail::parse_packet(n, test_node_size), m) == result::incomplete);
+    }
+    auto n = node(header(request_type, 1, 5, total, 3), test_per);
+    CHECK(small.add(*detail::parse_packet(n, test_node_size), m) == result::rejected);
+    CHECK(small.partial_count() == 4);
+  }
+}
+
+TEST_CASE("rpc packets: a message over the limit is refused at its first packet", "[rpc]") {
+  detail::reassembler r(1000);
+  detail::incoming_message m{};
+  using result = detail::reassembler::result;
+  auto first = node(header(request_type, 1, 7, 5000, 2), test_per);
+  CHECK(r.add(*detail::parse_packet(first, test_node_size), m) == result::rejected);
+  CHECK(r.last_rejected_too_large());
+  auto second = node(header(request_type, 2, 7, 5000, 2), 5000 - test_per);
+  CHECK(r.add(*detail::parse_packet(second, test_node_size), m) == result::rejected);
+  CHECK_FALSE(r.last_rejected_too_large());  // answered once, at the first packet
+  auto fits = node(header(request_type, 1, 8, 1000, 1), 1000);
+  CHECK(r.add(*detail::parse_packet(fits, test_node_size), m) == result::complete);
+  CHECK_FALSE(r.last_rejected_too_large());
+}
+
+TEST_CASE("rpc packets: a forged huge total_size is not allocated up front", "[rpc]") {
+  // In a child whose address space may grow by 256 MiB only: allocating the forged 4 GiB
+  // would throw std::bad_alloc there (exit 99).
+  child c([] {
+    std::FILE* f = std::fopen("/proc/self/statm", "r");
+    unsigned long long pages = 0;
+    if (!f || std::fscanf(f, "%llu", &pages) != 1) return 2;
+    std::fclose(f);
+    const rlim_t limit = pages * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + (256u << 20);
+    const rlimit rl{limit, limit};
+    if (::setrlimit(RLIMIT_AS, &rl) != 0) return 3;
+    detail::reassembler r(0xFFFF'FFFFull);
+    detail::incoming_message m{};
+    const std::uint32_t total = 0xFFFF'FFFFu;
+    const auto count = static_cast<std::uint32_t>((std::uint64_t{total} + test_per - 1) / test_per);
+    auto first = node(header(request_type, 1, 7, total, count), test_per);
+    auto p = detail::parse_packet(first, test_node_size);
+    if (!p) return 4;
+    if (r.add(*p, m) != detail::reassembler::result::incomplete) return 5;
+    // And the next packets are taken as they come.
+    auto second = node(header(request_type, 2, 7, total, count), test_per);
+    auto q = detail::parse_packet(second, test_node_size);
+    if (!q || r.add(*q, m) != detail::reassembler::result::incomplete) return 6;
+    return r.partial_count() == 1 ? 0 : 7;
+  });
+  CHECK(c.wait(bound) == 0);
+}
+
+}  // namespace
