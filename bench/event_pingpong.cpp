@@ -96,7 +96,9 @@ enum class family {
 enum class placement { split, same };
 
 constexpr int parent_cpu = 0;
-int child_cpu(placement p) { return p == placement::split ? 1 : 0; }
+int child_cpu(placement p) {
+  return p == placement::split ? 1 : 0;
+}
 
 /// Round trips before timing starts: long enough for the adaptive spin to settle.
 constexpr auto warmup_time = 50ms;
@@ -131,7 +133,9 @@ struct control_block {
 constexpr std::uint32_t spin_stop_value = 0xffffffffu;
 
 volatile std::sig_atomic_t g_child_exited = 0;
-void on_sigchld(int) { g_child_exited = 1; }
+void on_sigchld(int) {
+  g_child_exited = 1;
+}
 
 [[noreturn]] void throw_errno(const char* what) {
   throw std::system_error(errno, std::system_category(), what);
@@ -258,12 +262,14 @@ class session {
     close_fd(ready_[1]);  // so that a dead child reads as EOF
     pollfd p{ready_[0], POLLIN, 0};
     int r;
-    do r = ::poll(&p, 1, 10'000);
+    do
+      r = ::poll(&p, 1, 10'000);
     while (r < 0 && errno == EINTR);
     if (r == 0) throw std::runtime_error("child not ready within 10 s");
     char buf[512];
     ssize_t n;
-    do n = ::read(ready_[0], buf, sizeof buf);
+    do
+      n = ::read(ready_[0], buf, sizeof buf);
     while (n < 0 && errno == EINTR);
     if (n == 1 && buf[0] == 'R') return;
     if (n > 1 && buf[0] == 'E')
@@ -342,7 +348,9 @@ class session {
   pid_t child_ = -1;
 };
 
-[[noreturn]] void throw_child_gone() { throw std::runtime_error("the echo process exited"); }
+[[noreturn]] void throw_child_gone() {
+  throw std::runtime_error("the echo process exited");
+}
 
 /// Google Benchmark's time is the mean over every round trip, so one preemption by another
 /// tenant of this shared VM shows in it. Next to it we report a figure that such rare stalls do
