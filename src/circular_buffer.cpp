@@ -137,7 +137,7 @@ std::size_t circular_buffer::write(asio::const_buffer message, std::chrono::mill
     return 0;
   }
   auto copy = [message](std::span<std::byte> node) {
-    std::memcpy(node.data(), message.data(), message.size());
+    detail::copy_bytes(node.data(), message.data(), message.size());
     return message.size();
   };
   auto r = im.waiter->wait(
@@ -159,7 +159,7 @@ std::size_t circular_buffer::read(asio::mutable_buffer buffer, std::chrono::mill
   if (!impl_) return ec = asio::error::bad_descriptor, 0;
   impl& im = *impl_;
   auto copy = [buffer](std::span<const std::byte> msg) {
-    std::memcpy(buffer.data(), msg.data(), msg.size());
+    detail::copy_bytes(buffer.data(), msg.data(), msg.size());
   };
   auto r = im.waiter->wait(
       detail::readers_queue, [&] { return detail::attempt_read(im.ring, copy, buffer.size()); },

@@ -169,7 +169,7 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
   auto take = [this] {
     auto copy = [this](std::span<const std::byte> node) {
       packet_.resize(node.size());  // within the reserved node size: no allocation
-      std::memcpy(packet_.data(), node.data(), node.size());
+      copy_bytes(packet_.data(), node.data(), node.size());
     };
     return attempt_read(in_, copy, in_.node_size());
   };

@@ -95,7 +95,7 @@ std::vector<std::byte> encode_error(int value, std::string_view text) {
   std::vector<std::byte> out(4 + text.size());
   const std::uint32_t v = static_cast<std::uint32_t>(value);
   std::memcpy(out.data(), &v, 4);
-  std::memcpy(out.data() + 4, text.data(), text.size());
+  if (!text.empty()) std::memcpy(out.data() + 4, text.data(), text.size());
   return out;
 }
 

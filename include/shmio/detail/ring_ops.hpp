@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstring>
 #include <optional>
 #include <system_error>
 
@@ -14,6 +15,11 @@
 
 namespace shmio {
 namespace detail {
+
+/// memcpy that also accepts the null pointers of empty buffers (memcpy itself must not get them).
+inline void copy_bytes(void* to, const void* from, std::size_t n) noexcept {
+  if (n != 0) std::memcpy(to, from, n);
+}
 
 inline constexpr std::size_t readers_queue = 0;  // readers park here: "a message is published"
 inline constexpr std::size_t writers_queue = 1;  // writers park here: "a node is free"

@@ -85,7 +85,7 @@ auto circular_buffer::async_write(asio::const_buffer message, CompletionToken&& 
             im, detail::writers_queue,
             [raw, msg] {
               auto copy = [msg](std::span<std::byte> node) {
-                std::memcpy(node.data(), msg.data(), msg.size());
+                detail::copy_bytes(node.data(), msg.data(), msg.size());
                 return msg.size();
               };
               return detail::attempt_write(raw->ring, copy);
@@ -104,7 +104,7 @@ auto circular_buffer::async_read(asio::mutable_buffer buffer, CompletionToken&& 
             im, detail::readers_queue,
             [raw, buf] {
               auto copy = [buf](std::span<const std::byte> msg) {
-                std::memcpy(buf.data(), msg.data(), msg.size());
+                detail::copy_bytes(buf.data(), msg.data(), msg.size());
               };
               return detail::attempt_read(raw->ring, copy, buf.size());
             },
