@@ -148,10 +148,8 @@ std::size_t circular_buffer::write(asio::const_buffer message, std::chrono::mill
 
 std::size_t circular_buffer::write(asio::const_buffer message, std::chrono::milliseconds timeout) {
   std::error_code ec;
-  std::size_t n = write(message, timeout, ec);
-  if (ec == errc::timed_out) return 0;
-  detail::throw_if(ec, "write to circular buffer", name());
-  return n;
+  const std::size_t n = write(message, timeout, ec);
+  return detail::size_or_throw(n, ec, "write to circular buffer", name());
 }
 
 std::size_t circular_buffer::read(asio::mutable_buffer buffer, std::chrono::milliseconds timeout,
@@ -169,10 +167,8 @@ std::size_t circular_buffer::read(asio::mutable_buffer buffer, std::chrono::mill
 
 std::size_t circular_buffer::read(asio::mutable_buffer buffer, std::chrono::milliseconds timeout) {
   std::error_code ec;
-  std::size_t n = read(buffer, timeout, ec);
-  if (ec == errc::timed_out) return 0;
-  detail::throw_if(ec, "read from circular buffer", name());
-  return n;
+  const std::size_t n = read(buffer, timeout, ec);
+  return detail::size_or_throw(n, ec, "read from circular buffer", name());
 }
 
 }  // namespace shmio

@@ -39,7 +39,10 @@ using namespace asio::experimental::awaitable_operators;
 using shmio::event_mode;
 using shmio::named_event;
 using shmio::test::child;
+using shmio::test::eventually;
 using shmio::test::peer_path;
+using shmio::test::run_until;
+using shmio::test::run_until_idle;
 using shmio::test::scoped_name;
 using steady = std::chrono::steady_clock;
 namespace layout = shmio::detail::layout;
@@ -80,37 +83,6 @@ class queue_probe {
  private:
   shmio::segment seg_;
 };
-
-// Polls `pred` until it holds; false if it still does not after `limit`. A condition poll with a
-// deadline as its safety bound, not a sleep standing in for synchronisation.
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = bound) {
-  const auto deadline = steady::now() + limit;
-  while (!pred()) {
-    if (steady::now() >= deadline) return false;
-    std::this_thread::sleep_for(100us);
-  }
-  return true;
-}
-
-// Runs `io` until it runs out of work (true) or `limit` passes (false).
-bool run_until_idle(asio::io_context& io, std::chrono::milliseconds limit = bound) {
-  io.restart();
-  io.run_for(limit);
-  return io.stopped();
-}
-
-// Runs `io` until `done()` or `limit`.
-template <class Pred>
-bool run_until(asio::io_context& io, Pred done, std::chrono::milliseconds limit = bound) {
-  const auto deadline = steady::now() + limit;
-  while (!done()) {
-    if (steady::now() >= deadline) return false;
-    if (io.stopped()) io.restart();
-    io.run_one_for(10ms);
-  }
-  return true;
-}
 
 // Collects the completions of async waits.
 struct completions {

@@ -51,7 +51,10 @@ using namespace std::chrono_literals;
 using namespace asio::experimental::awaitable_operators;
 using shmio::circular_buffer;
 using shmio::test::child;
+using shmio::test::eventually;
 using shmio::test::peer_path;
+using shmio::test::run_until;
+using shmio::test::run_until_idle;
 using shmio::test::scoped_name;
 using shmio::test::signal_pipe;
 using steady = std::chrono::steady_clock;
@@ -140,37 +143,6 @@ class raw_map {
   std::byte* base_ = nullptr;
   std::size_t size_ = 0;
 };
-
-// Polls `pred` until it holds; false if it still does not after `limit`. A condition poll with a
-// deadline as its safety bound, not a sleep standing in for synchronisation.
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = bound) {
-  const auto deadline = steady::now() + limit;
-  while (!pred()) {
-    if (steady::now() >= deadline) return false;
-    std::this_thread::sleep_for(100us);
-  }
-  return true;
-}
-
-// Runs `io` until it runs out of work (true) or `limit` passes (false).
-bool run_until_idle(asio::io_context& io, std::chrono::milliseconds limit = bound) {
-  io.restart();
-  io.run_for(limit);
-  return io.stopped();
-}
-
-// Runs `io` until `done()` or `limit`.
-template <class Pred>
-bool run_until(asio::io_context& io, Pred done, std::chrono::milliseconds limit = bound) {
-  const auto deadline = steady::now() + limit;
-  while (!done()) {
-    if (steady::now() >= deadline) return false;
-    if (io.stopped()) io.restart();
-    io.run_one_for(10ms);
-  }
-  return true;
-}
 
 // Runs a coroutine to completion on `io`, rethrowing what it threw.
 template <class Fn>

@@ -17,6 +17,9 @@
 #include <string>
 #include <vector>
 
+#include <asio/io_context.hpp>
+#include <thread>
+
 #include "shmio/segment.hpp"
 
 namespace shmio::test {
@@ -135,6 +138,40 @@ class child {
   int pidfd_ = -1;
   int status_ = -1;
 };
+
+/// Far longer than anything should take: only a hang or a lost wake-up reaches it.
+inline constexpr std::chrono::milliseconds default_bound{10'000};
+
+// Polls `pred` until it holds; false if it still does not after `limit`. A condition poll with a
+// deadline as its safety bound, not a sleep standing in for synchronisation.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = default_bound) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
+
+// Runs `io` until it runs out of work (true) or `limit` passes (false).
+inline bool run_until_idle(asio::io_context& io, std::chrono::milliseconds limit = default_bound) {
+  io.restart();
+  io.run_for(limit);
+  return io.stopped();
+}
+
+// Runs `io` until `done()` or `limit`.
+template <class Pred>
+bool run_until(asio::io_context& io, Pred done, std::chrono::milliseconds limit = default_bound) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (io.stopped()) io.restart();
+    io.run_one_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
 
 /// The path of the peer program (tests/peer.cpp), set by CMake.
 inline std::string peer_path() {

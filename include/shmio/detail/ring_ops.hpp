@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstring>
 #include <optional>
+#include <string_view>
 #include <system_error>
 
 #include "shmio/detail/ring.hpp"
@@ -80,6 +81,15 @@ auto catching(Attempt attempt) {
       return outcome<std::size_t>{errc::callback_failed, 0};
     }
   };
+}
+
+/// The throwing form of a blocking ring call: a timeout returns 0 (as in seed 000), any other
+/// error throws shmio::error naming `what` and the ring.
+inline std::size_t size_or_throw(std::size_t n, const std::error_code& ec, std::string_view what,
+                                 std::string_view name) {
+  if (ec == errc::timed_out) return 0;
+  throw_if(ec, what, name);
+  return n;
 }
 
 /// The result of a blocking operation: its size, or 0 with errc::timed_out.

@@ -45,10 +45,8 @@ std::size_t circular_buffer::write_in_place(Fill&& fill, std::chrono::millisecon
 template <class Fill>
 std::size_t circular_buffer::write_in_place(Fill&& fill, std::chrono::milliseconds timeout) {
   std::error_code ec;
-  std::size_t n = write_in_place(std::forward<Fill>(fill), timeout, ec);
-  if (ec == errc::timed_out) return 0;
-  detail::throw_if(ec, "write to circular buffer", name());
-  return n;
+  const std::size_t n = write_in_place(std::forward<Fill>(fill), timeout, ec);
+  return detail::size_or_throw(n, ec, "write to circular buffer", name());
 }
 
 template <class Use>
@@ -66,10 +64,8 @@ std::size_t circular_buffer::read_in_place(Use&& use, std::chrono::milliseconds 
 template <class Use>
 std::size_t circular_buffer::read_in_place(Use&& use, std::chrono::milliseconds timeout) {
   std::error_code ec;
-  std::size_t n = read_in_place(std::forward<Use>(use), timeout, ec);
-  if (ec == errc::timed_out) return 0;
-  detail::throw_if(ec, "read from circular buffer", name());
-  return n;
+  const std::size_t n = read_in_place(std::forward<Use>(use), timeout, ec);
+  return detail::size_or_throw(n, ec, "read from circular buffer", name());
 }
 
 template <class CompletionToken>
