@@ -1,0 +1,11 @@
+# The packaging tests (see consumer.cmake). Each takes some seconds: it compiles a program.
+set(_consumer_args -DSHMIO_BUILD=${PROJECT_BINARY_DIR} -DSHMIO_SOURCE=${PROJECT_SOURCE_DIR}
+    -DWORK=${CMAKE_CURRENT_BINARY_DIR}/consumer -DCXX=${CMAKE_CXX_COMPILER})
+foreach(mode install find_package pkg_config add_subdirectory)
+  add_test(NAME package_${mode}
+    COMMAND ${CMAKE_COMMAND} -DMODE=${mode} ${_consumer_args} -P ${CMAKE_CURRENT_SOURCE_DIR}/consumer.cmake)
+  set_tests_properties(package_${mode} PROPERTIES TIMEOUT 600 FIXTURES_REQUIRED shm_cleanup)
+endforeach()
+set_tests_properties(package_install PROPERTIES FIXTURES_SETUP shmio_installed)
+set_tests_properties(package_find_package package_pkg_config PROPERTIES
+  FIXTURES_REQUIRED "shmio_installed;shm_cleanup")
