@@ -1,4 +1,5 @@
 // Segment files: create/open, reserve, rename, map, and record locks.
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/mman.h>
@@ -34,6 +35,33 @@ unique_fd open_existing(const std::string& path, std::error_code& ec) {
   return unique_fd(fd);
 }
 
+unique_fd open_read_only(const std::string& path, std::error_code& ec) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) ec = last_error();
+  return unique_fd(fd);
+}
+
+std::vector<std::string> list_directory(const std::string& directory, std::error_code& ec) {
+  std::vector<std::string> names;
+  DIR* dir = ::opendir(directory.c_str());
+  if (!dir) {
+    ec = last_error();
+    return names;
+  }
+  for (;;) {
+    errno = 0;
+    const dirent* entry = ::readdir(dir);
+    if (!entry) {
+      if (errno != 0) ec = last_error();
+      break;
+    }
+    std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(std::move(name));
+  }
+  ::closedir(dir);
+  return names;
+}
+
 file_status status(int fd, std::error_code& ec) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -62,6 +90,15 @@ void unlink(const std::string& path, std::error_code& ec) {
 
 void* map_shared(int fd, std::size_t size, std::error_code& ec) {
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    ec = last_error();
+    return nullptr;
+  }
+  return p;
+}
+
+const void* map_read_only(int fd, std::size_t size, std::error_code& ec) {
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     ec = last_error();
     return nullptr;

@@ -10,6 +10,7 @@
 #include <string>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 namespace shmio::detail::platform {
 
@@ -48,6 +49,10 @@ struct file_status {
 unique_fd create_exclusive(const std::string& path, std::error_code& ec);
 /// Opens an existing `path` read-write without following a final symlink.
 unique_fd open_existing(const std::string& path, std::error_code& ec);
+/// The same, read-only: for looking without the power to change anything.
+unique_fd open_read_only(const std::string& path, std::error_code& ec);
+/// The names in `directory` (no "." or ".."), in no particular order.
+std::vector<std::string> list_directory(const std::string& directory, std::error_code& ec);
 file_status status(int fd, std::error_code& ec);
 /// Reserves `size` bytes so that a full /dev/shm fails here (ENOSPC), never as SIGBUS later.
 void reserve(int fd, std::uint64_t size, std::error_code& ec);
@@ -56,6 +61,8 @@ void rename_no_replace(const std::string& from, const std::string& to, std::erro
 void unlink(const std::string& path, std::error_code& ec);
 
 void* map_shared(int fd, std::size_t size, std::error_code& ec);
+/// A read-only shared mapping, of a file opened read-only.
+const void* map_read_only(int fd, std::size_t size, std::error_code& ec);
 void unmap(void* address, std::size_t size) noexcept;
 
 // Open-file-description record locks on single bytes of a file: they belong to the open file,

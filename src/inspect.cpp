@@ -1,0 +1,395 @@
+// Read-only inspection of segment files: parse, validate, never lock or write (except the
+// stale removal at the end, which follows the same protocol as segment creation).
+#include "shmio/inspect.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <tuple>
+
+#include "shmio/detail/layout.hpp"
+#include "shmio/detail/names.hpp"
+#include "shmio/detail/platform.hpp"
+#include "shmio/detail/ring.hpp"
+
+namespace shmio::inspect {
+namespace {
+
+namespace platform = detail::platform;
+namespace layout = detail::layout;
+using namespace std::chrono_literals;
+
+constexpr std::string_view temp_prefix = ".shmio.tmp.";
+constexpr std::string_view global_part = "global.";
+constexpr std::string_view global_name_prefix = "Global\\";
+constexpr std::size_t hash_suffix_length = 17;  // "~" + 16 hex digits, as in names.cpp
+
+std::string user_part() {
+  return "u" + std::to_string(platform::user_id()) + ".";
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+// The inverse of detail::escape_name; a malformed escape is kept as it is.
+std::string unescape(std::string_view escaped) {
+  std::string out;
+  for (std::size_t i = 0; i < escaped.size(); ++i) {
+    if (escaped[i] == '%' && i + 2 < escaped.size() && hex_value(escaped[i + 1]) >= 0 &&
+        hex_value(escaped[i + 2]) >= 0) {
+      out += static_cast<char>(hex_value(escaped[i + 1]) * 16 + hex_value(escaped[i + 2]));
+      i += 2;
+    } else {
+      out += escaped[i];
+    }
+  }
+  return out;
+}
+
+bool looks_cut(std::string_view file) {
+  if (file.size() != detail::max_file_name) return false;
+  std::string_view tail = file.substr(file.size() - hash_suffix_length);
+  return tail[0] == '~' &&
+         std::all_of(tail.begin() + 1, tail.end(), [](char c) { return hex_value(c) >= 0; });
+}
+
+// Fills name, name_cut, temporary and temp_pid from a file name. False if it is not one of
+// this user's shmio files by its name.
+bool parse_file_name(std::string_view file, segment_info& info) {
+  if (file.starts_with(temp_prefix)) {
+    info.temporary = true;
+    std::string_view rest = file.substr(temp_prefix.size());
+    std::uint64_t pid = 0;
+    std::size_t i = 0;
+    for (; i < rest.size() && rest[i] >= '0' && rest[i] <= '9' && pid <= UINT32_MAX; ++i)
+      pid = pid * 10 + static_cast<std::uint64_t>(rest[i] - '0');
+    info.temp_pid = pid <= UINT32_MAX ? static_cast<std::uint32_t>(pid) : 0;
+    info.name = std::string(file);
+    return i > 0;
+  }
+  if (!file.starts_with(detail::file_prefix)) return false;
+  std::string_view rest = file.substr(detail::file_prefix.size());
+  const std::string mine = user_part();
+  std::string prefix;
+  if (rest.starts_with(mine)) {
+    rest.remove_prefix(mine.size());
+  } else if (rest.starts_with(global_part)) {
+    rest.remove_prefix(global_part.size());
+    prefix = global_name_prefix;
+  } else {
+    return false;  // another user's
+  }
+  if (rest.empty()) return false;
+  info.name_cut = looks_cut(file);
+  if (info.name_cut) rest.remove_suffix(hash_suffix_length);
+  info.name = prefix + unescape(rest);
+  return true;
+}
+
+void set_problem(segment_info& info, errc e, std::string text) {
+  if (info.status) return;  // the first problem found is the one reported
+  info.status = e;
+  info.problem = std::move(text);
+}
+
+wait_queue_info read_queue(const layout::wait_queue& q) {
+  wait_queue_info out;
+  // relaxed: a snapshot for display; nothing is derived from it but numbers.
+  const std::uint64_t parked = q.parked.load(std::memory_order_relaxed);
+  out.parked_async = static_cast<std::uint32_t>(parked >> 32);
+  out.parked_blocking = static_cast<std::uint32_t>(parked);
+  for (const auto& slot : q.slots) {
+    if (slot.doorbell.load(std::memory_order_relaxed) == 0) continue;  // relaxed: as above
+    ++out.registered;
+    out.pids.push_back(slot.pid.load(std::memory_order_relaxed));  // relaxed: as above
+  }
+  return out;
+}
+
+// `body` has passed ring_view::validate.
+ring_info read_ring(std::span<const std::byte> body) {
+  const auto& st = *reinterpret_cast<const layout::ring_state*>(body.data());
+  ring_info r;
+  r.node_count = st.header.node_count;
+  r.node_size = st.header.node_size;
+  // relaxed: snapshot for display, as everywhere here.
+  r.head = st.head.position.load(std::memory_order_relaxed);
+  r.tail = st.tail.position.load(std::memory_order_relaxed);
+  r.readers = read_queue(st.readers);
+  r.writers = read_queue(st.writers);
+  const std::byte* nodes = body.data() + st.header.nodes_offset;
+  const std::uint64_t turn_mask = (std::uint64_t{1} << (64 - layout::node_turn_shift)) - 1;
+  for (std::uint32_t i = 0; i < r.node_count; ++i) {
+    const auto& n = *reinterpret_cast<const layout::node_header*>(
+        nodes + std::size_t{i} * st.header.node_stride);
+    const std::uint64_t w = n.word.load(std::memory_order_relaxed);  // relaxed: snapshot
+    const std::uint64_t turn = (w >> layout::node_turn_shift) & turn_mask;
+    const bool owned = (w & layout::node_owner_mask) != 0;
+    const bool reading = (w & layout::node_reading_bit) != 0;
+    // Node i serves positions p with p % node_count == i: turn p means "for a writer", turn
+    // p + 1 "published for a reader" (docs/protocol.md).
+    const std::uint64_t lap_offset = turn % r.node_count;
+    if (lap_offset == i && !reading) {
+      ++(owned ? r.writing : r.free);
+    } else if (lap_offset == (i + 1) % r.node_count && (owned == reading)) {
+      if (owned)
+        ++r.reading;
+      else if (n.length > r.node_size)
+        ++r.invalid;
+      else
+        ++r.published;
+    } else {
+      ++r.invalid;
+    }
+  }
+  return r;
+}
+
+void read_event(std::span<const std::byte> body, segment_info& info) {
+  if (body.size() < sizeof(layout::event_state))
+    return set_problem(info, errc::corrupted, "event body too small");
+  const auto& ev = *reinterpret_cast<const layout::event_state*>(body.data());
+  const std::uint32_t signalled = ev.signalled.load(std::memory_order_relaxed);  // snapshot
+  if (ev.mode != layout::event_auto_reset && ev.mode != layout::event_manual_reset)
+    return set_problem(info, errc::corrupted, "event mode " + std::to_string(ev.mode));
+  if (signalled > 1)
+    return set_problem(info, errc::corrupted, "event state " + std::to_string(signalled));
+  info.event =
+      event_info{signalled == 1, ev.mode == layout::event_manual_reset, read_queue(ev.waiters)};
+}
+
+void read_circular_buffer(std::span<const std::byte> body, segment_info& info) {
+  if (detail::ring_view::validate(body))
+    return set_problem(info, errc::corrupted, "ring header inconsistent with the file size");
+  info.ring = read_ring(body);
+  if (info.ring->invalid)
+    set_problem(info, errc::corrupted, std::to_string(info.ring->invalid) + " invalid nodes");
+}
+
+void read_rpc(std::span<const std::byte> body, int fd, segment_info& info) {
+  if (body.size() < sizeof(layout::rpc_header))
+    return set_problem(info, errc::corrupted, "rpc body too small");
+  const auto& h = *reinterpret_cast<const layout::rpc_header*>(body.data());
+  if (h.version != layout::rpc_version)
+    return set_problem(info, errc::incompatible, "rpc version " + std::to_string(h.version));
+  std::uint64_t ring_bytes = 0;
+  if (!detail::ring_view::body_size_for(h.node_count, h.node_size, ring_bytes) ||
+      h.node_size <= sizeof(layout::packet_header) || h.ring_bytes != ring_bytes ||
+      h.to_opener_offset != sizeof(layout::rpc_header) ||
+      h.to_owner_offset != sizeof(layout::rpc_header) + ring_bytes ||
+      body.size() != sizeof(layout::rpc_header) + 2 * ring_bytes)
+    return set_problem(info, errc::corrupted, "rpc header inconsistent with the file size");
+  auto to_opener = body.subspan(h.to_opener_offset, ring_bytes);
+  auto to_owner = body.subspan(h.to_owner_offset, ring_bytes);
+  if (detail::ring_view::validate(to_opener) || detail::ring_view::validate(to_owner))
+    return set_problem(info, errc::corrupted, "rpc ring header inconsistent");
+  rpc_info r;
+  r.owner_pid = h.owner_pid.load(std::memory_order_relaxed);    // relaxed: snapshot
+  r.opener_pid = h.opener_pid.load(std::memory_order_relaxed);  // relaxed: snapshot
+  std::error_code ec;
+  r.owner_attached = platform::byte_locked_by_other(fd, layout::rpc_owner_lock_byte, ec);
+  r.opener_attached = platform::byte_locked_by_other(fd, layout::rpc_opener_lock_byte, ec);
+  r.to_opener = read_ring(to_opener);
+  r.to_owner = read_ring(to_owner);
+  info.rpc = std::move(r);
+  if (info.rpc->to_opener.invalid || info.rpc->to_owner.invalid)
+    set_problem(info, errc::corrupted, "invalid ring nodes");
+}
+
+// Reads the header and, for known kinds, the body of the mapped file.
+void read_contents(const std::byte* base, std::size_t size, int fd, segment_info& info) {
+  layout::segment_header h;
+  std::memcpy(&h, base, sizeof h);
+  if (h.magic != layout::segment_magic)
+    return set_problem(info, errc::corrupted, "not a shmio segment (bad magic)");
+  info.header_read = true;
+  info.version = h.version;
+  info.kind = h.kind;
+  info.total_size = h.total_size;
+  info.creator_pid = h.creator_pid;
+  info.creator_alive = platform::process_alive(h.creator_pid);
+  info.created_ns = h.created_ns;
+  if (h.version != layout::layout_version)
+    return set_problem(info, errc::incompatible, "layout version " + std::to_string(h.version));
+  if (h.total_size != size)
+    return set_problem(
+        info, errc::corrupted,
+        "header size " + std::to_string(h.total_size) + " but file size " + std::to_string(size));
+  if (h.body_offset != sizeof(layout::segment_header))
+    return set_problem(info, errc::corrupted, "body offset " + std::to_string(h.body_offset));
+  std::span<const std::byte> body(base + h.body_offset, size - h.body_offset);
+  switch (static_cast<object_kind>(h.kind)) {
+    case object_kind::event:
+      return read_event(body, info);
+    case object_kind::circular_buffer:
+      return read_circular_buffer(body, info);
+    case object_kind::rpc:
+      return read_rpc(body, fd, info);
+    default:
+      return;  // header only
+  }
+}
+
+bool is_shmio_file(std::string_view file) {
+  return file.starts_with(detail::file_prefix) || file.starts_with(temp_prefix);
+}
+
+std::error_code from_open_error(const std::error_code& ec) {
+  if (ec == std::errc::no_such_file_or_directory) return errc::not_found;
+  return errc::access_denied;
+}
+
+// As segment.cpp: the admin lock is held for microseconds by well-behaved processes.
+bool lock_admin(int fd, std::error_code& ec) {
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  auto backoff = std::chrono::microseconds(20);
+  for (;;) {
+    if (platform::try_lock_byte(fd, layout::admin_lock_byte, platform::lock_kind::exclusive, ec))
+      return true;
+    if (ec) return false;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ec = errc::timed_out;
+      return false;
+    }
+    platform::sleep_for(backoff);
+    backoff = std::min<std::chrono::microseconds>(backoff * 2, std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace
+
+std::string kind_name(std::uint32_t kind) {
+  switch (static_cast<object_kind>(kind)) {
+    case object_kind::raw:
+      return "raw";
+    case object_kind::event:
+      return "event";
+    case object_kind::circular_buffer:
+      return "circular_buffer";
+    case object_kind::rpc:
+      return "rpc";
+    case object_kind::shared_array:
+      return "shared_array";
+    case object_kind::buffer_read_write:
+      return "buffer_read_write";
+    case object_kind::broadcast:
+      return "broadcast";
+  }
+  return "kind " + std::to_string(kind);
+}
+
+segment_info examine_file(const std::string& path, std::error_code& ec) {
+  ec.clear();
+  segment_info info;
+  info.file = path;
+  const std::string_view dir = detail::shm_directory;
+  std::string_view file(path);
+  if (!file.starts_with(dir) || file.substr(dir.size()).find('/') != std::string_view::npos ||
+      !parse_file_name(file.substr(dir.size()), info)) {
+    ec = errc::invalid_name;
+    return info;
+  }
+  platform::unique_fd fd = platform::open_read_only(path, ec);
+  if (ec) {
+    ec = from_open_error(ec);
+    return info;
+  }
+  auto st = platform::status(fd.get(), ec);
+  if (ec) return info;
+  if (!st.regular || st.owner_uid != platform::user_id()) {
+    ec = errc::access_denied;
+    return info;
+  }
+  info.file_size = st.size;
+  std::error_code lock_ec;
+  info.live = platform::byte_locked_by_other(fd.get(), layout::holder_lock_byte, lock_ec);
+  // A creator locks its temporary file a moment after creating it: ask for its pid too.
+  info.stale = !info.live && !(info.temporary && platform::process_alive(info.temp_pid));
+  if (st.size < sizeof(layout::segment_header)) {
+    set_problem(info, errc::corrupted, "shorter than a segment header");
+    return info;
+  }
+  const void* base = platform::map_read_only(fd.get(), st.size, ec);
+  if (ec) return info;
+  read_contents(static_cast<const std::byte*>(base), st.size, fd.get(), info);
+  platform::unmap(const_cast<void*>(base), st.size);
+  return info;
+}
+
+segment_info examine(std::string_view name, std::error_code& ec) {
+  std::string path = detail::segment_path(name, ec);
+  if (ec) return {};
+  return examine_file(path, ec);
+}
+
+std::vector<segment_info> list(std::error_code& ec) {
+  ec.clear();
+  std::vector<segment_info> out;
+  const std::string dir(detail::shm_directory);
+  for (const std::string& file : platform::list_directory(dir, ec)) {
+    if (!is_shmio_file(file)) continue;
+    std::error_code one;
+    segment_info info = examine_file(dir + file, one);
+    // Gone meanwhile, another user's, or not one of ours by name: not listed.
+    if (one == errc::not_found || one == errc::access_denied || one == errc::invalid_name) continue;
+    out.push_back(std::move(info));
+  }
+  std::sort(out.begin(), out.end(), [](const segment_info& a, const segment_info& b) {
+    return std::tie(a.temporary, a.name, a.file) < std::tie(b.temporary, b.name, b.file);
+  });
+  return out;
+}
+
+bool remove_file_if_stale(const std::string& path, std::error_code& ec) {
+  ec.clear();
+  segment_info parsed;
+  const std::string_view dir = detail::shm_directory;
+  std::string_view file(path);
+  if (!file.starts_with(dir) || !parse_file_name(file.substr(dir.size()), parsed)) {
+    ec = errc::invalid_name;
+    return false;
+  }
+  if (parsed.temporary && platform::process_alive(parsed.temp_pid)) {
+    ec = errc::busy;  // its creator may still finish it
+    return false;
+  }
+  platform::unique_fd fd = platform::open_existing(path, ec);
+  if (ec) {
+    ec = from_open_error(ec);
+    return false;
+  }
+  auto st = platform::status(fd.get(), ec);
+  if (ec) return false;
+  if (!st.regular || st.owner_uid != platform::user_id()) {
+    ec = errc::access_denied;
+    return false;
+  }
+  // Under the admin lock no process can open the segment between our test and the unlink.
+  if (!lock_admin(fd.get(), ec)) return false;
+  st = platform::status(fd.get(), ec);
+  bool removed = false;
+  if (!ec && st.links == 0) {
+    ec = errc::not_found;  // removed meanwhile
+  } else if (!ec && platform::try_lock_byte(fd.get(), layout::holder_lock_byte,
+                                            platform::lock_kind::exclusive, ec)) {
+    platform::unlink(path, ec);
+    removed = !ec;
+  } else if (!ec) {
+    ec = errc::busy;  // some process holds it
+  }
+  std::error_code ignored;
+  platform::try_lock_byte(fd.get(), layout::admin_lock_byte, platform::lock_kind::unlock, ignored);
+  return removed;
+}
+
+bool remove_if_stale(std::string_view name, std::error_code& ec) {
+  std::string path = detail::segment_path(name, ec);
+  if (ec) return false;
+  return remove_file_if_stale(path, ec);
+}
+
+}  // namespace shmio::inspect

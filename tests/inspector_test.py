@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Runs the `shmio` inspector on live, stale, parked-on and corrupted segments (made by
+inspector_fixture or by hand) and checks its human and --json output and exit codes.
+
+usage: inspector_test.py SHMIO_TOOL INSPECTOR_FIXTURE"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+
+tool, fixture = sys.argv[1], sys.argv[2]
+prefix = f"shmio-test.inspector.{os.getpid()}."
+shm = "/dev/shm/"
+uid = os.getuid()
+failures = []
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    checks += 1
+    if not cond:
+        failures.append(what)
+        print("FAILED:", what)
+
+
+def run(*args, expect=0):
+    p = subprocess.run([tool, *args], capture_output=True, text=True, timeout=30)
+    check(p.returncode == expect,
+          f"shmio {' '.join(args)}: exit {p.returncode}, expected {expect}; stderr: {p.stderr}")
+    return p
+
+
+def js(*args):
+    return json.loads(run(*args, "--json").stdout)
+
+
+def path_of(name):
+    return f"{shm}shmio.u{uid}.{name}"
+
+
+def start(*args):
+    p = subprocess.Popen([fixture, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()  # waits for "ready" (or EOF if it failed)
+    check(line.strip() == "ready", f"fixture {args}: said {line!r}")
+    return p
+
+
+def until(cond, seconds=10):
+    """Re-evaluates cond until it holds or time runs out (no fixed sleeps)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.01)
+    return cond()
+
+
+def dead_pid():
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+holder = start("hold", prefix + "live")
+try:
+    # ---- live segments -------------------------------------------------------------------
+    listing = {s["name"]: s for s in js("ls", prefix)}
+    ring = listing.get(prefix + "live.ring")
+    check(ring is not None, "ls shows the live ring")
+    if ring:
+        check(ring["kind"] == "circular_buffer" and ring["live"] and not ring["stale"], "ring live")
+        check(ring["creator_pid"] == holder.pid and ring["creator_alive"], "ring creator")
+        r = ring["ring"]
+        check(r["node_count"] == 8 and r["node_size"] == 64, "ring geometry")
+        check(r["used"] == 3 and r["free"] == 5 and r["published"] == 3, f"ring nodes {r}")
+        check(ring["status"] == "ok", "ring status ok")
+    ev = listing.get(prefix + "live.event")
+    check(ev is not None and ev["event"]["signalled"] and ev["event"]["manual_reset"], "event")
+    rpc = listing.get(prefix + "live.rpc")
+    check(rpc is not None and rpc["kind"] == "rpc" and rpc["rpc"]["owner_attached"]
+          and not rpc["rpc"]["opener_attached"] and rpc["rpc"]["to_owner"]["node_count"] == 4,
+          f"rpc {rpc}")
+    human = run("ls", prefix).stdout
+    check(prefix + "live.ring" in human and "circular_buffer" in human and "live" in human
+          and "3/8 used" in human, f"human ls: {human}")
+    human = run("stat", prefix + "live.ring").stdout
+    check("state:    live" in human and "3 published" in human, f"human stat: {human}")
+
+    # ---- a parked reader shows up ---------------------------------------------------------
+    # Four readers on the ring of three messages: three take one each and exit, one parks.
+    target = prefix + "live.ring"
+    readers = [start("reader", target) for _ in range(4)]
+    try:
+        def one_parked():
+            r = js("stat", target)["ring"]
+            return r if r["readers"]["parked_async"] + r["readers"]["parked_blocking"] == 1 else None
+        parked = until(one_parked)
+        check(bool(parked) and parked["used"] == 0 and parked["free"] == 8,
+              f"one reader parked on the empty ring: {parked}")
+        check(sum(1 for r in readers if r.poll() is None) >= 1, "the parked reader still waits")
+    finally:
+        for r in readers:
+            r.kill()
+            r.wait()
+
+    # ---- live segments cannot be removed without --force ---------------------------------
+    p = run("rm", prefix + "live.event", expect=1)
+    check("in use" in p.stderr, "rm of a live segment refuses")
+    check(os.path.exists(path_of(prefix + "live.event")), "the live event is still there")
+    run("rm", prefix + "live.event", "--force")
+    check(not os.path.exists(path_of(prefix + "live.event")), "rm --force removed it")
+finally:
+    holder.stdin.close()
+    holder.wait(timeout=30)
+
+# ---- unknown names and usage ---------------------------------------------------------------
+p = run("stat", prefix + "nothing", expect=1)
+check("no segment named" in p.stderr, "stat of an unknown name says so")
+run("rm", prefix + "nothing", expect=1)
+run("frobnicate", expect=2)
+run("stat", expect=2)
+
+# ---- stale segments, corrupted files, abandoned temporary files ----------------------------
+stale = prefix + "stale"
+start_ = subprocess.run([fixture, "abandon", stale], timeout=30)
+check(start_.returncode == 0, "abandon fixture ran")
+s = js("stat", stale)
+check(not s["live"] and s["stale"] and s["state"] == "stale" and not s["creator_alive"], f"stale {s}")
+check(s["ring"]["published"] == 2, "stale ring keeps its 2 messages")
+
+def corrupt(name, offset, data):
+    subprocess.run([fixture, "abandon", name], timeout=30, check=True)
+    with open(path_of(name), "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+corrupt(prefix + "badmagic", 0, b"NOTSHMIO")
+corrupt(prefix + "badsize", 16, struct.pack("<Q", 1 << 40))           # header total_size
+corrupt(prefix + "badring", 64, struct.pack("<I", 0xFFFFFFFF))        # ring node_count
+corrupt(prefix + "badnode", 64 + 1344 + 64 * 3, struct.pack("<Q", 12345 << 16 | 7))  # a node word
+corrupt(prefix + "badversion", 8, struct.pack("<I", 99))
+corrupt(prefix + "badkind", 12, struct.pack("<I", 42))                 # unknown kind: header only
+with open(path_of(prefix + "short"), "wb") as f:
+    f.write(b"SHM")
+os.chmod(path_of(prefix + "short"), 0o600)
+temp = f"{shm}.shmio.tmp.{dead_pid()}.00000000deadbeef"
+with open(temp, "wb") as f:
+    f.write(b"\0" * 100)
+
+listing = {s["name"]: s for s in js("ls", prefix)}
+for n, status in [("badmagic", "corrupted"), ("badsize", "corrupted"), ("badring", "corrupted"),
+                  ("badnode", "corrupted"), ("badversion", "incompatible"), ("short", "corrupted"),
+                  ("badkind", "ok")]:
+    s = listing.get(prefix + n)
+    check(s is not None and s["status"] == status and s["stale"], f"{n}: {s}")
+check(listing[prefix + "badkind"]["kind"] == "kind 42", "unknown kind shown by number")
+human = run("ls", prefix).stdout
+check("CORRUPTED" in human, "human ls flags corruption")
+human = run("stat", prefix + "badnode").stdout
+check("CORRUPTED" in human and "INVALID" in human, f"human stat of a bad node: {human}")
+temps = js("ls", os.path.basename(temp))
+check(len(temps) == 1 and temps[0]["temporary"] and temps[0]["stale"], f"temporary file: {temps}")
+
+removed = js("rm", "--stale", prefix)
+names = {s["name"] for s in removed}
+check(prefix + "stale" in names and prefix + "badmagic" in names and prefix + "short" in names,
+      f"rm --stale removed: {names}")
+check(js("ls", prefix) == [], "nothing of ours left")
+removed = js("rm", "--stale", os.path.basename(temp))
+check(len(removed) == 1 and not os.path.exists(temp), "rm --stale swept the temporary file")
+check(run("rm", "--stale", prefix).stdout.strip() == "nothing stale", "second sweep: nothing")
+
+print(f"{checks - len(failures)} passed, {len(failures)} failed")
+sys.exit(1 if failures else 0)

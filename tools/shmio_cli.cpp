@@ -1,0 +1,408 @@
+// shmio — look at and clean up the shared-memory segments of this user.
+//
+//   shmio ls [PREFIX] [--json]        every segment: name, kind, size, creator, live or stale
+//   shmio stat NAME [--json]          one segment in detail
+//   shmio rm NAME [--force]           remove a stale segment (a live one only with --force)
+//   shmio rm --stale [PREFIX] [--json]  remove every stale segment and abandoned temporary file
+//
+// With PREFIX, only names that start with it count (a temporary file's name is its file name).
+// NAME is a shmio name ("jobs", "Global\jobs") or the path of a file in /dev/shm. Exit status:
+// 0 success, 1 failure (e.g. no such segment), 2 wrong usage.
+#include <cerrno>
+#include <cstdio>
+#include <ctime>
+#include <shmio/inspect.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "json_writer.hpp"
+
+namespace {
+
+namespace inspect = shmio::inspect;
+using shmio::tool::json_writer;
+
+constexpr const char* usage =
+    "usage: shmio ls [PREFIX] [--json]\n"
+    "       shmio stat NAME [--json]\n"
+    "       shmio rm NAME [--force]\n"
+    "       shmio rm --stale [PREFIX] [--json]\n"
+    "NAME is a segment name (\"jobs\", \"Global\\jobs\") or a file path in /dev/shm.\n";
+
+// ---- text ---------------------------------------------------------------------------------
+
+std::string bytes(std::uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+std::string utc_time(std::uint64_t ns) {
+  std::time_t t = static_cast<std::time_t>(ns / 1'000'000'000);
+  std::tm tm{};
+  char buf[32] = "?";
+  if (gmtime_r(&t, &tm)) std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Control bytes in names are shown escaped, so that a name cannot play with the terminal.
+std::string printable(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string display_name(const inspect::segment_info& s) {
+  return printable(s.name) + (s.name_cut ? "..." : "");
+}
+
+std::string state(const inspect::segment_info& s) {
+  if (s.live) return "live";
+  if (s.temporary && !s.stale) return "creating";
+  return "stale";
+}
+
+std::string kind_text(const inspect::segment_info& s) {
+  if (s.temporary) return "(temporary)";
+  return s.header_read ? inspect::kind_name(s.kind) : "?";
+}
+
+std::string creator_text(const inspect::segment_info& s) {
+  std::uint32_t pid = s.temporary ? s.temp_pid : s.creator_pid;
+  bool alive = s.temporary ? !s.stale || s.live : s.creator_alive;
+  if (!s.temporary && !s.header_read) return "?";
+  return std::to_string(pid) + (alive ? " (alive)" : " (dead)");
+}
+
+std::string ring_summary(const inspect::ring_info& r) {
+  return std::to_string(r.used()) + "/" + std::to_string(r.node_count) + " used, " +
+         std::to_string(r.free) + " free; parked " +
+         std::to_string(r.readers.parked_async + r.readers.parked_blocking) + " readers, " +
+         std::to_string(r.writers.parked_async + r.writers.parked_blocking) + " writers";
+}
+
+std::string details(const inspect::segment_info& s) {
+  if (s.status) return "CORRUPTED: " + s.problem;
+  if (s.ring) return "nodes " + ring_summary(*s.ring);
+  if (s.rpc)
+    return std::string("owner ") + (s.rpc->owner_attached ? "attached" : "gone") + ", opener " +
+           (s.rpc->opener_attached ? "attached" : "none") + "; to owner " +
+           std::to_string(s.rpc->to_owner.used()) + "/" +
+           std::to_string(s.rpc->to_owner.node_count) + " used, to opener " +
+           std::to_string(s.rpc->to_opener.used()) + "/" +
+           std::to_string(s.rpc->to_opener.node_count) + " used";
+  if (s.event)
+    return std::string(s.event->signalled ? "set" : "clear") +
+           (s.event->manual_reset ? ", manual-reset" : ", auto-reset") + "; parked " +
+           std::to_string(s.event->waiters.parked_async + s.event->waiters.parked_blocking);
+  return "";
+}
+
+void print_table(const std::vector<inspect::segment_info>& all) {
+  if (all.empty()) {
+    std::printf("no shmio segments\n");
+    return;
+  }
+  std::size_t w = 4;
+  for (const auto& s : all)
+    w = std::max(w, display_name(s).size());
+  std::printf("%-*s  %-17s %10s  %-15s %-8s %s\n", static_cast<int>(w), "NAME", "KIND", "SIZE",
+              "CREATOR", "STATE", "DETAILS");
+  for (const auto& s : all)
+    std::printf("%-*s  %-17s %10s  %-15s %-8s %s\n", static_cast<int>(w), display_name(s).c_str(),
+                kind_text(s).c_str(), bytes(s.file_size).c_str(), creator_text(s).c_str(),
+                state(s).c_str(), details(s).c_str());
+}
+
+void print_queue(const char* what, const inspect::wait_queue_info& q) {
+  std::printf("  %-14s %u parked async, %u parked blocking, %u registered", what, q.parked_async,
+              q.parked_blocking, q.registered);
+  if (!q.pids.empty()) {
+    std::printf(" (pids");
+    for (auto pid : q.pids)
+      std::printf(" %u", pid);
+    std::printf(")");
+  }
+  std::printf("\n");
+}
+
+void print_ring(const char* title, const inspect::ring_info& r) {
+  std::printf("%s: %u nodes of %s\n", title, r.node_count, bytes(r.node_size).c_str());
+  std::printf("  %-14s %u free, %u published, %u being written, %u being read", "nodes", r.free,
+              r.published, r.writing, r.reading);
+  if (r.invalid) std::printf(", %u INVALID", r.invalid);
+  std::printf("\n  %-14s head %llu, tail %llu\n", "positions",
+              static_cast<unsigned long long>(r.head), static_cast<unsigned long long>(r.tail));
+  print_queue("readers", r.readers);
+  print_queue("writers", r.writers);
+}
+
+void print_detail(const inspect::segment_info& s) {
+  std::printf("name:     %s%s\n", printable(s.name).c_str(),
+              s.name_cut ? " (cut: the full name was too long for a file name)" : "");
+  std::printf("file:     %s\n", printable(s.file).c_str());
+  std::printf("state:    %s\n", state(s).c_str());
+  std::printf("size:     %s (%llu bytes)\n", bytes(s.file_size).c_str(),
+              static_cast<unsigned long long>(s.file_size));
+  if (s.temporary) std::printf("creator:  %s\n", creator_text(s).c_str());
+  if (s.header_read) {
+    std::printf("kind:     %s\n", inspect::kind_name(s.kind).c_str());
+    std::printf("version:  %u\n", s.version);
+    std::printf("creator:  %s\n", creator_text(s).c_str());
+    std::printf("created:  %s\n", utc_time(s.created_ns).c_str());
+  }
+  std::printf("status:   %s\n", s.status ? ("CORRUPTED: " + s.problem).c_str() : "ok");
+  if (s.event) {
+    std::printf("event:    %s, %s\n", s.event->signalled ? "set" : "clear",
+                s.event->manual_reset ? "manual-reset" : "auto-reset");
+    print_queue("waiters", s.event->waiters);
+  }
+  if (s.ring) print_ring("ring", *s.ring);
+  if (s.rpc) {
+    std::printf("owner:    pid %u, %s\n", s.rpc->owner_pid,
+                s.rpc->owner_attached ? "attached" : "gone");
+    std::printf("opener:   pid %u, %s\n", s.rpc->opener_pid,
+                s.rpc->opener_attached ? "attached" : "none");
+    print_ring("ring to opener", s.rpc->to_opener);
+    print_ring("ring to owner", s.rpc->to_owner);
+  }
+}
+
+// ---- JSON ---------------------------------------------------------------------------------
+
+void write_queue(json_writer& j, const inspect::wait_queue_info& q) {
+  j.begin_object();
+  j.key("parked_async").value(std::uint64_t{q.parked_async});
+  j.key("parked_blocking").value(std::uint64_t{q.parked_blocking});
+  j.key("registered").value(std::uint64_t{q.registered});
+  j.key("pids").begin_array();
+  for (auto pid : q.pids)
+    j.value(std::uint64_t{pid});
+  j.end_array();
+  j.end_object();
+}
+
+void write_ring(json_writer& j, const inspect::ring_info& r) {
+  j.begin_object();
+  j.key("node_count").value(std::uint64_t{r.node_count});
+  j.key("node_size").value(std::uint64_t{r.node_size});
+  j.key("used").value(std::uint64_t{r.used()});
+  j.key("free").value(std::uint64_t{r.free});
+  j.key("published").value(std::uint64_t{r.published});
+  j.key("writing").value(std::uint64_t{r.writing});
+  j.key("reading").value(std::uint64_t{r.reading});
+  j.key("invalid").value(std::uint64_t{r.invalid});
+  j.key("head").value(r.head);
+  j.key("tail").value(r.tail);
+  j.key("readers");
+  write_queue(j, r.readers);
+  j.key("writers");
+  write_queue(j, r.writers);
+  j.end_object();
+}
+
+void write_segment(json_writer& j, const inspect::segment_info& s) {
+  j.begin_object();
+  j.key("name").value(s.name);
+  j.key("name_cut").value(s.name_cut);
+  j.key("file").value(s.file);
+  j.key("temporary").value(s.temporary);
+  j.key("state").value(state(s));
+  j.key("live").value(s.live);
+  j.key("stale").value(s.stale);
+  j.key("size").value(s.file_size);
+  j.key("status").value(
+      s.status ? std::string(s.status == shmio::errc::incompatible ? "incompatible" : "corrupted")
+               : std::string("ok"));
+  if (s.status) j.key("problem").value(s.problem);
+  if (s.temporary) {
+    j.key("creator_pid").value(std::uint64_t{s.temp_pid});
+  } else if (s.header_read) {
+    j.key("kind").value(inspect::kind_name(s.kind));
+    j.key("kind_value").value(std::uint64_t{s.kind});
+    j.key("version").value(std::uint64_t{s.version});
+    j.key("creator_pid").value(std::uint64_t{s.creator_pid});
+    j.key("creator_alive").value(s.creator_alive);
+    j.key("created_ns").value(s.created_ns);
+  }
+  if (s.event) {
+    j.key("event").begin_object();
+    j.key("signalled").value(s.event->signalled);
+    j.key("manual_reset").value(s.event->manual_reset);
+    j.key("waiters");
+    write_queue(j, s.event->waiters);
+    j.end_object();
+  }
+  if (s.ring) {
+    j.key("ring");
+    write_ring(j, *s.ring);
+  }
+  if (s.rpc) {
+    j.key("rpc").begin_object();
+    j.key("owner_pid").value(std::uint64_t{s.rpc->owner_pid});
+    j.key("owner_attached").value(s.rpc->owner_attached);
+    j.key("opener_pid").value(std::uint64_t{s.rpc->opener_pid});
+    j.key("opener_attached").value(s.rpc->opener_attached);
+    j.key("to_opener");
+    write_ring(j, s.rpc->to_opener);
+    j.key("to_owner");
+    write_ring(j, s.rpc->to_owner);
+    j.end_object();
+  }
+  j.end_object();
+}
+
+// ---- commands -----------------------------------------------------------------------------
+
+int fail(const std::string& what, const std::error_code& ec) {
+  std::fprintf(stderr, "shmio: %s: %s\n", printable(what).c_str(), ec.message().c_str());
+  return 1;
+}
+
+inspect::segment_info find(const std::string& arg, std::error_code& ec) {
+  if (arg.starts_with("/")) return inspect::examine_file(arg, ec);
+  return inspect::examine(arg, ec);
+}
+
+std::vector<inspect::segment_info> list_matching(const std::string& prefix, std::error_code& ec) {
+  std::vector<inspect::segment_info> out;
+  for (auto& s : inspect::list(ec))
+    if (s.name.starts_with(prefix)) out.push_back(std::move(s));
+  return out;
+}
+
+int list(const std::string& prefix, bool json) {
+  std::error_code ec;
+  auto all = list_matching(prefix, ec);
+  if (ec) return fail("/dev/shm", ec);
+  if (json) {
+    json_writer j;
+    j.begin_array();
+    for (const auto& s : all)
+      write_segment(j, s);
+    j.end_array();
+    std::printf("%s\n", j.str().c_str());
+  } else {
+    print_table(all);
+  }
+  return 0;
+}
+
+int stat(const std::string& name, bool json) {
+  std::error_code ec;
+  auto s = find(name, ec);
+  if (ec == shmio::errc::not_found) {
+    std::fprintf(stderr, "shmio: no segment named '%s'\n", printable(name).c_str());
+    return 1;
+  }
+  if (ec) return fail(name, ec);
+  if (json) {
+    json_writer j;
+    write_segment(j, s);
+    std::printf("%s\n", j.str().c_str());
+  } else {
+    print_detail(s);
+  }
+  return 0;
+}
+
+int remove_one(const std::string& name, bool force) {
+  std::error_code ec;
+  auto s = find(name, ec);
+  if (ec == shmio::errc::not_found) {
+    std::fprintf(stderr, "shmio: no segment named '%s'\n", printable(name).c_str());
+    return 1;
+  }
+  if (ec) return fail(name, ec);
+  if (inspect::remove_file_if_stale(s.file, ec)) {
+    std::printf("removed %s (stale)\n", display_name(s).c_str());
+    return 0;
+  }
+  if (ec != shmio::errc::busy) return fail(name, ec);
+  if (!force) {
+    std::fprintf(stderr,
+                 "shmio: '%s' is in use; processes that have it open keep using it after a "
+                 "removal. Use --force to remove it anyway.\n",
+                 printable(name).c_str());
+    return 1;
+  }
+  // By path rather than by name: that covers cut names as well.
+  if (std::remove(s.file.c_str()) != 0)
+    return fail(name, std::error_code(errno, std::generic_category()));
+  std::printf("removed %s (it was in use)\n", display_name(s).c_str());
+  return 0;
+}
+
+int remove_stale(const std::string& prefix, bool json) {
+  std::error_code ec;
+  auto all = list_matching(prefix, ec);
+  if (ec) return fail("/dev/shm", ec);
+  json_writer j;
+  j.begin_array();
+  int removed = 0;
+  for (const auto& s : all) {
+    if (!s.stale) continue;
+    std::error_code one;
+    if (!inspect::remove_file_if_stale(s.file, one)) continue;  // in use again, or gone
+    ++removed;
+    if (json)
+      write_segment(j, s);
+    else
+      std::printf("removed %s\n",
+                  s.temporary ? printable(s.file).c_str() : display_name(s).c_str());
+  }
+  j.end_array();
+  if (json)
+    std::printf("%s\n", j.str().c_str());
+  else if (removed == 0)
+    std::printf("nothing stale\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args;
+  bool json = false, force = false, stale = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--json")
+      json = true;
+    else if (a == "--force")
+      force = true;
+    else if (a == "--stale")
+      stale = true;
+    else if (a == "-h" || a == "--help" || a == "help") {
+      std::printf("%s", usage);
+      return 0;
+    } else if (a.starts_with("--")) {
+      std::fprintf(stderr, "shmio: unknown option %s\n%s", a.c_str(), usage);
+      return 2;
+    } else
+      args.push_back(a);
+  }
+  const std::string cmd = args.empty() ? "" : args[0];
+  const std::string prefix = args.size() == 2 ? args[1] : "";
+  if (cmd == "ls" && args.size() <= 2 && !force && !stale) return list(prefix, json);
+  if (cmd == "stat" && args.size() == 2 && !force && !stale) return stat(args[1], json);
+  if (cmd == "rm" && stale && args.size() <= 2 && !force) return remove_stale(prefix, json);
+  if (cmd == "rm" && !stale && args.size() == 2 && !json) return remove_one(args[1], force);
+  std::fprintf(stderr, "%s", usage);
+  return 2;
+}
