@@ -86,7 +86,71 @@ def test_kvd():
     check(daemon.wait(timeout=30) == 0, "SIGTERM stops the daemon cleanly")
 
 
-tests = {"kvd": test_kvd}
+def test_worker_pool():
+    jobs, workers = 3000, 4
+    p = run(str(workers), str(jobs), f"shmio-test.pool.{os.getpid()}", timeout=120)
+    check(p.returncode == 0, f"worker_pool exit {p.returncode}: {p.stderr}")
+    counts = {}
+    pids = set()
+    for line in p.stdout.splitlines():
+        f = line.split()
+        if len(f) == 4 and f[0] == "job" and f[2] == "worker":
+            counts[int(f[1])] = counts.get(int(f[1]), 0) + 1
+            pids.add(int(f[3]))
+    # Checked here from the printed results, not only by the producer's own summary.
+    check(sorted(counts) == list(range(1, jobs + 1)), "every job came back")
+    check(all(n == 1 for n in counts.values()), "no job came back twice")
+    check(1 <= len(pids) <= workers, f"results from {len(pids)} worker processes")
+    check(f"{jobs} jobs, {jobs} processed exactly once, 0 wrong answers, 0 workers failed"
+          in p.stdout, "the producer's own check agrees")
+    p = run("0")
+    check(p.returncode == 2 and "usage" in p.stderr, "bad arguments: usage")
+
+
+def test_tcp_bridge():
+    bridge, line = start("0", f"shmio-test.bridge.{os.getpid()}")
+    try:
+        port = int(line.split()[1])
+        clients = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(3)]
+        files = [c.makefile("rwb") for c in clients]
+        sent = {i: [f"line {k} from client {i}" for k in range(20)] for i in range(3)}
+        # Interleaved: every client has lines in flight through the same rings at once.
+        for k in range(20):
+            for i, f in enumerate(files):
+                f.write((sent[i][k] + "\n").encode())
+                f.flush()
+        for i, f in enumerate(files):
+            got = [f.readline().decode().rstrip("\n") for _ in range(20)]
+            check(got == [x.upper() for x in sent[i]], f"client {i} got its own lines back, upper-cased")
+        for c in clients:
+            c.close()
+        # A client that leaves does not disturb the others.
+        late = socket.create_connection(("127.0.0.1", port), timeout=30).makefile("rwb")
+        late.write(b"still there?\n")
+        late.flush()
+        check(late.readline() == b"STILL THERE?\n", "a later client is served")
+        bridge.send_signal(signal.SIGTERM)
+        check(bridge.wait(timeout=30) == 0, "SIGTERM stops bridge and worker cleanly")
+        check("worker exit 0" in bridge.stdout.read(), "the worker finished")
+    finally:
+        if bridge.poll() is None:
+            bridge.kill()
+            bridge.wait()
+
+
+def test_echo():
+    p = run(timeout=120)
+    check(p.returncode == 0, f"echo exit {p.returncode}")
+    check("123 + 10 = 133" in p.stdout and "WRONG" not in p.stdout, "echo replies")
+
+
+def test_event_ping_pong():
+    p = run("200")
+    check(p.returncode == 0 and "200 round trips" in p.stdout, "ping-pong")
+
+
+tests = {"kvd": test_kvd, "worker_pool": test_worker_pool, "tcp_bridge": test_tcp_bridge,
+         "echo": test_echo, "event_ping_pong": test_event_ping_pong}
 tests[example]()
 print(f"{checks - len(failures)} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)

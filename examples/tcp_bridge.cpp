@@ -1,0 +1,165 @@
+// tcp_bridge — one io_context serving a TCP port and shmio rings at once.
+//
+//   tcp_bridge [PORT [NAME]]   listen on 127.0.0.1:PORT (0, the default: any free port), print
+//                              "ready PORT", start the worker process, serve until SIGINT or
+//                              SIGTERM
+//   tcp_bridge worker NAME     the worker process (started by the bridge)
+//
+// Every line a TCP client sends is pushed into the ring NAME.in; a separate worker process
+// reads it there, turns it to upper case and pushes it into NAME.out; the bridge reads NAME.out
+// and writes each line back to the client it came from. The TCP accept, the socket reads and
+// writes and the ring reads and writes are all operations of one io_context on one thread:
+// a shmio ring is just another Asio I/O object in an existing event loop.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <asio.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <cctype>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <shmio/shmio.hpp>
+#include <string>
+
+namespace {
+
+using asio::ip::tcp;
+// Completion as (error_code, result) tuples: errors are values here, not exceptions.
+constexpr auto as_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+constexpr std::size_t max_line = 1000;
+constexpr std::size_t node_size = sizeof(std::uint32_t) + max_line;  // connection id, then text
+
+// ---- the worker: blocking calls, in a process of its own ------------------------------------
+
+int work(const std::string& name) {
+  asio::io_context io;  // the rings need an executor; the worker never runs it
+  shmio::circular_buffer in(io.get_executor(), shmio::open_only, name + ".in");
+  shmio::circular_buffer out(io.get_executor(), shmio::open_only, name + ".out");
+  char buf[node_size];
+  for (;;) {
+    std::size_t n = in.read(asio::buffer(buf), std::chrono::milliseconds::max());
+    if (n <= sizeof(std::uint32_t)) return 0;  // an empty line: the bridge is shutting down
+    for (std::size_t i = sizeof(std::uint32_t); i < n; ++i)
+      buf[i] = static_cast<char>(std::toupper(static_cast<unsigned char>(buf[i])));
+    out.write(asio::buffer(buf, n), std::chrono::milliseconds::max());
+  }
+}
+
+// ---- the bridge -------------------------------------------------------------------------------
+
+class bridge {
+ public:
+  bridge(asio::io_context& io, unsigned short port, const std::string& name)
+      : io_(io),
+        acceptor_(io, {asio::ip::make_address("127.0.0.1"), port}),
+        in_(io.get_executor(), shmio::create_only, name + ".in", 64, node_size),
+        out_(io.get_executor(), shmio::create_only, name + ".out", 64, node_size) {}
+
+  unsigned short port() const { return acceptor_.local_endpoint().port(); }
+
+  void start() {
+    asio::co_spawn(io_, accept(), asio::detached);
+    asio::co_spawn(io_, answer(), asio::detached);
+  }
+
+  // Tells the worker to finish, then closes everything; run() returns when all is done.
+  void stop() {
+    std::uint32_t none = 0;
+    in_.write(asio::buffer(&none, sizeof none), std::chrono::seconds(1));
+    acceptor_.close();
+    for (auto& [id, socket] : clients_)
+      socket->close();
+    in_.close();
+    out_.close();
+  }
+
+ private:
+  // Accepts clients and starts a reader for each.
+  asio::awaitable<void> accept() {
+    for (;;) {
+      auto [ec, socket] = co_await acceptor_.async_accept(as_tuple);
+      if (ec) co_return;
+      const std::uint32_t id = ++last_id_;
+      auto s = std::make_shared<tcp::socket>(std::move(socket));
+      clients_[id] = s;
+      asio::co_spawn(io_, read_lines(id, s), asio::detached);
+    }
+  }
+
+  // TCP -> ring: each line, prefixed with the client's id, becomes one message in NAME.in.
+  asio::awaitable<void> read_lines(std::uint32_t id, std::shared_ptr<tcp::socket> socket) {
+    std::string pending;
+    auto buffer = asio::dynamic_buffer(pending, max_line + 1);
+    for (;;) {
+      auto [ec, n] = co_await asio::async_read_until(*socket, buffer, '\n', as_tuple);
+      if (ec) break;  // closed, or a line longer than max_line
+      std::string message(sizeof id, '\0');
+      std::memcpy(message.data(), &id, sizeof id);
+      message.append(pending, 0, n);
+      buffer.consume(n);
+      auto [wec, written] = co_await in_.async_write(asio::buffer(message), as_tuple);
+      if (wec) break;
+    }
+    clients_.erase(id);
+  }
+
+  // Ring -> TCP: each answer from NAME.out goes back to the client it names, if still there.
+  // Answers are written one at a time, so a slow client slows the others: fine for a demo.
+  asio::awaitable<void> answer() {
+    char buf[node_size];
+    for (;;) {
+      auto [ec, n] = co_await out_.async_read(asio::buffer(buf), as_tuple);
+      if (ec) co_return;  // closed
+      if (n < sizeof(std::uint32_t)) continue;
+      std::uint32_t id = 0;
+      std::memcpy(&id, buf, sizeof id);
+      auto it = clients_.find(id);
+      if (it == clients_.end()) continue;  // that client left meanwhile
+      auto socket = it->second;
+      co_await asio::async_write(*socket, asio::buffer(buf + sizeof id, n - sizeof id), as_tuple);
+    }
+  }
+
+  asio::io_context& io_;
+  tcp::acceptor acceptor_;
+  shmio::circular_buffer in_;
+  shmio::circular_buffer out_;
+  std::map<std::uint32_t, std::shared_ptr<tcp::socket>> clients_;
+  std::uint32_t last_id_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[1], "worker") == 0) return work(argv[2]);
+  if (argc > 3) {
+    std::fprintf(stderr, "usage: tcp_bridge [PORT [NAME]]\n");
+    return 2;
+  }
+  const auto port = static_cast<unsigned short>(argc > 1 ? std::atoi(argv[1]) : 0);
+  const std::string name = argc > 2 ? argv[2] : "tcp-bridge." + std::to_string(::getpid());
+
+  asio::io_context io;
+  bridge b(io, port, name);
+  pid_t worker = ::fork();
+  if (worker == 0) {
+    ::execl("/proc/self/exe", "tcp_bridge", "worker", name.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  b.start();
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](std::error_code ec, int) {
+    if (!ec) b.stop();
+  });
+  std::printf("ready %u\n", b.port());
+  std::fflush(stdout);
+  io.run();
+  int status = 0;
+  ::waitpid(worker, &status, 0);
+  std::printf("tcp_bridge: stopped; worker exit %d\n",
+              WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
