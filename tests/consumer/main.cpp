@@ -1,9 +1,11 @@
 // The consumer: one message through a ring, awaited by a coroutine. Exits 0 on success.
 #include <unistd.h>
 
-#include <asio.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/io_context.hpp>
+#include <asio/use_awaitable.hpp>
 #include <cstdio>
-#include <shmio/shmio.hpp>
+#include <shmio/circular_buffer.hpp>
 #include <string>
 
 asio::awaitable<std::string> receive(shmio::circular_buffer& ring) {
