@@ -35,19 +35,44 @@ auto async_attempt(const std::shared_ptr<waiter>& w, std::size_t queue, Attempt 
       token, w, queue, std::move(attempt));
 }
 
-std::error_code validate_channel(std::span<const std::byte> body) {
+// What an opener takes from the header, each field read once (the memory is shared: a value
+// checked must be the value used).
+struct channel_settings {
+  std::uint64_t to_opener_offset = 0;
+  std::uint64_t to_owner_offset = 0;
+  std::uint32_t max_message_size = 0;
+  std::chrono::milliseconds default_timeout{0};
+};
+
+std::error_code validate_channel(std::span<const std::byte> body, channel_settings& out) {
   if (body.size() < sizeof(layout::rpc_header)) return errc::corrupted;
   const auto& h = *reinterpret_cast<const layout::rpc_header*>(body.data());
   if (h.version != layout::rpc_version) return errc::incompatible;
+  const std::uint32_t node_count = h.node_count;
+  const std::uint32_t node_size = h.node_size;
+  const std::uint64_t to_opener = h.to_opener_offset;
+  const std::uint64_t to_owner = h.to_owner_offset;
+  const std::uint64_t timeout_ms = h.default_timeout_ms;
   std::uint64_t ring_bytes = 0;
-  if (!ring_view::body_size_for(h.node_count, h.node_size, ring_bytes) ||
-      h.node_size <= packet_header_size || h.ring_bytes != ring_bytes ||
-      h.to_opener_offset != sizeof(layout::rpc_header) ||
-      h.to_owner_offset != sizeof(layout::rpc_header) + ring_bytes ||
+  if (!ring_view::body_size_for(node_count, node_size, ring_bytes) ||
+      node_size <= packet_header_size || h.ring_bytes != ring_bytes ||
+      to_opener != sizeof(layout::rpc_header) ||
+      to_owner != sizeof(layout::rpc_header) + ring_bytes ||
       body.size() != sizeof(layout::rpc_header) + 2 * ring_bytes)
     return errc::corrupted;
-  if (auto ec = ring_view::validate(body.subspan(h.to_opener_offset, ring_bytes))) return ec;
-  return ring_view::validate(body.subspan(h.to_owner_offset, ring_bytes));
+  // Milliseconds count in a signed 64-bit number; only rpc_no_timeout stands above that.
+  if (timeout_ms != layout::rpc_no_timeout &&
+      timeout_ms > static_cast<std::uint64_t>(std::chrono::milliseconds::max().count()))
+    return errc::corrupted;
+  if (auto ec = ring_view::validate(body.subspan(to_opener, ring_bytes))) return ec;
+  if (auto ec = ring_view::validate(body.subspan(to_owner, ring_bytes))) return ec;
+  out.to_opener_offset = to_opener;
+  out.to_owner_offset = to_owner;
+  out.max_message_size = h.max_message_size;
+  out.default_timeout = timeout_ms == layout::rpc_no_timeout
+                            ? std::chrono::milliseconds::max()
+                            : std::chrono::milliseconds(static_cast<std::int64_t>(timeout_ms));
+  return {};
 }
 
 std::error_code error_from_wire(int value) {
@@ -83,24 +108,31 @@ std::shared_ptr<rpc_channel> rpc_channel::create(const asio::any_io_executor& ex
   }
   const auto count = static_cast<std::uint32_t>(options.node_count);
   const auto size = static_cast<std::uint32_t>(options.node_size);
+  const geometry where{sizeof(layout::rpc_header), sizeof(layout::rpc_header) + ring_bytes};
+  const bool no_timeout = options.default_timeout.count() < 0 ||
+                          options.default_timeout == std::chrono::milliseconds::max();
   auto init = [&](std::span<std::byte> body) {
     auto* h = new (body.data()) layout::rpc_header{};
     h->version = layout::rpc_version;
     h->node_count = count;
     h->node_size = size;
+    h->max_message_size = static_cast<std::uint32_t>(options.max_message_size);
     h->ring_bytes = ring_bytes;
-    h->to_opener_offset = sizeof(layout::rpc_header);
-    h->to_owner_offset = sizeof(layout::rpc_header) + ring_bytes;
-    ring_view::initialize(body.subspan(h->to_opener_offset, ring_bytes), count, size);
-    ring_view::initialize(body.subspan(h->to_owner_offset, ring_bytes), count, size);
+    h->to_opener_offset = where.to_opener_offset;
+    h->to_owner_offset = where.to_owner_offset;
+    h->default_timeout_ms = no_timeout
+                                ? layout::rpc_no_timeout
+                                : static_cast<std::uint64_t>(options.default_timeout.count());
+    ring_view::initialize(body.subspan(where.to_opener_offset, ring_bytes), count, size);
+    ring_view::initialize(body.subspan(where.to_owner_offset, ring_bytes), count, size);
   };
   segment seg = segment::create(name, object_kind::rpc, sizeof(layout::rpc_header) + 2 * ring_bytes,
                                 init, ec);
   if (ec) return nullptr;
   auto ch = std::make_shared<rpc_channel>(ex, std::move(handler));
-  ch->default_timeout_ = options.default_timeout;
+  ch->default_timeout_ = no_timeout ? std::chrono::milliseconds::max() : options.default_timeout;
   ch->reassembler_ = reassembler(options.max_message_size);
-  ec = ch->attach(std::move(seg), true, options.strategy);
+  ec = ch->attach(std::move(seg), true, where, options.strategy);
   if (ec) return nullptr;
   ch->start_loops();
   return ch;
@@ -111,16 +143,22 @@ std::shared_ptr<rpc_channel> rpc_channel::open(const asio::any_io_executor& ex,
                                                wait_strategy strategy, std::error_code& ec) {
   segment seg = segment::open(name, object_kind::rpc, ec);
   if (ec) return nullptr;
-  ec = validate_channel(seg.body());
+  channel_settings settings;
+  ec = validate_channel(seg.body(), settings);
   if (ec) return nullptr;
   auto ch = std::make_shared<rpc_channel>(ex, std::move(handler));
-  ec = ch->attach(std::move(seg), false, strategy);
+  // The owner's limits, so that both ends agree on them.
+  ch->default_timeout_ = settings.default_timeout;
+  ch->reassembler_ = reassembler(settings.max_message_size);
+  ec = ch->attach(std::move(seg), false, {settings.to_opener_offset, settings.to_owner_offset},
+                  strategy);
   if (ec) return nullptr;
   ch->start_loops();
   return ch;
 }
 
-std::error_code rpc_channel::attach(segment seg, bool owner, wait_strategy strategy) {
+std::error_code rpc_channel::attach(segment seg, bool owner, const geometry& where,
+                                    wait_strategy strategy) {
   std::error_code ec;
   const int fd = seg.native_handle();
   const std::uint64_t own_byte = owner ? layout::rpc_owner_lock_byte : layout::rpc_opener_lock_byte;
@@ -133,8 +171,8 @@ std::error_code rpc_channel::attach(segment seg, bool owner, wait_strategy strat
   peer_lock_byte_ = owner ? layout::rpc_opener_lock_byte : layout::rpc_owner_lock_byte;
   std::byte* body = seg_.body().data();
   header_ = reinterpret_cast<layout::rpc_header*>(body);
-  auto* to_opener = reinterpret_cast<layout::ring_state*>(body + header_->to_opener_offset);
-  auto* to_owner = reinterpret_cast<layout::ring_state*>(body + header_->to_owner_offset);
+  auto* to_opener = reinterpret_cast<layout::ring_state*>(body + where.to_opener_offset);
+  auto* to_owner = reinterpret_cast<layout::ring_state*>(body + where.to_owner_offset);
   std::construct_at(&in_, owner ? to_owner : to_opener, fd, me);
   std::construct_at(&out_, owner ? to_opener : to_owner, fd, me);
   in_.recover_own_nodes();
@@ -142,6 +180,10 @@ std::error_code rpc_channel::attach(segment seg, bool owner, wait_strategy strat
   // relaxed: informational only.
   (owner ? header_->owner_pid : header_->opener_pid)
       .store(platform::process_id(), std::memory_order_relaxed);
+  // A new opener: a generation of its own, taken while it holds the opener lock (so no other
+  // opener takes one meanwhile). acq_rel: the count is ordered before every packet we publish,
+  // so the owner, having read one of them, reads this count or a later one.
+  if (!owner) generation_ = header_->opener_generation.fetch_add(1, std::memory_order_acq_rel) + 1;
   layout::wait_queue* queues[] = {&in_.state().readers, &out_.state().writers};
   waiter_ = std::make_shared<waiter>(strand_, queues, strategy, ec);
   packet_.reserve(in_.node_size());
@@ -155,12 +197,14 @@ void rpc_channel::start_loops() {
 
 rpc_statistics rpc_channel::statistics() const {
   auto get = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  return {
-      get(stats_.requests_sent),      get(stats_.requests_received), get(stats_.responses_sent),
-      get(stats_.responses_received), get(stats_.errors_sent),       get(stats_.errors_received),
-      get(stats_.bytes_sent),         get(stats_.bytes_received),    get(stats_.packets_sent),
-      get(stats_.packets_received),   get(stats_.packets_rejected),  get(stats_.discarded_replies),
-      get(stats_.timeouts),           get(stats_.cancellations),     get(stats_.pending)};
+  return {get(stats_.requests_sent),     get(stats_.requests_received),
+          get(stats_.responses_sent),    get(stats_.responses_received),
+          get(stats_.errors_sent),       get(stats_.errors_received),
+          get(stats_.bytes_sent),        get(stats_.bytes_received),
+          get(stats_.packets_sent),      get(stats_.packets_received),
+          get(stats_.packets_rejected),  get(stats_.packets_stale),
+          get(stats_.discarded_replies), get(stats_.timeouts),
+          get(stats_.cancellations),     get(stats_.pending)};
 }
 
 // ---- reading -----------------------------------------------------------------------------
@@ -200,6 +244,10 @@ void rpc_channel::on_packet(std::span<const std::byte> bytes) {
     stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  if (!from_peer(packet->header.generation)) {
+    stats_.packets_stale.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   incoming_message m;
   switch (reassembler_.add(*packet, m)) {
     case reassembler::result::incomplete:
@@ -225,12 +273,24 @@ void rpc_channel::on_message(incoming_message m) {
       stats_.requests_received.fetch_add(1, std::memory_order_relaxed);
       stats_.bytes_received.fetch_add(m.payload.size(), std::memory_order_relaxed);
       if (!handler_) return send_error(m.id, errc::no_handler, "no handler at this end");
-      auto signal = std::make_shared<asio::cancellation_signal>();
       const std::uint64_t id = m.id;
-      serving_[id] = signal;
+      auto call = std::make_shared<serving_call>();
+      if (!serving_.emplace(id, call).second) {
+        // A sender never reuses an id: this request is forged or garbled. Running it would
+        // leave two handlers under one id, one of them beyond the other's cancel.
+        stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
       wake_housekeeping();  // watch the caller while we serve it
-      asio::co_spawn(strand_, serve(shared_from_this(), std::move(m)),
-                     asio::bind_cancellation_slot(signal->slot(), asio::detached));
+      // The signal must outlive the coroutine (its slot holds the coroutine's cancellation
+      // state), so the entry goes only when the coroutine has finished: in its completion.
+      asio::co_spawn(
+          strand_, serve(shared_from_this(), std::move(m), session_),
+          asio::bind_cancellation_slot(call->signal.slot(), [self = shared_from_this(), id,
+                                                             call](const std::exception_ptr&) {
+            auto it = self->serving_.find(id);
+            if (it != self->serving_.end() && it->second == call) self->serving_.erase(it);
+          }));
       return;
     }
     case packet_type::response:
@@ -249,16 +309,17 @@ void rpc_channel::on_message(incoming_message m) {
     case packet_type::cancel:
       if (auto it = serving_.find(m.response_to); it != serving_.end()) {
         stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
-        it->second->emit(asio::cancellation_type::terminal);
+        it->second->signal.emit(asio::cancellation_type::terminal);
       }
       return;
     case packet_type::close:
-      return peer_gone();
+      return end_session();
   }
 }
 
 asio::awaitable<void> rpc_channel::serve([[maybe_unused]] std::shared_ptr<rpc_channel> self,
-                                         incoming_message request) {
+                                         incoming_message request, std::uint64_t session) {
+  if (closed_ || session != session_) co_return;  // its caller went before it started
   outgoing_message reply{packet_type::response, next_id(), request.id, {}};
   std::error_code failure;
   std::string text;
@@ -271,8 +332,9 @@ asio::awaitable<void> rpc_channel::serve([[maybe_unused]] std::shared_ptr<rpc_ch
     failure = errc::remote_error;
     text = "unknown exception";
   }
-  serving_.erase(request.id);
-  if (closed_) co_return;
+  // Nobody to answer if this end closed or the caller's session ended meanwhile. (The entry in
+  // serving_ goes in the completion of this coroutine, not here.)
+  if (closed_ || session != session_) co_return;
   if (!failure && reply.payload.size() > reassembler_max()) {
     failure = errc::message_too_large;
     text = "reply larger than max_message_size";
@@ -287,6 +349,7 @@ asio::awaitable<void> rpc_channel::serve([[maybe_unused]] std::shared_ptr<rpc_ch
 
 void rpc_channel::send(outgoing_message m) {
   if (closed_) return;
+  m.generation = generation_;
   // Fast path: nothing queued and the writer idle, so write now, packet by packet, as far as
   // the ring has room. Order is kept: the writer only ever starts on the outbox's front.
   if (outbox_.empty() && !writer_busy_) {
@@ -319,6 +382,7 @@ asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<
     }
     if (closed_) co_return;
     writer_busy_ = true;
+    const std::uint64_t session = session_;
     outgoing_message m = std::move(outbox_.front());
     outbox_.pop_front();
     const std::uint32_t count = packets_for(m.payload.size(), payload_per_packet(out_.node_size()));
@@ -327,9 +391,14 @@ asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<
         return encode_packet(m, m.next_packet, out_.node_size(), node);
       };
       auto [ec, n] = co_await async_attempt(
-          waiter_, out_queue, [&] { return attempt_write(out_, fill); }, as_tuple_awaitable);
-      if (ec || closed_) co_return;  // aborted: this end is closing
-      stats_.packets_sent.fetch_add(1, std::memory_order_relaxed);
+          waiter_, out_queue, [&] { return attempt_write(out_, fill); },
+          asio::bind_cancellation_slot(writer_cancel_.slot(), as_tuple_awaitable));
+      if (!ec) stats_.packets_sent.fetch_add(1, std::memory_order_relaxed);
+      if (closed_) co_return;
+      // Its reader is gone (the wait may have been cut short for that): drop the rest, so the
+      // next opener is not fed a message it would only drop.
+      if (session != session_) break;
+      if (ec) co_return;  // aborted: this end is closing
     }
     writer_busy_ = false;
   }
@@ -344,6 +413,7 @@ void rpc_channel::start_call(std::uint64_t id, std::unique_ptr<pending_call> cal
     if (self->closed_) return call->complete(asio::error::operation_aborted, {});
     if (payload.size() > self->reassembler_max())
       return call->complete(errc::message_too_large, {});
+    if (self->owner_) self->follow_opener();  // address the opener there is now
     if (!self->peer_attached()) return call->complete(errc::peer_gone, {});
     const auto deadline = timeout.count() < 0 || timeout == std::chrono::milliseconds::max()
                               ? std::chrono::steady_clock::time_point::max()
@@ -389,14 +459,38 @@ bool rpc_channel::peer_attached() {
   return peer_present_;
 }
 
-void rpc_channel::peer_gone() {
+bool rpc_channel::from_peer(std::uint64_t generation) {
+  if (owner_) follow_opener();  // a packet of a newer opener ends the session with the older
+  return generation == generation_;
+}
+
+void rpc_channel::follow_opener() {
+  // acquire: pairs with the opener's increment (any value is safe: it is only compared).
+  const std::uint64_t current = header_->opener_generation.load(std::memory_order_acquire);
+  if (current == generation_) return;
+  end_session();  // whatever we had with the previous opener is over
+  generation_ = current;
+}
+
+void rpc_channel::end_session() {
+  ++session_;
   peer_present_ = false;
   reassembler_.clear();
   outbox_.clear();  // nobody to read them
+  if (writer_busy_) writer_cancel_.emit(asio::cancellation_type::terminal);
   while (!calls_.empty())
     finish_call(calls_.begin()->first, errc::peer_gone, {});
-  for (auto& [id, signal] : serving_)
-    signal->emit(asio::cancellation_type::terminal);
+  cancel_serving();
+}
+
+void rpc_channel::cancel_serving() {
+  // A snapshot: a cancellation handler may run code that changes serving_.
+  std::vector<std::shared_ptr<serving_call>> running;
+  running.reserve(serving_.size());
+  for (const auto& [id, call] : serving_)
+    running.push_back(call);
+  for (const auto& call : running)
+    call->signal.emit(asio::cancellation_type::terminal);
 }
 
 void rpc_channel::wake_housekeeping() {
@@ -422,9 +516,12 @@ asio::awaitable<void> rpc_channel::housekeeping_loop(
       send({packet_type::cancel, next_id(), id, {}});
     }
     if (tick % ticks_per_peer_check == 0 && (!calls_.empty() || !serving_.empty())) {
+      // The lock tells of a death; the generation of a death already followed by a new
+      // opener (whose lock hides the old one's absence).
+      if (owner_) follow_opener();
       std::error_code ec;
       if (!platform::byte_locked_by_other(seg_.native_handle(), peer_lock_byte_, ec) && !ec)
-        peer_gone();
+        end_session();
     }
     if (calls_.empty() && serving_.empty()) break;
   }
@@ -436,12 +533,16 @@ asio::awaitable<void> rpc_channel::housekeeping_loop(
 void rpc_channel::close() noexcept {
   // Tell the other end now, if the ring has room: its calls then fail at once. (If not, it
   // sees our lock go within its next check.)
+  // The owner's close is for whichever opener is there now; an opener's generation is fixed.
+  // acquire: as in follow_opener.
   outgoing_message bye{packet_type::close, next_id(), 0, {}};
+  bye.generation =
+      owner_ ? header_->opener_generation.load(std::memory_order_acquire) : generation_;
   auto fill = [&](std::span<std::byte> node) {
     return encode_packet(bye, 1, out_.node_size(), node);
   };
   try {
-    attempt_write(out_, fill);
+    if (bye.generation != 0) attempt_write(out_, fill);  // 0: no opener ever came
   } catch (...) {
   }
   std::error_code ignored;
@@ -457,8 +558,7 @@ void rpc_channel::shutdown_on_strand() {
   closed_ = true;
   while (!calls_.empty())
     finish_call(calls_.begin()->first, asio::error::operation_aborted, {});
-  for (auto& [id, signal] : serving_)
-    signal->emit(asio::cancellation_type::terminal);
+  cancel_serving();
   outbox_.clear();
   outbox_ready_.cancel();
   tick_.cancel();

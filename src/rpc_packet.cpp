@@ -22,6 +22,7 @@ std::size_t encode_packet(const outgoing_message& m, std::uint32_t index, std::u
   h.total_size = static_cast<std::uint32_t>(total);
   h.packet_count = packets_for(total, per);
   h.response_to = m.response_to;
+  h.generation = m.generation;
   std::memcpy(node.data(), &h, sizeof h);
   if (chunk) std::memcpy(node.data() + sizeof h, m.payload.data() + offset, chunk);
   return sizeof h + chunk;
@@ -38,7 +39,7 @@ std::optional<packet_view> parse_packet(std::span<const std::byte> node,
     return {};
   const std::uint32_t per = payload_per_packet(node_size);
   if (h.packet_count != packets_for(h.total_size, per) || h.packet_index == 0 ||
-      h.packet_index > h.packet_count)
+      h.packet_index > h.packet_count || h.generation == 0)
     return {};
   const std::uint64_t offset = std::uint64_t{h.packet_index - 1} * per;
   const std::uint64_t expected = std::min<std::uint64_t>(per, h.total_size - offset);
@@ -62,6 +63,7 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
     out.id = h.message_id;
     out.response_to = h.response_to;
     out.payload.assign(p.chunk.begin(), p.chunk.end());
+    out.generation = h.generation;
     return result::complete;
   }
   auto it = partial_.find(h.message_id);
@@ -70,7 +72,8 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
       if (it != partial_.end()) partial_.erase(it);
       return result::rejected;
     }
-    partial part{{type, h.message_id, h.response_to, {}}, 2, h.packet_count, h.total_size};
+    partial part{
+        {type, h.message_id, h.response_to, {}, h.generation}, 2, h.packet_count, h.total_size};
     // Grow as packets arrive: a forged total must not make us allocate it up front.
     part.message.payload.reserve(std::min<std::size_t>(h.total_size, std::size_t{1} << 20));
     part.message.payload.insert(part.message.payload.end(), p.chunk.begin(), p.chunk.end());
@@ -80,7 +83,8 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
   if (it == partial_.end()) return result::rejected;
   partial& part = it->second;
   if (h.packet_index != part.next_index || h.packet_count != part.packet_count ||
-      h.total_size != part.total_size || static_cast<std::uint8_t>(part.message.type) != h.type) {
+      h.total_size != part.total_size || static_cast<std::uint8_t>(part.message.type) != h.type ||
+      h.generation != part.message.generation) {
     partial_.erase(it);
     return result::rejected;
   }

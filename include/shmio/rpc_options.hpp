@@ -22,13 +22,16 @@ using rpc_handler = std::function<asio::awaitable<std::vector<std::byte>>(
 using rpc_sync_handler = std::function<std::vector<std::byte>(std::uint64_t request_id,
                                                               std::span<const std::byte> payload)>;
 
-/// Sizes and limits of a channel, fixed by its owner (the opener adopts the rings' sizes).
+/// Sizes and limits of a channel, fixed by its owner. The owner publishes all but `strategy` in
+/// the channel's header, and every opener adopts them: both ends agree on the ring sizes, the
+/// default timeout and the largest message.
 struct rpc_options {
   std::size_t node_count = 16;        ///< nodes per ring (each direction has one ring)
-  std::size_t node_size = 64 * 1024;  ///< bytes per node; a packet carries node_size - 32
+  std::size_t node_size = 64 * 1024;  ///< bytes per node; a packet carries node_size - 40
+  /// For calls made without a timeout, at either end. Negative or max(): no timeout.
   std::chrono::milliseconds default_timeout = std::chrono::seconds(30);
-  std::uint64_t max_message_size = 0xFFFF'FFFFull;  ///< larger messages are refused
-  wait_strategy strategy = {};
+  std::uint64_t max_message_size = 0xFFFF'FFFFull;  ///< larger messages are refused, both ways
+  wait_strategy strategy = {};                      ///< this end's only
 };
 
 /// Counters of one end of a channel (seed 000's RpcStatistics, plus what shmio adds).
@@ -44,6 +47,7 @@ struct rpc_statistics {
   std::uint64_t packets_sent = 0;
   std::uint64_t packets_received = 0;
   std::uint64_t packets_rejected = 0;   ///< inconsistent packets, dropped and never trusted
+  std::uint64_t packets_stale = 0;      ///< packets from or to an earlier opener, dropped
   std::uint64_t discarded_replies = 0;  ///< replies to requests that timed out or were cancelled
   std::uint64_t timeouts = 0;
   std::uint64_t cancellations = 0;     ///< requests cancelled here, or by the caller over there

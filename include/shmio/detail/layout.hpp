@@ -185,36 +185,47 @@ inline constexpr std::uint64_t node_stride_for(std::uint64_t node_size) {
 //  +-------------+--------------------------+--------------------------+
 //
 // Each ring is a ring_state followed by its nodes (as in a circular_buffer body). Each message
-// travels as packets, one per node: a packet_header, then up to node_size - 32 payload bytes.
+// travels as packets, one per node: a packet_header, then up to node_size - 40 payload bytes.
 // The owner holds an exclusive lock on byte rpc_owner_lock_byte of the file and the opener on
 // rpc_opener_lock_byte for as long as they are attached: that is how each learns that the other
 // is gone. Ring participant numbers (participant_lock_base + n) are shared by both rings.
+//
+// Openers come and go; the owner stays. Each opener, once it holds its lock byte, adds 1 to
+// opener_generation and stamps every packet it sends with the result; the owner stamps what it
+// sends with the generation of the opener it addresses. A reader drops packets of any other
+// generation, so whatever an earlier opener left in the rings (or never read) never reaches the
+// next one, and the owner knows a new opener (hence the old one gone) when the counter moves.
 
 inline constexpr std::uint64_t rpc_owner_lock_byte = 32;
 inline constexpr std::uint64_t rpc_opener_lock_byte = 33;
 inline constexpr std::uint32_t rpc_version = 1;
+inline constexpr std::uint64_t rpc_no_timeout = ~std::uint64_t{0};  // default_timeout_ms: none
 
 struct rpc_header {
-  std::uint32_t version;     // rpc_version
-  std::uint32_t node_count;  // of each ring
-  std::uint32_t node_size;   // of each ring
-  std::uint32_t reserved0;
-  std::uint64_t ring_bytes;               // bytes of one ring: ring_state + nodes
-  std::uint64_t to_opener_offset;         // from the start of the body: 64
-  std::uint64_t to_owner_offset;          // 64 + ring_bytes
-  std::atomic<std::uint32_t> owner_pid;   // informational
-  std::atomic<std::uint32_t> opener_pid;  // informational
-  std::uint8_t reserved[16];
+  std::uint32_t version;                         // rpc_version
+  std::uint32_t node_count;                      // of each ring
+  std::uint32_t node_size;                       // of each ring
+  std::uint32_t max_message_size;                // payload bytes; both ends refuse larger messages
+  std::uint64_t ring_bytes;                      // bytes of one ring: ring_state + nodes
+  std::uint64_t to_opener_offset;                // from the start of the body: 64
+  std::uint64_t to_owner_offset;                 // 64 + ring_bytes
+  std::atomic<std::uint32_t> owner_pid;          // informational
+  std::atomic<std::uint32_t> opener_pid;         // informational
+  std::atomic<std::uint64_t> opener_generation;  // 0 until the first opener; +1 per opener
+  std::uint64_t default_timeout_ms;  // the owner's default call timeout; rpc_no_timeout: none
 };
 static_assert(sizeof(rpc_header) == 64);
 static_assert(offsetof(rpc_header, version) == 0);
 static_assert(offsetof(rpc_header, node_count) == 4);
 static_assert(offsetof(rpc_header, node_size) == 8);
+static_assert(offsetof(rpc_header, max_message_size) == 12);
 static_assert(offsetof(rpc_header, ring_bytes) == 16);
 static_assert(offsetof(rpc_header, to_opener_offset) == 24);
 static_assert(offsetof(rpc_header, to_owner_offset) == 32);
 static_assert(offsetof(rpc_header, owner_pid) == 40);
 static_assert(offsetof(rpc_header, opener_pid) == 44);
+static_assert(offsetof(rpc_header, opener_generation) == 48);
+static_assert(offsetof(rpc_header, default_timeout_ms) == 56);
 
 // Packet types. Seed 000 has 1-3; shmio adds cancel and close.
 enum class packet_type : std::uint8_t {
@@ -225,17 +236,19 @@ enum class packet_type : std::uint8_t {
   close = 5,     // the sender is closing its end; no payload
 };
 
+// The seed's 32 bytes, with u32 packet numbers, a version, and the opener generation appended.
 struct packet_header {
   std::uint8_t type;           // packet_type
   std::uint8_t version;        // rpc_version
   std::uint16_t flags;         // 0
-  std::uint32_t packet_index;  // 1-based, < = packet_count
+  std::uint32_t packet_index;  // 1-based, <= packet_count
   std::uint64_t message_id;    // unique per sender (random start, then +1)
   std::uint32_t total_size;    // payload bytes of the whole message (< 4 GiB)
   std::uint32_t packet_count;  // ceil(total_size / payload per packet), at least 1
   std::uint64_t response_to;   // the request a response, error or cancel is about; else 0
+  std::uint64_t generation;    // the opener this packet is from or to (never 0)
 };
-static_assert(sizeof(packet_header) == 32);
+static_assert(sizeof(packet_header) == 40);
 static_assert(offsetof(packet_header, type) == 0);
 static_assert(offsetof(packet_header, version) == 1);
 static_assert(offsetof(packet_header, flags) == 2);
@@ -244,5 +257,6 @@ static_assert(offsetof(packet_header, message_id) == 8);
 static_assert(offsetof(packet_header, total_size) == 16);
 static_assert(offsetof(packet_header, packet_count) == 20);
 static_assert(offsetof(packet_header, response_to) == 24);
+static_assert(offsetof(packet_header, generation) == 32);
 
 }  // namespace shmio::detail::layout

@@ -1,7 +1,13 @@
 #pragma once
 // One end of an RPC channel: the rings, the request table, the reader and writer loops, the
 // running handlers and the watch on the other end. Everything mutable is touched only on the
-// channel's strand; the public entry points post there.
+// channel's strand; the public entry points go there first.
+//
+// A session is the time between two ends of the other side: the owner's sessions are its
+// openers, one after the other (told apart by their generation, see layout.hpp); an opener has
+// one session, with the owner. When a session ends (close packet, lock gone, or, at the owner, a
+// new generation), its calls fail with peer_gone, its handlers are cancelled, and whatever was
+// still to be sent to it (even the rest of a half-written message) is dropped.
 
 #include <atomic>
 #include <chrono>
@@ -66,23 +72,34 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   struct counters {
     std::atomic<std::uint64_t> requests_sent{0}, requests_received{0}, responses_sent{0},
         responses_received{0}, errors_sent{0}, errors_received{0}, bytes_sent{0}, bytes_received{0},
-        packets_sent{0}, packets_received{0}, packets_rejected{0}, discarded_replies{0},
-        timeouts{0}, cancellations{0}, pending{0};
+        packets_sent{0}, packets_received{0}, packets_rejected{0}, packets_stale{0},
+        discarded_replies{0}, timeouts{0}, cancellations{0}, pending{0};
   };
 
-  std::error_code attach(segment seg, bool owner, wait_strategy strategy);
+  struct serving_call {
+    asio::cancellation_signal signal;  // cancels the handler; lives until its coroutine is over
+  };
+  struct geometry {  // where the rings are, as checked (read once from shared memory)
+    std::uint64_t to_opener_offset, to_owner_offset;
+  };
+
+  std::error_code attach(segment seg, bool owner, const geometry& g, wait_strategy strategy);
   void start_loops();
   asio::awaitable<void> reader_loop(std::shared_ptr<rpc_channel> self);
   asio::awaitable<void> writer_loop(std::shared_ptr<rpc_channel> self);
   asio::awaitable<void> housekeeping_loop(std::shared_ptr<rpc_channel> self);
-  asio::awaitable<void> serve(std::shared_ptr<rpc_channel> self, incoming_message request);
+  asio::awaitable<void> serve(std::shared_ptr<rpc_channel> self, incoming_message request,
+                              std::uint64_t session);
   void on_packet(std::span<const std::byte> bytes);
   void on_message(incoming_message m);
   void finish_call(std::uint64_t id, std::error_code ec, std::vector<std::byte> reply);
   void send(outgoing_message m);
   void send_error(std::uint64_t to, std::error_code ec, std::string_view text);
   bool peer_attached();
-  void peer_gone();
+  bool from_peer(std::uint64_t generation);
+  void follow_opener();
+  void end_session();
+  void cancel_serving();
   void wake_housekeeping();
   void shutdown_on_strand();
   std::uint64_t reassembler_max() const noexcept { return reassembler_.max_message_size(); }
@@ -100,13 +117,18 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::chrono::milliseconds default_timeout_{30000};
   std::atomic<std::uint64_t> next_id_{1};
   counters stats_;
+  // The opener's own generation (fixed at attach), or the generation of the opener the owner
+  // addresses (strand-only; 0 before the first). Stamped on every packet sent.
+  std::uint64_t generation_ = 0;
 
   // Strand-only state.
   std::unordered_map<std::uint64_t, call_entry> calls_;
-  std::unordered_map<std::uint64_t, std::shared_ptr<asio::cancellation_signal>> serving_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<serving_call>> serving_;  // by request id
+  std::uint64_t session_ = 0;  // sessions ended so far
   std::deque<outgoing_message> outbox_;
   asio::steady_timer outbox_ready_;  // never expires by itself: cancelled to wake the writer
-  asio::steady_timer tick_;          // timeouts and the peer watch, while anything is pending
+  asio::cancellation_signal writer_cancel_;  // cuts short the writer's wait for room
+  asio::steady_timer tick_;  // timeouts and the peer watch, while anything is pending
   bool ticking_ = false;
   bool writer_busy_ = false;  // the writer loop is part-way through a message
   bool peer_present_ = false;

@@ -34,6 +34,7 @@ struct outgoing_message {
   std::uint64_t response_to = 0;
   std::vector<std::byte> payload;
   std::uint32_t next_packet = 1;  // the first packet not yet written
+  std::uint64_t generation = 0;   // the opener it is from or to: stamped on every packet
 };
 
 /// Writes packet `index` (1-based) of `m` into `node`; returns the bytes used.
@@ -47,8 +48,9 @@ struct packet_view {
 };
 
 /// Checks a packet as read from a node: type and version known, 1 <= index <= count, count
-/// consistent with total_size, and the chunk exactly as long as that index's share. Returns
-/// nothing if any check fails: the packet is then dropped and counted, never trusted.
+/// consistent with total_size, the chunk exactly as long as that index's share, and a
+/// generation (never 0). Returns nothing if any check fails: the packet is then dropped and
+/// counted, never trusted. Whether the generation is the right one is the channel's business.
 std::optional<packet_view> parse_packet(std::span<const std::byte> node,
                                         std::uint32_t node_size) noexcept;
 
@@ -58,10 +60,12 @@ struct incoming_message {
   std::uint64_t id;
   std::uint64_t response_to;
   std::vector<std::byte> payload;
+  std::uint64_t generation = 0;  // the opener it is from or to
 };
 
 /// Collects packets per message id. Packets of one message arrive in order (one writer writes
 /// them one after the other into a FIFO ring); packets of different messages may interleave.
+/// The channel clears it whenever its peer changes: it only ever sees one generation at a time.
 class reassembler {
  public:
   enum class result { incomplete, complete, rejected };
