@@ -321,6 +321,7 @@ segment_info examine_file(const std::string& path, std::error_code& ec) {
 }
 
 segment_info examine(std::string_view name, std::error_code& ec) {
+  ec.clear();  // segment_path only sets it
   std::string path = detail::segment_path(name, ec);
   if (ec) return {};
   return examine_file(path, ec);
@@ -387,6 +388,7 @@ bool remove_file_if_stale(const std::string& path, std::error_code& ec) {
 }
 
 bool remove_if_stale(std::string_view name, std::error_code& ec) {
+  ec.clear();  // segment_path only sets it
   std::string path = detail::segment_path(name, ec);
   if (ec) return false;
   return remove_file_if_stale(path, ec);
