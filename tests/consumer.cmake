@@ -17,13 +17,21 @@ endfunction()
 if(MODE STREQUAL "install")
   file(REMOVE_RECURSE "${prefix}")
   run(${CMAKE_COMMAND} --install "${SHMIO_BUILD}" --prefix "${prefix}")
-  foreach(f include/shmio/shmio.hpp lib/libshmio.a lib/cmake/shmio/shmioConfig.cmake
+  set(tool "")
+  if(EXISTS "${SHMIO_BUILD}/tools")
+    set(tool bin/shmio)  # built with the project (SHMIO_BUILD_TOOLS)
+  endif()
+  foreach(f include/shmio/shmio.hpp include/shmio/inspect.hpp lib/libshmio.a ${tool}
+            lib/cmake/shmio/shmioConfig.cmake
             lib/cmake/shmio/shmioConfigVersion.cmake lib/cmake/shmio/FindAsioHeaders.cmake
             lib/pkgconfig/shmio.pc)
     if(NOT EXISTS "${prefix}/${f}")
       message(FATAL_ERROR "not installed: ${f}")
     endif()
   endforeach()
+  if(tool)
+    run("${prefix}/bin/shmio" ls shmio-test.no-such-prefix. --json)
+  endif()
 elseif(MODE STREQUAL "find_package" OR MODE STREQUAL "add_subdirectory")
   set(build "${WORK}/${MODE}")
   file(REMOVE_RECURSE "${build}")
