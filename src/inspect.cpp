@@ -188,8 +188,10 @@ void read_rpc(std::span<const std::byte> body, int fd, segment_info& info) {
   if (detail::ring_view::validate(to_opener) || detail::ring_view::validate(to_owner))
     return set_problem(info, errc::corrupted, "rpc ring header inconsistent");
   rpc_info r;
-  r.owner_pid = h.owner_pid.load(std::memory_order_relaxed);    // relaxed: snapshot
-  r.opener_pid = h.opener_pid.load(std::memory_order_relaxed);  // relaxed: snapshot
+  r.owner_pid = h.owner_pid.load(std::memory_order_relaxed);                  // relaxed: snapshot
+  r.opener_pid = h.opener_pid.load(std::memory_order_relaxed);                // relaxed: snapshot
+  r.opener_generation = h.opener_generation.load(std::memory_order_relaxed);  // relaxed: snapshot
+  r.max_message_size = h.max_message_size;
   std::error_code ec;
   r.owner_attached = platform::byte_locked_by_other(fd, layout::rpc_owner_lock_byte, ec);
   r.opener_attached = platform::byte_locked_by_other(fd, layout::rpc_opener_lock_byte, ec);

@@ -82,7 +82,8 @@ try:
     check(ev is not None and ev["event"]["signalled"] and ev["event"]["manual_reset"], "event")
     rpc = listing.get(prefix + "live.rpc")
     check(rpc is not None and rpc["kind"] == "rpc" and rpc["rpc"]["owner_attached"]
-          and not rpc["rpc"]["opener_attached"] and rpc["rpc"]["to_owner"]["node_count"] == 4,
+          and not rpc["rpc"]["opener_attached"] and rpc["rpc"]["to_owner"]["node_count"] == 4
+          and rpc["rpc"]["opener_generation"] == 0 and rpc["rpc"]["max_message_size"] > 0,
           f"rpc {rpc}")
     human = run("ls", prefix).stdout
     check(prefix + "live.ring" in human and "circular_buffer" in human and "live" in human

@@ -177,8 +177,10 @@ void print_detail(const inspect::segment_info& s) {
   if (s.rpc) {
     std::printf("owner:    pid %u, %s\n", s.rpc->owner_pid,
                 s.rpc->owner_attached ? "attached" : "gone");
-    std::printf("opener:   pid %u, %s\n", s.rpc->opener_pid,
-                s.rpc->opener_attached ? "attached" : "none");
+    std::printf("opener:   pid %u, %s; %llu openers so far\n", s.rpc->opener_pid,
+                s.rpc->opener_attached ? "attached" : "none",
+                static_cast<unsigned long long>(s.rpc->opener_generation));
+    std::printf("limit:    messages up to %s\n", bytes(s.rpc->max_message_size).c_str());
     print_ring("ring to opener", s.rpc->to_opener);
     print_ring("ring to owner", s.rpc->to_owner);
   }
@@ -259,6 +261,8 @@ void write_segment(json_writer& j, const inspect::segment_info& s) {
     j.key("owner_attached").value(s.rpc->owner_attached);
     j.key("opener_pid").value(std::uint64_t{s.rpc->opener_pid});
     j.key("opener_attached").value(s.rpc->opener_attached);
+    j.key("opener_generation").value(s.rpc->opener_generation);
+    j.key("max_message_size").value(std::uint64_t{s.rpc->max_message_size});
     j.key("to_opener");
     write_ring(j, s.rpc->to_opener);
     j.key("to_owner");

@@ -52,10 +52,12 @@ struct event_info {
 };
 
 struct rpc_info {
-  std::uint32_t owner_pid = 0;   ///< as recorded; informational
-  std::uint32_t opener_pid = 0;  ///< as recorded; informational
-  bool owner_attached = false;   ///< the owner's lock is held
-  bool opener_attached = false;  ///< an opener's lock is held
+  std::uint32_t owner_pid = 0;          ///< as recorded; informational
+  std::uint32_t opener_pid = 0;         ///< as recorded; informational
+  bool owner_attached = false;          ///< the owner's lock is held
+  bool opener_attached = false;         ///< an opener's lock is held
+  std::uint64_t opener_generation = 0;  ///< how many openers have joined so far
+  std::uint32_t max_message_size = 0;   ///< the owner's limit, in payload bytes
   ring_info to_opener;
   ring_info to_owner;
 };
