@@ -1,0 +1,580 @@
+// Ring benchmarks: shmio::circular_buffer beside the floor (a bare spin ring, support.hpp) and
+// what a user would use instead (an asio::local::stream_protocol socket pair), in one binary so
+// that one run gives every number; compare as ratios (bench/ratios.py).
+//
+// BM_ring_roundtrip/<family>/<placement>: a 64-byte message to a partner process through one
+//     ring and its echo back through another; one iteration = one round trip.
+//       spin_ring          two spin rings: the floor
+//       asio_local_stream  a socket pair, co_await async_write / async_read of 64 bytes
+//       shmio_sync         two circular_buffers, blocking write() / read()
+//       shmio_async        the same, co_await async_write() / async_read() on both sides
+// BM_ring_throughput/<family>/<P>p<C>c: 64-byte messages from P producer processes to C
+//     consumer processes, as fast as they go. One timed iteration moves `messages` messages;
+//     items_per_second = messages per second. spin_ring and asio_local_stream only run 1p1c
+//     (one byte stream or an SPSC ring has one reader). 1p1c pins the producer to CPU 0 and the
+//     consumer to CPU 1; more processes are left to the scheduler on the two CPUs.
+// BM_ring_bandwidth/<family>: 1 MiB messages, one producer process to one consumer process;
+//     bytes_per_second. Every family copies each message in and out once.
+// BM_ring_local/<sync|async>: one thread writes a 64-byte message and reads it back: the ring's
+//     own cost with no other process (for profiling).
+//
+// Counters: median_ns (round trips; see support.hpp), allocs_per_iter (heap allocations in the
+// measuring process per iteration).
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <array>
+#include <asio/co_spawn.hpp>
+#include <asio/io_context.hpp>
+#include <asio/local/stream_protocol.hpp>
+#include <asio/read.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+#include <cstring>
+#include <limits>
+#include <shmio/shmio.hpp>
+#include <string>
+#include <vector>
+
+#include "support.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace shmio_bench;
+using stream_socket = asio::local::stream_protocol::socket;
+
+constexpr std::size_t small_message = 64;
+constexpr std::size_t big_message = 1 << 20;
+constexpr auto forever = std::chrono::milliseconds::max();
+
+enum class family { spin_ring, asio_local_stream, shmio_sync, shmio_async };
+
+const char* name_of(family f) {
+  switch (f) {
+    case family::spin_ring:
+      return "spin_ring";
+    case family::asio_local_stream:
+      return "asio_local_stream";
+    case family::shmio_sync:
+      return "shmio_sync";
+    case family::shmio_async:
+      return "shmio_async";
+  }
+  return "?";
+}
+
+/// Runs `f`, turning an exception into the benchmark's error.
+template <class F>
+void guarded(benchmark::State& state, F&& f) {
+  std::string error;
+  try {
+    f();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!error.empty()) state.SkipWithError(error.c_str());
+}
+
+// ---- round trip ------------------------------------------------------------------------------
+
+void roundtrip_spin(benchmark::State& state, session& s) {
+  spin_ring ping(8, small_message), pong(8, small_message);
+  control_block& c = s.ctl();
+  s.pin_parent();
+  s.fork_child([&](const std::function<void()>& ready) {
+    ready();
+    std::array<std::byte, small_message> buf{};
+    for (;;) {
+      std::size_t n;
+      while ((n = ping.try_read(buf.data())) == 0) {
+      }
+      if (c.stop.load(std::memory_order_acquire)) return;
+      while (!pong.try_write(buf.data(), n)) {
+      }
+    }
+  });
+  s.start_children();
+  std::array<std::byte, small_message> out{}, in{};
+  warm_up_then_measure(state, [&] {
+    while (!ping.try_write(out.data(), out.size())) {
+    }
+    while (pong.try_read(in.data()) == 0)
+      if (g_child_exited) throw_child_gone();
+  });
+  s.stop_children([&] { ping.try_write(out.data(), out.size()); });
+}
+
+asio::awaitable<void> stream_echo(stream_socket& sock, std::size_t size) {
+  std::vector<char> buf(size);
+  try {
+    for (;;) {
+      co_await asio::async_read(sock, asio::buffer(buf), asio::use_awaitable);
+      co_await asio::async_write(sock, asio::buffer(buf), asio::use_awaitable);
+    }
+  } catch (const std::system_error&) {
+    // EOF: the parent closed its end
+  }
+}
+
+void roundtrip_stream(benchmark::State& state, session& s) {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) throw_errno("socketpair");
+  s.own_fd(fds[0]);
+  s.pin_parent();
+  s.fork_child([fds](const std::function<void()>& ready) {
+    ::close(fds[1]);
+    asio::io_context io;
+    stream_socket sock(io, asio::local::stream_protocol(), fds[0]);
+    asio::co_spawn(io, stream_echo(sock, small_message), [](std::exception_ptr e) {
+      if (e) std::rethrow_exception(e);
+    });
+    ready();
+    io.run();
+  });
+  asio::io_context io;
+  stream_socket sock(io, asio::local::stream_protocol(), fds[1]);
+  s.start_children();
+  auto body = [&]() -> asio::awaitable<void> {
+    std::array<char, small_message> out{}, in{};
+    const warmup w;
+    for (long i = 0; w.more(i); ++i) {
+      co_await asio::async_write(sock, asio::buffer(out), asio::use_awaitable);
+      co_await asio::async_read(sock, asio::buffer(in), asio::use_awaitable);
+    }
+    batch_timer bt(state);
+    bt.start();
+    for (auto _ : state) {
+      co_await asio::async_write(sock, asio::buffer(out), asio::use_awaitable);
+      co_await asio::async_read(sock, asio::buffer(in), asio::use_awaitable);
+      bt.tick();
+    }
+    bt.report(state);
+  };
+  run_parent_coroutine(s, io, body());
+  s.stop_children([&] {
+    std::error_code ignored;
+    sock.shutdown(stream_socket::shutdown_both, ignored);
+  });
+}
+
+void roundtrip_shmio(benchmark::State& state, session& s, bool async) {
+  control_block& c = s.ctl();
+  const std::string ping_name = s.segment_name("ping");
+  const std::string pong_name = s.segment_name("pong");
+  s.pin_parent();
+  s.fork_child([&](const std::function<void()>& ready) {
+    asio::io_context io;
+    shmio::circular_buffer ping(io.get_executor(), shmio::open_only, ping_name);
+    shmio::circular_buffer pong(io.get_executor(), shmio::open_only, pong_name);
+    std::array<std::byte, small_message> buf{};
+    ready();
+    if (!async) {
+      for (;;) {
+        const std::size_t n = ping.read(asio::buffer(buf), forever);
+        if (c.stop.load(std::memory_order_acquire)) return;
+        pong.write(asio::buffer(buf.data(), n), forever);
+      }
+    }
+    run_child_coroutine(io, [&]() -> asio::awaitable<void> {
+      for (;;) {
+        const std::size_t n = co_await ping.async_read(asio::buffer(buf), asio::use_awaitable);
+        if (c.stop.load(std::memory_order_acquire)) co_return;
+        co_await pong.async_write(asio::buffer(buf.data(), n), asio::use_awaitable);
+      }
+    }());
+  });
+  asio::io_context io;
+  shmio::circular_buffer ping(io.get_executor(), shmio::create_only, ping_name, 8, small_message);
+  shmio::circular_buffer pong(io.get_executor(), shmio::create_only, pong_name, 8, small_message);
+  s.start_children();
+  std::array<std::byte, small_message> out{}, in{};
+  if (!async) {
+    warm_up_then_measure(state, [&] {
+      ping.write(asio::buffer(out), forever);
+      while (pong.read(asio::buffer(in), 1s) == 0)
+        if (s.children_gone()) throw_child_gone();
+    });
+  } else {
+    auto body = [&]() -> asio::awaitable<void> {
+      const warmup w;
+      for (long i = 0; w.more(i); ++i) {
+        co_await ping.async_write(asio::buffer(out), asio::use_awaitable);
+        co_await pong.async_read(asio::buffer(in), asio::use_awaitable);
+      }
+      batch_timer bt(state);
+      bt.start();
+      for (auto _ : state) {
+        co_await ping.async_write(asio::buffer(out), asio::use_awaitable);
+        co_await pong.async_read(asio::buffer(in), asio::use_awaitable);
+        bt.tick();
+      }
+      bt.report(state);
+    };
+    run_parent_coroutine(s, io, body());
+  }
+  // Stop the child before our handles close, so that ours are the last and remove the segments.
+  s.stop_children([&] { ping.write(asio::buffer(out), 0ms); });
+}
+
+void bm_roundtrip(benchmark::State& state, family f, placement p) {
+  guarded(state, [&] {
+    session s(p);
+    switch (f) {
+      case family::spin_ring:
+        return roundtrip_spin(state, s);
+      case family::asio_local_stream:
+        return roundtrip_stream(state, s);
+      case family::shmio_sync:
+        return roundtrip_shmio(state, s, false);
+      case family::shmio_async:
+        return roundtrip_shmio(state, s, true);
+    }
+  });
+  state.SetItemsProcessed(state.iterations());
+}
+
+// ---- throughput and bandwidth ---------------------------------------------------------------
+
+/// One counter per consumer process, each on its own cache line, in a MAP_SHARED mapping made
+/// before the forks: the parent sums them to see when every message has arrived.
+class shared_counters {
+ public:
+  explicit shared_counters(int n) : n_(n) {
+    void* m = ::mmap(nullptr, bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) throw_errno("mmap");
+    c_ = new (m) slot[static_cast<std::size_t>(n)];
+  }
+  ~shared_counters() { ::munmap(c_, bytes()); }
+  shared_counters(const shared_counters&) = delete;
+  shared_counters& operator=(const shared_counters&) = delete;
+
+  // Relaxed: a progress count; the parent only needs to see it reach the total eventually.
+  void add(int i, std::uint64_t k) noexcept { c_[i].value.fetch_add(k, std::memory_order_relaxed); }
+  std::uint64_t sum() const noexcept {
+    std::uint64_t total = 0;
+    for (int i = 0; i < n_; ++i)
+      total += c_[i].value.load(std::memory_order_relaxed);
+    return total;
+  }
+
+ private:
+  struct slot {
+    alignas(64) std::atomic<std::uint64_t> value{0};
+  };
+  std::size_t bytes() const { return sizeof(slot) * static_cast<std::size_t>(n_); }
+  int n_;
+  slot* c_;
+};
+
+struct flow {
+  int producers = 1;
+  int consumers = 1;
+  std::size_t message_size = small_message;
+  std::uint64_t messages = 0;    // per timed iteration
+  std::size_t node_count = 256;  // shmio and spin ring capacity, in messages
+};
+
+/// Messages producer `i` of `n` writes.
+std::uint64_t share(const flow& fl, int i) {
+  return fl.messages / static_cast<std::uint64_t>(fl.producers) +
+         (i == 0 ? fl.messages % static_cast<std::uint64_t>(fl.producers) : 0);
+}
+
+/// Waits (sleeping, so as to leave both CPUs to the producers and consumers) until `done()`,
+/// and returns the time from `start` on. Throws if a child died.
+template <class Done>
+double wait_until(session& s, clock_type::time_point start, Done&& done) {
+  const timespec nap{0, 200'000};
+  for (;;) {
+    if (done()) return std::chrono::duration<double>(clock_type::now() - start).count();
+    if (g_child_exited && !done()) throw_child_gone();
+    ::nanosleep(&nap, nullptr);
+    (void)s;
+  }
+}
+
+/// Children wait for the go: ctl().ping becomes 1. They yield, not spin hard, while waiting.
+void await_go(control_block& c) {
+  while (c.ping.load(std::memory_order_acquire) == 0)
+    ::sched_yield();
+}
+
+/// A producer that has written its share stays until the parent stops it: a child that exits
+/// early would read as a failure (SIGCHLD) to the parent.
+void linger(control_block& c) {
+  const timespec nap{0, 1'000'000};
+  while (!c.stop.load(std::memory_order_acquire))
+    ::nanosleep(&nap, nullptr);
+}
+
+/// For 1p1c, the producer goes to CPU 0 and the consumer to CPU 1; otherwise no pinning.
+void place(const flow& fl, int cpu) {
+  if (fl.producers == 1 && fl.consumers == 1 && !pin_to(cpu)) throw_errno("sched_setaffinity");
+}
+
+void flow_spin(benchmark::State& state, session& s, const flow& fl) {
+  spin_ring ring(fl.node_count, fl.message_size);
+  shared_counters received(1);
+  control_block& c = s.ctl();
+  s.fork_child(
+      [&](const std::function<void()>& ready) {
+        place(fl, 0);
+        std::vector<std::byte> msg(fl.message_size);
+        ready();
+        await_go(c);
+        for (std::uint64_t i = 0; i < fl.messages; ++i)
+          while (!ring.try_write(msg.data(), msg.size())) {
+          }
+        linger(c);
+      },
+      false);
+  s.fork_child(
+      [&](const std::function<void()>& ready) {
+        place(fl, 1);
+        std::vector<std::byte> msg(fl.message_size);
+        ready();
+        for (std::uint64_t i = 0; i < fl.messages; ++i) {
+          while (ring.try_read(msg.data()) == 0) {
+          }
+          received.add(0, 1);
+        }
+      },
+      false);
+  s.start_children();
+  for (auto _ : state) {
+    const auto start = clock_type::now();
+    c.ping.store(1, std::memory_order_release);
+    state.SetIterationTime(wait_until(s, start, [&] { return received.sum() >= fl.messages; }));
+  }
+  s.stop_children({});
+}
+
+void flow_stream(benchmark::State& state, session& s, const flow& fl) {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) throw_errno("socketpair");
+  s.own_fd(fds[0]);
+  s.own_fd(fds[1]);
+  shared_counters received(1);
+  control_block& c = s.ctl();
+  s.fork_child(
+      [&](const std::function<void()>& ready) {
+        place(fl, 0);
+        asio::io_context io;
+        stream_socket sock(io, asio::local::stream_protocol(), ::dup(fds[0]));
+        std::vector<std::byte> msg(fl.message_size);
+        ready();
+        await_go(c);
+        run_child_coroutine(io, [&]() -> asio::awaitable<void> {
+          for (std::uint64_t i = 0; i < fl.messages; ++i)
+            co_await asio::async_write(sock, asio::buffer(msg), asio::use_awaitable);
+        }());
+        linger(c);
+      },
+      false);
+  s.fork_child(
+      [&](const std::function<void()>& ready) {
+        place(fl, 1);
+        asio::io_context io;
+        stream_socket sock(io, asio::local::stream_protocol(), ::dup(fds[1]));
+        std::vector<std::byte> msg(fl.message_size);
+        ready();
+        run_child_coroutine(io, [&]() -> asio::awaitable<void> {
+          for (std::uint64_t i = 0; i < fl.messages; ++i) {
+            co_await asio::async_read(sock, asio::buffer(msg), asio::use_awaitable);
+            received.add(0, 1);
+          }
+        }());
+      },
+      false);
+  s.start_children();
+  for (auto _ : state) {
+    const auto start = clock_type::now();
+    c.ping.store(1, std::memory_order_release);
+    state.SetIterationTime(wait_until(s, start, [&] { return received.sum() >= fl.messages; }));
+  }
+  s.stop_children({});
+}
+
+void flow_shmio(benchmark::State& state, session& s, const flow& fl, bool async) {
+  const std::string name = s.segment_name("flow");
+  shared_counters received(fl.consumers);
+  control_block& c = s.ctl();
+  asio::io_context io;
+  // The parent holds the ring for the whole run, and ends the consumers with empty messages.
+  shmio::circular_buffer ring(io.get_executor(), shmio::create_only, name, fl.node_count,
+                              fl.message_size);
+  for (int p = 0; p < fl.producers; ++p) {
+    s.fork_child(
+        [&, p](const std::function<void()>& ready) {
+          place(fl, 0);
+          asio::io_context cio;
+          shmio::circular_buffer r(cio.get_executor(), shmio::open_only, name);
+          std::vector<std::byte> msg(fl.message_size, std::byte{1});
+          const std::uint64_t mine = share(fl, p);
+          ready();
+          await_go(c);
+          if (!async) {
+            for (std::uint64_t i = 0; i < mine; ++i)
+              r.write(asio::buffer(msg), forever);
+          } else {
+            run_child_coroutine(cio, [&]() -> asio::awaitable<void> {
+              for (std::uint64_t i = 0; i < mine; ++i)
+                co_await r.async_write(asio::buffer(msg), asio::use_awaitable);
+            }());
+          }
+          linger(c);
+        },
+        false);
+  }
+  for (int k = 0; k < fl.consumers; ++k) {
+    s.fork_child(
+        [&, k](const std::function<void()>& ready) {
+          place(fl, 1);
+          asio::io_context cio;
+          shmio::circular_buffer r(cio.get_executor(), shmio::open_only, name);
+          std::vector<std::byte> msg(fl.message_size);
+          ready();
+          if (!async) {
+            while (r.read(asio::buffer(msg), forever) != 0)
+              received.add(k, 1);
+            return;
+          }
+          run_child_coroutine(cio, [&]() -> asio::awaitable<void> {
+            while (co_await r.async_read(asio::buffer(msg), asio::use_awaitable) != 0)
+              received.add(k, 1);
+          }());
+        },
+        false);
+  }
+  s.start_children();
+  for (auto _ : state) {
+    const auto start = clock_type::now();
+    c.ping.store(1, std::memory_order_release);
+    state.SetIterationTime(wait_until(s, start, [&] { return received.sum() >= fl.messages; }));
+  }
+  s.stop_children([&] {
+    for (int k = 0; k < fl.consumers; ++k)
+      ring.write(asio::const_buffer(), 100ms);  // an empty message ends a consumer
+  });
+}
+
+void bm_flow(benchmark::State& state, family f, flow fl) {
+  guarded(state, [&] {
+    session s(placement::split);
+    switch (f) {
+      case family::spin_ring:
+        return flow_spin(state, s, fl);
+      case family::asio_local_stream:
+        return flow_stream(state, s, fl);
+      case family::shmio_sync:
+        return flow_shmio(state, s, fl, false);
+      case family::shmio_async:
+        return flow_shmio(state, s, fl, true);
+    }
+  });
+  state.SetItemsProcessed(static_cast<std::int64_t>(fl.messages) * state.iterations());
+  state.SetBytesProcessed(static_cast<std::int64_t>(fl.messages * fl.message_size) *
+                          state.iterations());
+}
+
+// ---- one process -----------------------------------------------------------------------------
+
+void bm_local(benchmark::State& state, bool async) {
+  guarded(state, [&] {
+    const std::string name = "shmio-bench." + std::to_string(::getpid()) + ".local";
+    asio::io_context io;
+    shmio::circular_buffer ring(io.get_executor(), shmio::create_only, name, 64, small_message);
+    std::array<std::byte, small_message> out{}, in{};
+    if (!async) {
+      warm_up_then_measure(state, [&] {
+        ring.write(asio::buffer(out), 0ms);
+        ring.read(asio::buffer(in), 0ms);
+      });
+      return;
+    }
+    std::exception_ptr failure;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          batch_timer bt(state);
+          bt.start();
+          for (auto _ : state) {
+            co_await ring.async_write(asio::buffer(out), asio::use_awaitable);
+            co_await ring.async_read(asio::buffer(in), asio::use_awaitable);
+            bt.tick();
+          }
+          bt.report(state);
+        },
+        [&](std::exception_ptr e) { failure = e; });
+    io.run();
+    if (failure) std::rethrow_exception(failure);
+  });
+  state.SetItemsProcessed(state.iterations());
+}
+
+void register_all() {
+  const family all[] = {family::spin_ring, family::asio_local_stream, family::shmio_sync,
+                        family::shmio_async};
+  const std::pair<placement, const char*> placements[] = {{placement::split, "split"},
+                                                          {placement::same, "same"}};
+  for (family f : all)
+    for (const auto& [p, pname] : placements) {
+      if (f == family::spin_ring && p == placement::same) continue;  // measures time slices
+      const std::string name = std::string("BM_ring_roundtrip/") + name_of(f) + "/" + pname;
+      auto* b = benchmark::RegisterBenchmark(
+          name.c_str(), [f = f, p = p](benchmark::State& st) { bm_roundtrip(st, f, p); });
+      b->UseRealTime()->Unit(benchmark::kNanosecond);
+      if (g_fixed_round_trips > 0) b->Iterations(g_fixed_round_trips);
+    }
+
+  struct shape {
+    int producers, consumers;
+  };
+  const shape shapes[] = {{1, 1}, {2, 2}, {4, 4}};
+  for (family f : all)
+    for (const shape& sh : shapes) {
+      const bool single = sh.producers == 1 && sh.consumers == 1;
+      if (!single && (f == family::spin_ring || f == family::asio_local_stream)) continue;
+      flow fl;
+      fl.producers = sh.producers;
+      fl.consumers = sh.consumers;
+      fl.messages = f == family::spin_ring ? 10'000'000 : 1'000'000;
+      const std::string name = std::string("BM_ring_throughput/") + name_of(f) + "/" +
+                               std::to_string(sh.producers) + "p" + std::to_string(sh.consumers) +
+                               "c";
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [f, fl](benchmark::State& st) { bm_flow(st, f, fl); })
+          ->UseManualTime()
+          ->Iterations(1)
+          ->Unit(benchmark::kMillisecond);
+    }
+
+  for (family f : all) {
+    flow fl;
+    fl.message_size = big_message;
+    fl.messages = 2000;
+    fl.node_count = 8;
+    const std::string name = std::string("BM_ring_bandwidth/") + name_of(f);
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [f, fl](benchmark::State& st) { bm_flow(st, f, fl); })
+        ->UseManualTime()
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
+  }
+
+  benchmark::RegisterBenchmark("BM_ring_local/sync", [](benchmark::State& st) {
+    bm_local(st, false);
+  })->Unit(benchmark::kNanosecond);
+  benchmark::RegisterBenchmark("BM_ring_local/async", [](benchmark::State& st) {
+    bm_local(st, true);
+  })->Unit(benchmark::kNanosecond);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return bench_main(argc, argv, register_all);
+}

@@ -1,0 +1,387 @@
+// RPC benchmarks: shmio::rpc_buffer beside the floor (an echo over two bare spin rings) and what
+// a user would use instead (request/response framed over asio::local::stream_protocol with
+// co_await), in one binary so that one run gives every number.
+//
+// The serving side is a forked child: the rpc_buffer's owner (as a service would be), or the
+// stream server; the measuring parent is the caller (the rpc_buffer's opener).
+//
+// BM_rpc_roundtrip/<family>/<placement>: one 64-byte request, its 64-byte echo; one iteration =
+//     one call.
+//       spin_ring          two spin rings (support.hpp), spinning on both sides: the floor
+//       asio_local_stream  a socket pair, a 4-byte length then the bytes, each way, co_await
+//       shmio_rpc          co_await opener.async_request(), the owner's handler echoes
+// BM_rpc_pipelined/<family>: 1 KiB requests (1 KiB echo) from `in_flight` concurrent callers in
+//     the parent's one thread; items_per_second = completed calls per second. The stream family
+//     uses one connection per caller (a connection pool, as a user would without a protocol
+//     with request ids).
+// BM_rpc_bulk/<family>: sequential 512 KiB requests with an empty reply; bytes_per_second. shmio
+//     cuts each request into node-sized packets (64 KiB nodes: 8 packets) and puts it together
+//     on arrival.
+//
+// Counters: median_ns (round trips; see support.hpp); allocs_per_iter / allocs_per_call: heap
+// allocations in the calling process per call.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/local/stream_protocol.hpp>
+#include <asio/read.hpp>
+#include <asio/redirect_error.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+#include <cstring>
+#include <memory>
+#include <shmio/shmio.hpp>
+#include <string>
+#include <vector>
+
+#include "support.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace shmio_bench;
+using stream_socket = asio::local::stream_protocol::socket;
+
+constexpr std::size_t small_message = 64;
+constexpr std::size_t pipelined_message = 1024;
+constexpr std::size_t bulk_message = 512 * 1024;
+constexpr int in_flight = 32;
+constexpr std::uint64_t pipelined_calls = 200'000;
+
+enum class family { spin_ring, asio_local_stream, shmio_rpc };
+enum class reply_kind { echo, empty };
+
+const char* name_of(family f) {
+  switch (f) {
+    case family::spin_ring:
+      return "spin_ring";
+    case family::asio_local_stream:
+      return "asio_local_stream";
+    case family::shmio_rpc:
+      return "shmio_rpc";
+  }
+  return "?";
+}
+
+template <class F>
+void guarded(benchmark::State& state, F&& f) {
+  std::string error;
+  try {
+    f();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!error.empty()) state.SkipWithError(error.c_str());
+}
+
+/// Ends a child's io_context once the parent sets ctl().stop (checked every 10 ms).
+asio::awaitable<void> stop_watch(control_block& c, asio::io_context& io) {
+  asio::steady_timer t(io);
+  while (!c.stop.load(std::memory_order_acquire)) {
+    t.expires_after(10ms);
+    co_await t.async_wait(asio::use_awaitable);
+  }
+  io.stop();
+}
+
+// ---- the stream protocol: u32 length, then the bytes -----------------------------------------
+
+asio::awaitable<void> stream_call(stream_socket& sock, std::span<const std::byte> request,
+                                  std::vector<std::byte>& reply) {
+  const auto len = static_cast<std::uint32_t>(request.size());
+  const std::array<asio::const_buffer, 2> out{asio::buffer(&len, sizeof len),
+                                              asio::buffer(request.data(), request.size())};
+  co_await asio::async_write(sock, out, asio::use_awaitable);
+  std::uint32_t reply_len = 0;
+  co_await asio::async_read(sock, asio::buffer(&reply_len, sizeof reply_len), asio::use_awaitable);
+  reply.resize(reply_len);
+  co_await asio::async_read(sock, asio::buffer(reply), asio::use_awaitable);
+}
+
+asio::awaitable<void> stream_serve(std::shared_ptr<stream_socket> sock, reply_kind kind) {
+  std::vector<std::byte> buf;
+  try {
+    for (;;) {
+      std::uint32_t len = 0;
+      co_await asio::async_read(*sock, asio::buffer(&len, sizeof len), asio::use_awaitable);
+      buf.resize(len);
+      co_await asio::async_read(*sock, asio::buffer(buf), asio::use_awaitable);
+      const std::uint32_t reply_len = kind == reply_kind::echo ? len : 0;
+      const std::array<asio::const_buffer, 2> out{asio::buffer(&reply_len, sizeof reply_len),
+                                                  asio::buffer(buf.data(), reply_len)};
+      co_await asio::async_write(*sock, out, asio::use_awaitable);
+    }
+  } catch (const std::system_error&) {
+    // EOF: the parent closed its end
+  }
+}
+
+/// Makes `n` socket pairs; the child serves one end of each, the parent gets the others.
+std::vector<int> fork_stream_server(session& s, int n, reply_kind kind) {
+  std::vector<int> child_ends, parent_ends;
+  for (int i = 0; i < n; ++i) {
+    int fds[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) throw_errno("socketpair");
+    s.own_fd(fds[0]);
+    child_ends.push_back(fds[0]);
+    parent_ends.push_back(fds[1]);
+  }
+  s.fork_child([&](const std::function<void()>& ready) {
+    for (int fd : parent_ends)
+      ::close(fd);
+    asio::io_context io;
+    for (int fd : child_ends) {
+      auto sock = std::make_shared<stream_socket>(io, asio::local::stream_protocol(), fd);
+      asio::co_spawn(io, stream_serve(sock, kind), asio::detached);
+    }
+    ready();
+    io.run();
+  });
+  return parent_ends;
+}
+
+// ---- shmio: the child owns the channel and serves -------------------------------------------
+
+void fork_rpc_server(session& s, const std::string& name, reply_kind kind) {
+  control_block& c = s.ctl();
+  s.fork_child([&](const std::function<void()>& ready) {
+    asio::io_context io;
+    shmio::rpc_handler handler =
+        [kind](std::uint64_t,
+               std::span<const std::byte> in) -> asio::awaitable<std::vector<std::byte>> {
+      if (kind == reply_kind::empty) co_return std::vector<std::byte>{};
+      co_return std::vector<std::byte>(in.begin(), in.end());
+    };
+    shmio::rpc_buffer owner(io.get_executor(), shmio::create_only, name, handler);
+    asio::co_spawn(io, stop_watch(c, io), asio::detached);
+    ready();
+    io.run();
+  });
+}
+
+// ---- round trip ------------------------------------------------------------------------------
+
+void roundtrip_spin(benchmark::State& state, session& s) {
+  spin_ring ping(8, small_message), pong(8, small_message);
+  control_block& c = s.ctl();
+  s.fork_child([&](const std::function<void()>& ready) {
+    ready();
+    std::array<std::byte, small_message> buf{};
+    for (;;) {
+      std::size_t n;
+      while ((n = ping.try_read(buf.data())) == 0) {
+      }
+      if (c.stop.load(std::memory_order_acquire)) return;
+      while (!pong.try_write(buf.data(), n)) {
+      }
+    }
+  });
+  s.start_children();
+  std::array<std::byte, small_message> out{}, in{};
+  warm_up_then_measure(state, [&] {
+    while (!ping.try_write(out.data(), out.size())) {
+    }
+    while (pong.try_read(in.data()) == 0)
+      if (g_child_exited) throw_child_gone();
+  });
+  s.stop_children([&] { ping.try_write(out.data(), out.size()); });
+}
+
+/// Times sequential calls of `size` bytes: `call(request, reply)` is one call.
+template <class Call>
+asio::awaitable<void> measure_calls(benchmark::State& state, std::size_t size, Call call) {
+  std::vector<std::byte> request(size, std::byte{7});
+  std::vector<std::byte> reply;
+  const warmup w;
+  for (long i = 0; w.more(i); ++i)
+    co_await call(request, reply);
+  batch_timer bt(state);
+  bt.start();
+  for (auto _ : state) {
+    co_await call(request, reply);
+    bt.tick();
+  }
+  bt.report(state);
+}
+
+void sequential_stream(benchmark::State& state, session& s, std::size_t size, reply_kind kind) {
+  const std::vector<int> fds = fork_stream_server(s, 1, kind);
+  asio::io_context io;
+  stream_socket sock(io, asio::local::stream_protocol(), fds[0]);
+  s.start_children();
+  run_parent_coroutine(s, io,
+                       measure_calls(state, size,
+                                     [&](const std::vector<std::byte>& rq,
+                                         std::vector<std::byte>& rp) -> asio::awaitable<void> {
+                                       co_await stream_call(sock, rq, rp);
+                                     }));
+  s.stop_children([&] {
+    std::error_code ignored;
+    sock.shutdown(stream_socket::shutdown_both, ignored);
+  });
+}
+
+void sequential_rpc(benchmark::State& state, session& s, std::size_t size, reply_kind kind) {
+  const std::string name = s.segment_name("rpc");
+  fork_rpc_server(s, name, kind);
+  s.start_children();
+  asio::io_context io;
+  {
+    shmio::rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+    run_parent_coroutine(s, io,
+                         measure_calls(state, size,
+                                       [&](const std::vector<std::byte>& rq,
+                                           std::vector<std::byte>& rp) -> asio::awaitable<void> {
+                                         rp = co_await opener.async_request(asio::buffer(rq),
+                                                                            asio::use_awaitable);
+                                       }));
+  }
+  s.stop_children({});
+}
+
+void bm_roundtrip(benchmark::State& state, family f, placement p) {
+  guarded(state, [&] {
+    session s(p);
+    s.pin_parent();
+    switch (f) {
+      case family::spin_ring:
+        return roundtrip_spin(state, s);
+      case family::asio_local_stream:
+        return sequential_stream(state, s, small_message, reply_kind::echo);
+      case family::shmio_rpc:
+        return sequential_rpc(state, s, small_message, reply_kind::echo);
+    }
+  });
+  state.SetItemsProcessed(state.iterations());
+}
+
+void bm_bulk(benchmark::State& state, family f) {
+  guarded(state, [&] {
+    session s(placement::split);
+    s.pin_parent();
+    if (f == family::asio_local_stream)
+      sequential_stream(state, s, bulk_message, reply_kind::empty);
+    else
+      sequential_rpc(state, s, bulk_message, reply_kind::empty);
+  });
+  state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(bulk_message));
+}
+
+// ---- pipelined -------------------------------------------------------------------------------
+
+/// Runs `in_flight` caller coroutines until `pipelined_calls` calls completed; reports the time
+/// through SetIterationTime and the allocations per call.
+template <class Call>
+void measure_pipelined(benchmark::State& state, session& s, asio::io_context& io, Call call) {
+  for (auto _ : state) {
+    std::uint64_t started = 0;
+    const std::uint64_t allocations_before = allocations();
+    const auto start = clock_type::now();
+    auto caller = [&](int lane) -> asio::awaitable<void> {
+      std::vector<std::byte> request(pipelined_message, std::byte{7});
+      std::vector<std::byte> reply;
+      while (started < pipelined_calls) {
+        ++started;
+        co_await call(lane, request, reply);
+      }
+    };
+    auto all = [&]() -> asio::awaitable<void> {
+      // Spawn the lanes and wait for them through a counter and a timer used as a condition.
+      int running = in_flight;
+      asio::steady_timer all_done(io, clock_type::time_point::max());
+      std::exception_ptr failure;
+      for (int lane = 0; lane < in_flight; ++lane)
+        asio::co_spawn(io, caller(lane), [&](std::exception_ptr e) {
+          if (e && !failure) failure = e;
+          if (--running == 0) all_done.cancel();
+        });
+      std::error_code ec;
+      co_await all_done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      if (failure) std::rethrow_exception(failure);
+    };
+    run_parent_coroutine(s, io, all());
+    state.SetIterationTime(std::chrono::duration<double>(clock_type::now() - start).count());
+    state.counters["allocs_per_call"] = benchmark::Counter(
+        static_cast<double>(allocations() - allocations_before) / pipelined_calls);
+  }
+}
+
+void bm_pipelined(benchmark::State& state, family f) {
+  guarded(state, [&] {
+    session s(placement::split);
+    s.pin_parent();
+    asio::io_context io;
+    if (f == family::asio_local_stream) {
+      const std::vector<int> fds = fork_stream_server(s, in_flight, reply_kind::echo);
+      std::vector<std::unique_ptr<stream_socket>> socks;
+      for (int fd : fds)
+        socks.push_back(std::make_unique<stream_socket>(io, asio::local::stream_protocol(), fd));
+      s.start_children();
+      measure_pipelined(state, s, io,
+                        [&](int lane, const std::vector<std::byte>& rq,
+                            std::vector<std::byte>& rp) -> asio::awaitable<void> {
+                          co_await stream_call(*socks[static_cast<std::size_t>(lane)], rq, rp);
+                        });
+      s.stop_children([&] {
+        for (auto& sock : socks) {
+          std::error_code ignored;
+          sock->shutdown(stream_socket::shutdown_both, ignored);
+        }
+      });
+      return;
+    }
+    const std::string name = s.segment_name("rpc");
+    fork_rpc_server(s, name, reply_kind::echo);
+    s.start_children();
+    {
+      shmio::rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+      measure_pipelined(state, s, io,
+                        [&](int, const std::vector<std::byte>& rq,
+                            std::vector<std::byte>& rp) -> asio::awaitable<void> {
+                          rp = co_await opener.async_request(asio::buffer(rq), asio::use_awaitable);
+                        });
+    }
+    s.stop_children({});
+  });
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(pipelined_calls));
+  state.SetBytesProcessed(state.iterations() *
+                          static_cast<std::int64_t>(pipelined_calls * pipelined_message));
+}
+
+void register_all() {
+  const std::pair<placement, const char*> placements[] = {{placement::split, "split"},
+                                                          {placement::same, "same"}};
+  for (family f : {family::spin_ring, family::asio_local_stream, family::shmio_rpc})
+    for (const auto& [p, pname] : placements) {
+      if (f == family::spin_ring && p == placement::same) continue;  // measures time slices
+      const std::string name = std::string("BM_rpc_roundtrip/") + name_of(f) + "/" + pname;
+      auto* b = benchmark::RegisterBenchmark(
+          name.c_str(), [f = f, p = p](benchmark::State& st) { bm_roundtrip(st, f, p); });
+      b->UseRealTime()->Unit(benchmark::kNanosecond);
+      if (g_fixed_round_trips > 0) b->Iterations(g_fixed_round_trips);
+    }
+  for (family f : {family::asio_local_stream, family::shmio_rpc}) {
+    const std::string pipelined = std::string("BM_rpc_pipelined/") + name_of(f);
+    benchmark::RegisterBenchmark(pipelined.c_str(),
+                                 [f](benchmark::State& st) { bm_pipelined(st, f); })
+        ->UseManualTime()
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
+    const std::string bulk = std::string("BM_rpc_bulk/") + name_of(f);
+    benchmark::RegisterBenchmark(bulk.c_str(), [f](benchmark::State& st) { bm_bulk(st, f); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return bench_main(argc, argv, register_all);
+}
