@@ -2,10 +2,11 @@
 // what a user would use instead (an asio::local::stream_protocol socket pair), in one binary so
 // that one run gives every number; compare as ratios (bench/ratios.py).
 //
-// BM_ring_roundtrip/<family>/<placement>: a 64-byte message to a partner process through one
-//     ring and its echo back through another; one iteration = one round trip.
+// BM_ring_roundtrip/<family>/<placement>/<bytes>: a message to a partner process through one
+//     ring and its echo back through another; one iteration = one round trip. 64, 1 KiB,
+//     16 KiB and 256 KiB at split placement, 64 bytes at same.
 //       spin_ring          two spin rings: the floor
-//       asio_local_stream  a socket pair, co_await async_write / async_read of 64 bytes
+//       asio_local_stream  a socket pair, co_await async_write / async_read of the message
 //       shmio_sync         two circular_buffers, blocking write() / read()
 //       shmio_async        the same, co_await async_write() / async_read() on both sides
 // BM_ring_throughput/<family>/<P>p<C>c: 64-byte messages from P producer processes to C
@@ -48,6 +49,8 @@ using stream_socket = asio::local::stream_protocol::socket;
 
 constexpr std::size_t small_message = 64;
 constexpr std::size_t big_message = 1 << 20;
+/// Round trips at split placement run at each size (for latency against size); same only 64.
+constexpr std::size_t roundtrip_sizes[] = {64, 1024, 16 * 1024, 256 * 1024};
 constexpr auto forever = std::chrono::milliseconds::max();
 
 enum class family { spin_ring, asio_local_stream, shmio_sync, shmio_async };
@@ -80,13 +83,13 @@ void guarded(benchmark::State& state, F&& f) {
 
 // ---- round trip ------------------------------------------------------------------------------
 
-void roundtrip_spin(benchmark::State& state, session& s) {
-  spin_ring ping(8, small_message), pong(8, small_message);
+void roundtrip_spin(benchmark::State& state, session& s, std::size_t size) {
+  spin_ring ping(8, size), pong(8, size);
   control_block& c = s.ctl();
   s.pin_parent();
   s.fork_child([&](const std::function<void()>& ready) {
     ready();
-    std::array<std::byte, small_message> buf{};
+    std::vector<std::byte> buf(size);
     for (;;) {
       std::size_t n;
       while ((n = ping.try_read(buf.data())) == 0) {
@@ -97,7 +100,7 @@ void roundtrip_spin(benchmark::State& state, session& s) {
     }
   });
   s.start_children();
-  std::array<std::byte, small_message> out{}, in{};
+  std::vector<std::byte> out(size), in(size);
   warm_up_then_measure(state, [&] {
     while (!ping.try_write(out.data(), out.size())) {
     }
@@ -119,16 +122,16 @@ asio::awaitable<void> stream_echo(stream_socket& sock, std::size_t size) {
   }
 }
 
-void roundtrip_stream(benchmark::State& state, session& s) {
+void roundtrip_stream(benchmark::State& state, session& s, std::size_t size) {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) throw_errno("socketpair");
   s.own_fd(fds[0]);
   s.pin_parent();
-  s.fork_child([fds](const std::function<void()>& ready) {
+  s.fork_child([fds, size](const std::function<void()>& ready) {
     ::close(fds[1]);
     asio::io_context io;
     stream_socket sock(io, asio::local::stream_protocol(), fds[0]);
-    asio::co_spawn(io, stream_echo(sock, small_message), [](std::exception_ptr e) {
+    asio::co_spawn(io, stream_echo(sock, size), [](std::exception_ptr e) {
       if (e) std::rethrow_exception(e);
     });
     ready();
@@ -138,7 +141,7 @@ void roundtrip_stream(benchmark::State& state, session& s) {
   stream_socket sock(io, asio::local::stream_protocol(), fds[1]);
   s.start_children();
   auto body = [&]() -> asio::awaitable<void> {
-    std::array<char, small_message> out{}, in{};
+    std::vector<char> out(size), in(size);
     const warmup w;
     for (long i = 0; w.more(i); ++i) {
       co_await asio::async_write(sock, asio::buffer(out), asio::use_awaitable);
@@ -160,7 +163,7 @@ void roundtrip_stream(benchmark::State& state, session& s) {
   });
 }
 
-void roundtrip_shmio(benchmark::State& state, session& s, bool async) {
+void roundtrip_shmio(benchmark::State& state, session& s, bool async, std::size_t size) {
   control_block& c = s.ctl();
   const std::string ping_name = s.segment_name("ping");
   const std::string pong_name = s.segment_name("pong");
@@ -169,7 +172,7 @@ void roundtrip_shmio(benchmark::State& state, session& s, bool async) {
     asio::io_context io;
     shmio::circular_buffer ping(io.get_executor(), shmio::open_only, ping_name);
     shmio::circular_buffer pong(io.get_executor(), shmio::open_only, pong_name);
-    std::array<std::byte, small_message> buf{};
+    std::vector<std::byte> buf(size);
     ready();
     if (!async) {
       for (;;) {
@@ -187,10 +190,10 @@ void roundtrip_shmio(benchmark::State& state, session& s, bool async) {
     }());
   });
   asio::io_context io;
-  shmio::circular_buffer ping(io.get_executor(), shmio::create_only, ping_name, 8, small_message);
-  shmio::circular_buffer pong(io.get_executor(), shmio::create_only, pong_name, 8, small_message);
+  shmio::circular_buffer ping(io.get_executor(), shmio::create_only, ping_name, 8, size);
+  shmio::circular_buffer pong(io.get_executor(), shmio::create_only, pong_name, 8, size);
   s.start_children();
-  std::array<std::byte, small_message> out{}, in{};
+  std::vector<std::byte> out(size), in(size);
   if (!async) {
     warm_up_then_measure(state, [&] {
       ping.write(asio::buffer(out), forever);
@@ -219,21 +222,22 @@ void roundtrip_shmio(benchmark::State& state, session& s, bool async) {
   s.stop_children([&] { ping.write(asio::buffer(out), 0ms); });
 }
 
-void bm_roundtrip(benchmark::State& state, family f, placement p) {
+void bm_roundtrip(benchmark::State& state, family f, placement p, std::size_t size) {
   guarded(state, [&] {
     session s(p);
     switch (f) {
       case family::spin_ring:
-        return roundtrip_spin(state, s);
+        return roundtrip_spin(state, s, size);
       case family::asio_local_stream:
-        return roundtrip_stream(state, s);
+        return roundtrip_stream(state, s, size);
       case family::shmio_sync:
-        return roundtrip_shmio(state, s, false);
+        return roundtrip_shmio(state, s, false, size);
       case family::shmio_async:
-        return roundtrip_shmio(state, s, true);
+        return roundtrip_shmio(state, s, true, size);
     }
   });
   state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(size));
 }
 
 // ---- throughput and bandwidth ---------------------------------------------------------------
@@ -521,14 +525,18 @@ void register_all() {
   const std::pair<placement, const char*> placements[] = {{placement::split, "split"},
                                                           {placement::same, "same"}};
   for (family f : all)
-    for (const auto& [p, pname] : placements) {
-      if (f == family::spin_ring && p == placement::same) continue;  // measures time slices
-      const std::string name = std::string("BM_ring_roundtrip/") + name_of(f) + "/" + pname;
-      auto* b = benchmark::RegisterBenchmark(
-          name.c_str(), [f = f, p = p](benchmark::State& st) { bm_roundtrip(st, f, p); });
-      b->UseRealTime()->Unit(benchmark::kNanosecond);
-      if (g_fixed_round_trips > 0) b->Iterations(g_fixed_round_trips);
-    }
+    for (const auto& [p, pname] : placements)
+      for (std::size_t size : roundtrip_sizes) {
+        if (f == family::spin_ring && p == placement::same) continue;  // measures time slices
+        if (p == placement::same && size != small_message) continue;
+        const std::string name = std::string("BM_ring_roundtrip/") + name_of(f) + "/" + pname +
+                                 "/" + std::to_string(size);
+        auto* b = benchmark::RegisterBenchmark(
+            name.c_str(),
+            [f = f, p = p, size](benchmark::State& st) { bm_roundtrip(st, f, p, size); });
+        b->UseRealTime()->Unit(benchmark::kNanosecond);
+        if (g_fixed_round_trips > 0) b->Iterations(g_fixed_round_trips);
+      }
 
   struct shape {
     int producers, consumers;

@@ -236,14 +236,14 @@ batch_timer::batch_timer(const benchmark::State& state) : allocations_at_start_(
 }
 
 void batch_timer::report(benchmark::State& state) {
-  if (means_.empty()) return;
-  auto mid = means_.begin() + static_cast<std::ptrdiff_t>(means_.size() / 2);
-  std::nth_element(means_.begin(), mid, means_.end());
-  state.counters["median_ns"] = benchmark::Counter(*mid);
   const auto iterations = static_cast<double>(state.iterations());
   if (iterations > 0)
     state.counters["allocs_per_iter"] =
         benchmark::Counter(static_cast<double>(allocations() - allocations_at_start_) / iterations);
+  if (means_.empty()) return;
+  auto mid = means_.begin() + static_cast<std::ptrdiff_t>(means_.size() / 2);
+  std::nth_element(means_.begin(), mid, means_.end());
+  state.counters["median_ns"] = benchmark::Counter(*mid);
 }
 
 // Each slot: a u32 size in its first cache line, the bytes from the next one on; head and tail
