@@ -109,6 +109,10 @@ claim_status ring_view::try_claim_write(write_claim& out) noexcept {
       continue;
     } else if (d < 0) {
       return claim_status::would_block;  // a stale position from a lap ago: the ring is full
+    } else if (d > 2 * static_cast<std::int64_t>(count_)) {
+      // No node is ever more than a lap or two past the tail (see try_claim_read): the tail was
+      // damaged. Walking it forward one position at a time could take 2^48 steps.
+      return claim_status::would_block;
     } else {
       // The node is past this position (written, or skipped after its writer died before it
       // could move the tail): move the tail on, or we would look at this node for ever.
@@ -175,6 +179,12 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity) no
       if (n.word.compare_exchange_strong(w, make_word(pos + count_, 0), std::memory_order_acq_rel))
         notify_one(state_->writers);
       continue;
+    } else if (d > 2 * static_cast<std::int64_t>(count_)) {
+      // A node's turn is at most two laps past the head: a node at lap q was freed by the
+      // reader of q - count, who had read a head >= q - count, and is at most "done with q"
+      // (q + count). Further means the head was damaged; walking it forward one position at a
+      // time could take 2^48 steps.
+      return claim_status::corrupted;
     } else if (d > 1) {
       help_advance(head, pos);  // skipped (abandoned or recovered) for this lap: move on
     } else {

@@ -11,6 +11,7 @@
 //   - the segment file is gone once the survivor closes its end.
 //
 //   shmio_crash_trials [TRIALS] [SEED]    (TRIALS: default 24, or $SHMIO_CRASH_TRIALS)
+//   SHMIO_CRASH_TIME_SCALE=N multiplies the 1 s and 100 ms bounds (sanitizer builds).
 //
 // Prints one summary line and exits 1 on any violation. The program is its own peer: it runs
 // the victim as `shmio_crash_trials --victim ROLE ...` (fork + exec).
@@ -50,8 +51,13 @@ using clock_type = std::chrono::steady_clock;
 using shmio::circular_buffer;
 
 constexpr std::uint64_t marker_holding = ~std::uint64_t{0};  // "I am inside the callback now"
-constexpr auto stall_bound = 1000ms;
-constexpr auto peer_gone_bound = 100ms;
+// SHMIO_CRASH_TIME_SCALE multiplies both bounds, for sanitizer builds (several times slower).
+long time_scale() {
+  const char* v = std::getenv("SHMIO_CRASH_TIME_SCALE");
+  return v ? std::max(1L, std::atol(v)) : 1L;
+}
+const auto stall_bound = 1000ms * time_scale();
+const auto peer_gone_bound = 100ms * time_scale();
 constexpr std::size_t data_max = 40;
 
 // ---- messages ---------------------------------------------------------------------------------

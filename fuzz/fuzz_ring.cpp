@@ -1,0 +1,72 @@
+// Fuzz target: a circular_buffer whose segment bytes (header, ring header, nodes, wait queues)
+// the fuzzer controls. Input: [node_count seed][node_size seed][XOR mask for the file...].
+#include <asio/io_context.hpp>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fuzz_support.hpp"
+#include "shmio/circular_buffer.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+// Every operation with a zero timeout: each must return (a message, nothing, or an error).
+void drive(shmio::circular_buffer& ring, std::size_t rounds) {
+  std::vector<std::byte> buf(ring.node_size());
+  std::vector<std::byte> small(ring.node_size() / 2);
+  for (std::size_t i = 0; i < rounds; ++i) {
+    std::error_code ec;
+    switch (i % 4) {
+      case 0:
+        ring.read(asio::buffer(buf), 0ms, ec);
+        break;
+      case 1:
+        ring.read(asio::buffer(small), 0ms, ec);
+        break;
+      case 2:
+        ring.read_in_place(
+            [](std::span<const std::byte> m) {
+              unsigned sum = 0;
+              for (std::byte b : m)
+                sum += static_cast<unsigned>(b);
+              shmio::fuzz::sink = sum;
+            },
+            0ms, ec);
+        break;
+      case 3:
+        ring.write(asio::buffer(buf.data(), i % (buf.size() + 1)), 0ms, ec);
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 2) return 0;
+  static const std::string name = shmio::fuzz::fuzz_name("ring");
+  const std::size_t node_count = 2 + data[0] % 6;
+  const std::size_t node_size = 1 + data[1] % 96;
+  asio::io_context io;
+  std::error_code ec;
+  shmio::segment::remove(name, ec);
+  shmio::circular_buffer creator(io.get_executor(), shmio::create_only, name, node_count, node_size,
+                                 {}, ec);
+  if (ec) return 0;
+  // Some published messages and some free nodes, so that mutations hit live state.
+  for (std::size_t i = 0; i + 1 < node_count; ++i) {
+    const std::string m(i % node_size + 1, static_cast<char>('a' + i));
+    creator.write(asio::buffer(m), 0ms, ec);
+  }
+  shmio::fuzz::xor_into_file(name, shmio::object_kind::circular_buffer,
+                             std::span(data + 2, size - 2));
+  shmio::circular_buffer opener(io.get_executor(), shmio::open_only, name, {}, ec);
+  if (!ec) drive(opener, 3 * node_count + 4);
+  drive(creator, 3 * node_count + 4);  // a handle opened before the damage
+  return 0;
+}
