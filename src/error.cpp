@@ -41,6 +41,8 @@ class category final : public std::error_category {
         return "too many participants";
       case errc::no_handler:
         return "no handler at the other end";
+      case errc::owner_died:
+        return "acquired; the previous holder died holding it";
     }
     return "unknown shmio error";
   }

@@ -26,6 +26,7 @@ enum class errc {
   callback_failed,    ///< An in-place callback of an async operation threw; nothing was kept.
   too_many_participants,  ///< The object has as many open handles as its layout allows.
   no_handler,             ///< The other end of an RPC channel serves no requests.
+  owner_died,  ///< The lock is yours, but its previous holder died holding it (see rw_lock.hpp).
 };
 
 /// The category of shmio::errc values; its name is "shmio".

@@ -1,10 +1,13 @@
 #pragma once
 // Everything shmio offers, in one include.
 
+#include "shmio/buffer_read_write.hpp"
 #include "shmio/circular_buffer.hpp"
 #include "shmio/error.hpp"
 #include "shmio/named_event.hpp"
 #include "shmio/open_mode.hpp"
 #include "shmio/rpc_buffer.hpp"
+#include "shmio/rw_lock.hpp"
 #include "shmio/segment.hpp"
+#include "shmio/shared_array.hpp"
 #include "shmio/wait_strategy.hpp"

@@ -1,0 +1,233 @@
+// The lock API of shared_array and buffer_read_write, and the locked-buffer body they share.
+#include "shmio/rw_lock.hpp"
+
+#include <limits>
+#include <memory>
+#include <new>
+
+namespace shmio {
+namespace {
+
+namespace layout = detail::layout;
+
+bool valid_align(std::uint64_t a) {
+  return a != 0 && (a & (a - 1)) == 0 && a <= layout::max_element_align;
+}
+
+// Largest data size we accept: far past any /dev/shm, and small enough that no sum overflows.
+constexpr std::uint64_t max_data_size = std::uint64_t{1} << 44;
+
+std::error_code validate_body(std::span<const std::byte> body, std::size_t element_size,
+                              std::size_t element_align) {
+  if (body.size() < layout::locked_data_offset_for(1)) return errc::corrupted;
+  const auto& h = *reinterpret_cast<const layout::locked_buffer_header*>(body.data());
+  // The element type first: a wrong T is the caller's mistake, not a broken segment.
+  if (h.element_size != element_size || h.element_align != element_align) return errc::incompatible;
+  if (h.element_size == 0 || !valid_align(h.element_align)) return errc::corrupted;
+  if (h.data_offset != layout::locked_data_offset_for(h.element_align)) return errc::corrupted;
+  if (h.element_count > max_data_size / h.element_size ||
+      h.data_size != h.element_count * h.element_size)
+    return errc::corrupted;
+  if (h.data_offset + h.data_size != body.size()) return errc::corrupted;  // no overflow: bounded
+  return detail::rw_lock_view::validate(
+      *reinterpret_cast<const layout::rw_lock_state*>(body.data() + layout::locked_lock_offset));
+}
+
+}  // namespace
+
+rw_lock::impl::~impl() {
+  if (waiter) waiter->shutdown();  // abort waits (withdrawing their claims) before unmapping
+}
+
+bool rw_lock::body_size(std::size_t count, std::size_t element_size, std::size_t element_align,
+                        std::size_t& out) noexcept {
+  if (element_size == 0 || !valid_align(element_align) || count > max_data_size / element_size)
+    return false;
+  out = layout::locked_data_offset_for(element_align) + count * element_size;
+  return true;
+}
+
+segment::initializer rw_lock::initializer(std::size_t count, std::size_t element_size,
+                                          std::size_t element_align) {
+  return [=](std::span<std::byte> body) {
+    auto* h = new (body.data()) layout::locked_buffer_header{};
+    h->data_offset = layout::locked_data_offset_for(element_align);
+    h->data_size = count * element_size;
+    h->element_count = count;
+    h->element_size = static_cast<std::uint32_t>(element_size);
+    h->element_align = static_cast<std::uint32_t>(element_align);
+    detail::rw_lock_view::initialize(
+        reinterpret_cast<layout::rw_lock_state*>(body.data() + layout::locked_lock_offset));
+  };
+}
+
+void rw_lock::attach(const executor_type& ex, segment seg, std::size_t element_size,
+                     std::size_t element_align, const access_options& options,
+                     std::error_code& ec) {
+  ec = validate_body(seg.body(), element_size, element_align);
+  if (ec) return;
+  const std::uint16_t me = detail::rw_lock_view::claim_participant(seg.native_handle(), ec);
+  if (ec) return;
+  auto im = std::make_shared<impl>();
+  std::byte* body = seg.body().data();
+  const auto& h = *reinterpret_cast<const layout::locked_buffer_header*>(body);
+  // Validated above; copied once, so later changes by a hostile peer cannot move our bounds.
+  im->data = body + h.data_offset;
+  im->data_size = h.data_size;
+  im->count = h.element_count;
+  im->options = options;
+  auto* state = reinterpret_cast<layout::rw_lock_state*>(body + layout::locked_lock_offset);
+  std::construct_at(&im->view, state, seg.native_handle(), me);
+  im->seg = std::move(seg);
+  layout::wait_queue* queues[] = {&state->readers, &state->writers};
+  im->waiter = std::make_shared<detail::waiter>(ex, queues, options.strategy, ec);
+  if (ec) return;
+  im->view.join();
+  impl_ = std::move(im);
+}
+
+rw_lock& rw_lock::operator=(rw_lock&& other) noexcept {
+  if (this != &other) {
+    close();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+rw_lock::~rw_lock() {
+  close();
+}
+
+void rw_lock::close() noexcept {
+  // Explicitly: a pending operation's initiation may still hold the impl, and its waits (and
+  // whatever this handle holds) must end now, not when the last reference goes.
+  if (auto im = std::exchange(impl_, nullptr)) {
+    im->waiter->shutdown();
+    im->view.leave();
+  }
+}
+
+rw_lock::executor_type rw_lock::get_executor() const noexcept {
+  return impl_ ? impl_->waiter->get_executor() : executor_type{};
+}
+
+const std::string& rw_lock::name() const noexcept {
+  static const std::string none;
+  return impl_ ? impl_->seg.name() : none;
+}
+
+std::span<std::byte> rw_lock::data() const noexcept {
+  if (!impl_) return {};
+  return {impl_->data, impl_->data_size};
+}
+
+std::size_t rw_lock::element_count() const noexcept {
+  return impl_ ? impl_->count : 0;
+}
+
+// ---- exclusive ----------------------------------------------------------------------------
+
+bool rw_lock::try_lock_for(std::chrono::milliseconds timeout, std::error_code& ec) {
+  ec.clear();
+  if (!impl_) {
+    ec = asio::error::bad_descriptor;
+    return false;
+  }
+  auto r = impl_->waiter->wait(detail::lock_writers_queue, detail::exclusive_attempt(impl_->view),
+                               detail::wait_limit(timeout));
+  if (!r) return false;
+  if (r->value) ec = errc::owner_died;
+  return true;
+}
+
+void rw_lock::lock(std::error_code& ec) {
+  try_lock_for(std::chrono::milliseconds::max(), ec);
+}
+
+bool rw_lock::try_lock_for(std::chrono::milliseconds timeout, throw_on_error) {
+  std::error_code ec;
+  const bool locked = try_lock_for(timeout, ec);
+  if (ec != errc::owner_died) detail::throw_if(ec, "lock", name());
+  return locked;
+}
+
+void rw_lock::lock() {
+  try_lock_for(std::chrono::milliseconds::max(), throw_on_error());
+}
+
+bool rw_lock::try_lock() {
+  return try_lock_for(std::chrono::milliseconds(0), throw_on_error());
+}
+
+void rw_lock::unlock() noexcept {
+  if (impl_) impl_->view.unlock();
+}
+
+// ---- shared -------------------------------------------------------------------------------
+
+bool rw_lock::try_lock_shared_for(std::chrono::milliseconds timeout, std::error_code& ec) {
+  ec.clear();
+  if (!impl_) {
+    ec = asio::error::bad_descriptor;
+    return false;
+  }
+  auto r = impl_->waiter->wait(detail::lock_readers_queue, detail::shared_attempt(impl_->view),
+                               detail::wait_limit(timeout));
+  if (!r) return false;
+  if (r->value) ec = errc::owner_died;
+  return true;
+}
+
+void rw_lock::lock_shared(std::error_code& ec) {
+  try_lock_shared_for(std::chrono::milliseconds::max(), ec);
+}
+
+bool rw_lock::try_lock_shared_for(std::chrono::milliseconds timeout, throw_on_error) {
+  std::error_code ec;
+  const bool locked = try_lock_shared_for(timeout, ec);
+  if (ec != errc::owner_died) detail::throw_if(ec, "lock_shared", name());
+  return locked;
+}
+
+void rw_lock::lock_shared() {
+  try_lock_shared_for(std::chrono::milliseconds::max(), throw_on_error());
+}
+
+bool rw_lock::try_lock_shared() {
+  return try_lock_shared_for(std::chrono::milliseconds(0), throw_on_error());
+}
+
+void rw_lock::unlock_shared() noexcept {
+  if (impl_) impl_->view.unlock_shared();
+}
+
+// ---- guarded access -----------------------------------------------------------------------
+
+rw_lock::access_guard::access_guard(const rw_lock& l, bool exclusive, std::error_code& ec)
+    : lock_(l) {
+  ec.clear();
+  if (!l.impl_) {
+    ec = asio::error::bad_descriptor;
+    return;
+  }
+  if (!l.impl_->options.lock_each_access) return;
+  auto& self = const_cast<rw_lock&>(l);  // locking is not a change of the handle's data
+  if (exclusive && l.impl_->view.held_exclusively()) return;  // this handle holds it already
+  const auto timeout = l.impl_->options.lock_timeout;
+  const bool ok =
+      exclusive ? self.try_lock_for(timeout, ec) : self.try_lock_shared_for(timeout, ec);
+  if (!ok) {
+    if (!ec) ec = errc::timed_out;
+    return;
+  }
+  ec.clear();  // a recovered lock is still a lock; the access goes ahead
+  held_ = exclusive ? held::exclusive : held::share;
+}
+
+rw_lock::access_guard::~access_guard() {
+  auto& self = const_cast<rw_lock&>(lock_);
+  if (held_ == held::exclusive) self.unlock();
+  if (held_ == held::share) self.unlock_shared();
+}
+
+}  // namespace shmio

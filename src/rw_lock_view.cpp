@@ -1,0 +1,213 @@
+#include "shmio/detail/rw_lock_view.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <new>
+
+#include "shmio/detail/platform.hpp"
+#include "shmio/detail/wait_queue.hpp"
+#include "shmio/error.hpp"
+
+namespace shmio::detail {
+namespace {
+
+using layout::rw_owner_mask;
+using layout::rw_writer_held;
+
+// A holder that has not moved for this long makes a waiter ask the kernel whether it lives.
+// Parked waiters re-check every waiter::rescue_interval, which bounds recovery at about that.
+constexpr std::int64_t stuck_patience_ns = 10'000'000;
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+void rw_lock_view::initialize(layout::rw_lock_state* state) noexcept {
+  auto* st = new (state) layout::rw_lock_state{};
+  st->control.slot_count = layout::rw_reader_slots;  // published by the segment's rename
+}
+
+std::error_code rw_lock_view::validate(const layout::rw_lock_state& state) noexcept {
+  if (state.control.slot_count != layout::rw_reader_slots) return errc::corrupted;
+  return {};
+}
+
+std::uint16_t rw_lock_view::claim_participant(int fd, std::error_code& ec) noexcept {
+  for (std::uint32_t i = 0; i < layout::rw_reader_slots; ++i) {
+    if (platform::try_lock_byte(fd, layout::participant_lock_base + i,
+                                platform::lock_kind::exclusive, ec))
+      return static_cast<std::uint16_t>(i + 1);
+    if (ec) return 0;
+  }
+  ec = errc::too_many_participants;
+  return 0;
+}
+
+void rw_lock_view::join() noexcept {
+  auto& high = state_->control.participant_high;
+  // seq_cst: a writer that loads `high` after this sees our slot in its scan; one that loaded
+  // it before will be seen by our first share's load of the writer word (see the header).
+  std::uint32_t h = high.load(std::memory_order_seq_cst);
+  while (h < me_ && !high.compare_exchange_weak(h, me_, std::memory_order_seq_cst)) {
+  }
+  my_slot().pid.store(platform::process_id(), std::memory_order_relaxed);  // informational
+  leave();  // whatever a previous holder of our number left behind, it cannot use any more
+}
+
+void rw_lock_view::leave() noexcept {
+  bool reclaimed = false;
+  // acq_rel: the holder's accesses happen before the next acquirer's.
+  if (my_slot().shares.exchange(0, std::memory_order_acq_rel) != 0) reclaimed = true;
+  std::uint32_t w = state_->control.writer.load(std::memory_order_acquire);
+  if ((w & rw_owner_mask) == me_) {
+    const bool held = (w & rw_writer_held) != 0;
+    // relaxed: the CAS below (seq_cst) publishes it along with the free word.
+    if (held) state_->control.owner_died.store(1, std::memory_order_relaxed);
+    state_->control.writer.compare_exchange_strong(w, 0, std::memory_order_seq_cst);
+  }
+  if (reclaimed) state_->control.owner_died.store(1, std::memory_order_release);
+  wake_all();
+}
+
+void rw_lock_view::wake_all() noexcept {
+  notify_all(state_->readers);
+  notify_all(state_->writers);
+}
+
+bool rw_lock_view::patience_spent(stuck_record& record, std::uint64_t key) noexcept {
+  const std::int64_t now = now_ns();
+  // relaxed: bookkeeping of this handle only; races between its threads only shift timing.
+  if (record.key.exchange(key, std::memory_order_relaxed) != key) {
+    record.since.store(now, std::memory_order_relaxed);
+    return false;
+  }
+  if (now - record.since.load(std::memory_order_relaxed) < stuck_patience_ns) return false;
+  record.since.store(now, std::memory_order_relaxed);  // ask at most once per patience period
+  return true;
+}
+
+bool rw_lock_view::participant_dead(std::uint32_t number) noexcept {
+  // A number out of range (the word was corrupted) has no owner that could ever free it.
+  if (number == 0 || number > layout::rw_reader_slots) return true;
+  std::error_code ec;
+  const bool held =
+      platform::byte_locked_by_other(fd_, layout::participant_lock_base + number - 1, ec);
+  return !held && !ec;
+}
+
+bool rw_lock_view::reclaim_writer(std::uint32_t word, bool for_me) noexcept {
+  const std::uint32_t owner = word & rw_owner_mask;
+  if (owner == me_) return false;  // our own handle's writer, in another thread
+  if (!patience_spent(stuck_[0], std::uint64_t{1} << 32 | word)) return false;
+  if (!participant_dead(owner)) return false;
+  // seq_cst: as any change of the word (see try_claim).
+  if (!state_->control.writer.compare_exchange_strong(word, for_me ? me_ : 0,
+                                                      std::memory_order_seq_cst))
+    return false;
+  // Only a holder that had the lock leaves guarded data half-written; a dead claimant had not
+  // started. relaxed: the reclaimer publishes it with its next seq_cst operation.
+  if ((word & rw_writer_held) != 0) state_->control.owner_died.store(1, std::memory_order_relaxed);
+  wake_all();
+  return true;
+}
+
+bool rw_lock_view::take_owner_died() noexcept {
+  // relaxed first: the common case (nobody died) costs one load of a line we just used.
+  if (state_->control.owner_died.load(std::memory_order_relaxed) == 0) return false;
+  return state_->control.owner_died.exchange(0, std::memory_order_acq_rel) != 0;
+}
+
+bool rw_lock_view::try_claim() noexcept {
+  auto& writer = state_->control.writer;
+  // seq_cst: when this is the re-check after arming, it must not move before the arming.
+  std::uint32_t w = writer.load(std::memory_order_seq_cst);
+  if (w != 0) return reclaim_writer(w, true);
+  // seq_cst: the claim must be visible before we load the share counts (StoreLoad, Dekker).
+  return writer.compare_exchange_strong(w, me_, std::memory_order_seq_cst);
+}
+
+bool rw_lock_view::shares_gone() noexcept {
+  // seq_cst: after our claim (StoreLoad); a participant that joins later sees our claim.
+  const std::uint32_t high = std::min(
+      state_->control.participant_high.load(std::memory_order_seq_cst), layout::rw_reader_slots);
+  for (std::uint32_t i = 0; i < high; ++i) {
+    auto& shares = state_->slots[i].shares;
+    // seq_cst: the other half of Dekker's pair with a reader's increment; acquire for the
+    // reader's accesses before its decrement.
+    std::uint32_t n = shares.load(std::memory_order_seq_cst);
+    if (n == 0) continue;
+    if (i + 1 == me_ || !patience_spent(stuck_[1], std::uint64_t{i} << 32 | n) ||
+        !participant_dead(i + 1))
+      return false;
+    // A dead reader's shares: with the word claimed by us no new share can appear in its
+    // slot (a joining participant only adds one after seeing the word free), so take them.
+    if (!shares.compare_exchange_strong(n, 0, std::memory_order_acq_rel)) return false;
+    state_->control.owner_died.store(1, std::memory_order_relaxed);  // we take it at finish
+  }
+  return true;
+}
+
+bool rw_lock_view::finish_claim() noexcept {
+  // release: only informational for others (recovery reads it), ordered after our claim.
+  state_->control.writer.store(me_ | rw_writer_held, std::memory_order_release);
+  return take_owner_died();
+}
+
+void rw_lock_view::abandon_claim() noexcept {
+  std::uint32_t w = me_;
+  // seq_cst: the free word must be visible before notify reads `parked` (StoreLoad).
+  if (state_->control.writer.compare_exchange_strong(w, 0, std::memory_order_seq_cst)) wake_all();
+}
+
+bool rw_lock_view::unlock() noexcept {
+  std::uint32_t w = me_ | rw_writer_held;
+  // seq_cst: release for the guarded data, and before notify reads `parked` (StoreLoad).
+  if (!state_->control.writer.compare_exchange_strong(w, 0, std::memory_order_seq_cst))
+    return false;
+  wake_all();
+  return true;
+}
+
+bool rw_lock_view::held_exclusively() const noexcept {
+  // relaxed: only our own handle sets this value, and a thread asking about it set it itself.
+  return state_->control.writer.load(std::memory_order_relaxed) == (me_ | rw_writer_held);
+}
+
+bool rw_lock_view::try_lock_shared(bool& died) noexcept {
+  auto& writer = state_->control.writer;
+  // seq_cst: when this is the re-check after arming, it must not move before the arming.
+  std::uint32_t w = writer.load(std::memory_order_seq_cst);
+  if (w != 0) {
+    if (!reclaim_writer(w, false)) return false;
+  }
+  auto& shares = my_slot().shares;
+  // seq_cst: our share must be visible before we load the writer word (StoreLoad, Dekker).
+  shares.fetch_add(1, std::memory_order_seq_cst);
+  if (writer.load(std::memory_order_seq_cst) == 0) {
+    died = take_owner_died();
+    return true;
+  }
+  // A writer claimed it meanwhile: back off, and wake it if it already counted our share.
+  shares.fetch_sub(1, std::memory_order_seq_cst);
+  notify_all(state_->writers);
+  return false;
+}
+
+bool rw_lock_view::unlock_shared() noexcept {
+  auto& shares = my_slot().shares;
+  std::uint32_t n = shares.load(std::memory_order_relaxed);
+  // seq_cst: release for our reads, and before the load of the writer word (StoreLoad: a
+  // writer that armed after counting our share must be woken).
+  do {
+    if (n == 0) return false;
+  } while (!shares.compare_exchange_weak(n, n - 1, std::memory_order_seq_cst,
+                                         std::memory_order_relaxed));
+  if (state_->control.writer.load(std::memory_order_seq_cst) != 0) notify_all(state_->writers);
+  return true;
+}
+
+}  // namespace shmio::detail
