@@ -109,9 +109,10 @@ claim_status ring_view::try_claim_write(write_claim& out) noexcept {
       continue;
     } else if (d < 0) {
       return claim_status::would_block;  // a stale position from a lap ago: the ring is full
-    } else if (d > 2 * static_cast<std::int64_t>(count_)) {
-      // No node is ever more than a lap or two past the tail (see try_claim_read): the tail was
-      // damaged. Walking it forward one position at a time could take 2^48 steps.
+    } else if (d > 2 * static_cast<std::int64_t>(count_) &&
+               tail.position.load(std::memory_order_relaxed) == pos) {
+      // No node is ever more than two laps past the tail (see try_claim_read): the tail itself
+      // was damaged. Walking it forward one position at a time could take 2^48 steps.
       return claim_status::would_block;
     } else {
       // The node is past this position (written, or skipped after its writer died before it
@@ -179,11 +180,13 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity) no
       if (n.word.compare_exchange_strong(w, make_word(pos + count_, 0), std::memory_order_acq_rel))
         notify_one(state_->writers);
       continue;
-    } else if (d > 2 * static_cast<std::int64_t>(count_)) {
+    } else if (d > 2 * static_cast<std::int64_t>(count_) &&
+               head.position.load(std::memory_order_relaxed) == pos) {
       // A node's turn is at most two laps past the head: a node at lap q was freed by the
-      // reader of q - count, who had read a head >= q - count, and is at most "done with q"
-      // (q + count). Further means the head was damaged; walking it forward one position at a
-      // time could take 2^48 steps.
+      // reader of q - count, who had read a head >= q - count (and we acquired its store to the
+      // word, so our head load sees at least that), and is at most "done with q" (q + count).
+      // Our `pos` may be long stale, so only a head that is still `pos` proves damage; walking
+      // it forward one position at a time could take 2^48 steps.
       return claim_status::corrupted;
     } else if (d > 1) {
       help_advance(head, pos);  // skipped (abandoned or recovered) for this lap: move on
