@@ -43,6 +43,10 @@ class category final : public std::error_category {
         return "no handler at the other end";
       case errc::owner_died:
         return "acquired; the previous holder died holding it";
+      case errc::messages_lost:
+        return "messages lost: a writer lapped this subscriber";
+      case errc::evicted:
+        return "evicted: this subscriber stalled past its lease";
     }
     return "unknown shmio error";
   }

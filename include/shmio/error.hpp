@@ -27,6 +27,8 @@ enum class errc {
   too_many_participants,  ///< The object has as many open handles as its layout allows.
   no_handler,             ///< The other end of an RPC channel serves no requests.
   owner_died,  ///< The lock is yours, but its previous holder died holding it (see rw_lock.hpp).
+  messages_lost,  ///< A lossy broadcast subscriber was lapped; the value says how many it lost.
+  evicted,        ///< A reliable broadcast subscriber died or stalled past its lease, and left.
 };
 
 /// The category of shmio::errc values; its name is "shmio".

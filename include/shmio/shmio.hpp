@@ -2,6 +2,7 @@
 // Everything shmio offers, in one include.
 
 #include "shmio/buffer_read_write.hpp"
+#include "shmio/broadcast_buffer.hpp"
 #include "shmio/circular_buffer.hpp"
 #include "shmio/error.hpp"
 #include "shmio/named_event.hpp"
