@@ -46,7 +46,7 @@ class category final : public std::error_category {
       case errc::messages_lost:
         return "messages lost: a writer lapped this subscriber";
       case errc::evicted:
-        return "evicted: this subscriber stalled past its lease";
+        return "evicted: this subscriber held writers back past its lease, or died";
     }
     return "unknown shmio error";
   }

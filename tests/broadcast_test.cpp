@@ -250,13 +250,13 @@ TEST_CASE("a subscriber that keeps reading or heartbeating is not evicted",
   scoped_name name("bc");
   asio::io_context io;
   broadcast_buffer pub(io.get_executor(), shmio::create_only, name, broadcast_role::publisher,
-                       options(broadcast_mode::reliable, 2, 200ms));
+                       options(broadcast_mode::reliable, 2, 300ms));
   broadcast_buffer sub(io.get_executor(), shmio::open_only, name, broadcast_role::subscriber);
   write_text(pub, numbered(0), 0ms);
   write_text(pub, numbered(1), 0ms);
-  // Blocked writer, subscriber alive and heartbeating for well over the lease.
+  // Blocked writer, subscriber alive and heartbeating for twice the lease.
   std::error_code ec;
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < 12; ++i) {
     sub.heartbeat();
     CHECK(pub.write(asio::buffer(std::string("x")), 50ms, ec) == 0);
     CHECK(ec == errc::timed_out);
