@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs the examples as a user would and checks what they do.
 
-usage: examples_test.py kvd|tcp_bridge|worker_pool PROGRAM
+usage: examples_test.py kvd|tcp_bridge|worker_pool|broadcast|echo|event_ping_pong PROGRAM
 
 Synchronisation is by what the programs print ("ready" lines) or by bounded retries, never by
 fixed sleeps. Ends with the line "N passed, M failed"; exits 1 on any failure."""
@@ -149,7 +149,24 @@ def test_event_ping_pong():
     check(p.returncode == 0 and "200 round trips" in p.stdout, "ping-pong")
 
 
-tests = {"kvd": test_kvd, "worker_pool": test_worker_pool, "tcp_bridge": test_tcp_bridge,
+def test_broadcast():
+    subscribers, ticks = 4, 3000
+    p = run(str(subscribers), str(ticks), f"shmio-test.broadcast.{os.getpid()}", timeout=120)
+    check(p.returncode == 0, f"broadcast exit {p.returncode}: {p.stderr}")
+    expected = sum(10000 + (seq * 7919) % 500 for seq in range(1, ticks + 1))
+    reports = [line for line in p.stdout.splitlines() if line.startswith("subscriber ")]
+    # Checked here from what each subscriber process printed, not only by the publisher.
+    check(len(reports) == subscribers, f"{len(reports)} subscriber reports")
+    check(all(line.endswith(f": {ticks} ticks in order, sum {expected}") for line in reports),
+          f"every subscriber saw every tick in order: {reports}")
+    check(len({line.split(":")[0] for line in reports}) == subscribers, "distinct processes")
+    check(f"{subscribers} of {subscribers} subscribers saw every tick" in p.stdout,
+          "the publisher's own check agrees")
+    p = run("0")
+    check(p.returncode == 2 and "usage" in p.stderr, "bad arguments: usage")
+
+
+tests = {"kvd": test_kvd, "broadcast": test_broadcast, "worker_pool": test_worker_pool, "tcp_bridge": test_tcp_bridge,
          "echo": test_echo, "event_ping_pong": test_event_ping_pong}
 tests[example]()
 print(f"{checks - len(failures)} passed, {len(failures)} failed")

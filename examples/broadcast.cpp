@@ -1,0 +1,148 @@
+// broadcast — one publisher, several subscriber processes: every subscriber sees every message.
+//
+//   broadcast [SUBSCRIBERS [MESSAGES [NAME]]]   the publisher (defaults: 3 subscribers, 2000)
+//   broadcast subscriber NAME                   one subscriber (started by the publisher)
+//
+// The publisher creates the reliable broadcast buffer NAME, starts the subscribers, waits until
+// they have all joined, then publishes MESSAGES price ticks and an "end" message with
+// async_write: a reliable writer waits (without blocking its thread) for the slowest
+// subscriber. Each subscriber reads in a coroutine with async_read, checks that the ticks
+// arrive complete and in order, and prints "subscriber PID: N ticks in order, sum S". The
+// publisher prints the sum every subscriber must have reported, and exits 0 if all did.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <asio.hpp>
+#include <cstdint>
+#include <cstdio>
+#include <shmio/shmio.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+
+struct tick {
+  std::uint64_t seq;    // 1, 2, 3, ...; 0 ends the stream
+  std::uint64_t price;  // in cents
+};
+
+std::uint64_t price_of(std::uint64_t seq) {
+  return 10'000 + (seq * 7919) % 500;  // a made-up but checkable price
+}
+
+// ---- a subscriber ---------------------------------------------------------------------------
+
+asio::awaitable<int> subscribe(shmio::broadcast_buffer& prices) {
+  std::uint64_t expected = 1, sum = 0;
+  for (;;) {
+    tick t{};
+    const std::size_t n =
+        co_await prices.async_read(asio::buffer(&t, sizeof t), asio::use_awaitable);
+    if (n != sizeof t) co_return 1;
+    if (t.seq == 0) break;
+    if (t.seq != expected || t.price != price_of(t.seq)) {
+      std::printf("subscriber %d: expected tick %llu, got %llu\n", ::getpid(),
+                  static_cast<unsigned long long>(expected),
+                  static_cast<unsigned long long>(t.seq));
+      co_return 1;
+    }
+    ++expected;
+    sum += t.price;
+  }
+  std::printf("subscriber %d: %llu ticks in order, sum %llu\n", ::getpid(),
+              static_cast<unsigned long long>(expected - 1), static_cast<unsigned long long>(sum));
+  co_return 0;
+}
+
+int run_subscriber(const std::string& name) {
+  asio::io_context io;
+  // Opening as a subscriber joins: from now on, this process sees every message.
+  shmio::broadcast_buffer prices(io.get_executor(), shmio::open_only, name,
+                                 shmio::broadcast_role::subscriber);
+  int rc = 1;
+  asio::co_spawn(io, subscribe(prices), [&](std::exception_ptr e, int r) { rc = e ? 1 : r; });
+  io.run();
+  return rc;
+}
+
+// ---- the publisher --------------------------------------------------------------------------
+
+asio::awaitable<void> publish(shmio::broadcast_buffer& prices, std::uint64_t count) {
+  for (std::uint64_t seq = 1; seq <= count + 1; ++seq) {
+    const tick t = seq <= count ? tick{seq, price_of(seq)} : tick{0, 0};
+    co_await prices.async_write(asio::buffer(&t, sizeof t), asio::use_awaitable);
+  }
+}
+
+int run_publisher(int subscribers, std::uint64_t count, const std::string& name) {
+  asio::io_context io;
+  shmio::broadcast_options options;
+  options.mode = shmio::broadcast_mode::reliable;
+  options.capacity = 64;
+  options.message_size = sizeof(tick);
+  shmio::broadcast_buffer prices(io.get_executor(), shmio::create_only, name,
+                                 shmio::broadcast_role::publisher, options);
+
+  std::vector<pid_t> children;
+  for (int i = 0; i < subscribers; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::execl("/proc/self/exe", "broadcast", "subscriber", name.c_str(), nullptr);
+      ::_exit(127);
+    }
+    children.push_back(pid);
+  }
+  // Messages published before a subscriber joins are not for it: wait for all of them.
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (prices.subscriber_count() < static_cast<std::size_t>(subscribers)) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "broadcast: the subscribers did not join\n");
+      for (pid_t pid : children)
+        ::kill(pid, SIGKILL);
+      return 1;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  std::uint64_t sum = 0;
+  for (std::uint64_t seq = 1; seq <= count; ++seq)
+    sum += price_of(seq);
+  std::printf("publisher: %d subscribers joined; publishing %llu ticks, sum %llu\n", subscribers,
+              static_cast<unsigned long long>(count), static_cast<unsigned long long>(sum));
+  std::fflush(stdout);
+
+  asio::co_spawn(io, publish(prices, count), asio::detached);
+  io.run();
+
+  int failed = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  std::printf("publisher: %d of %d subscribers saw every tick\n", subscribers - failed,
+              subscribers);
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc == 3 && std::string(argv[1]) == "subscriber") return run_subscriber(argv[2]);
+    const int subscribers = argc > 1 ? std::atoi(argv[1]) : 3;
+    const long long count = argc > 2 ? std::atoll(argv[2]) : 2000;
+    const std::string name = argc > 3 ? argv[3] : "broadcast-demo." + std::to_string(::getpid());
+    if (subscribers < 1 || count < 1 || argc > 4) {
+      std::fprintf(stderr, "usage: broadcast [SUBSCRIBERS [MESSAGES [NAME]]]\n");
+      return 2;
+    }
+    return run_publisher(subscribers, static_cast<std::uint64_t>(count), name);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "broadcast: %s\n", e.what());
+    return 1;
+  }
+}
