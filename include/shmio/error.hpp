@@ -26,7 +26,7 @@ enum class errc {
   callback_failed,    ///< An in-place callback of an async operation threw; nothing was kept.
   too_many_participants,  ///< The object has as many open handles as its layout allows.
   no_handler,             ///< The other end of an RPC channel serves no requests.
-  owner_died,  ///< The lock is yours, but its previous holder died holding it (see rw_lock.hpp).
+  owner_died,     ///< The lock is yours, but its previous holder died holding it (see rw_lock.hpp).
   messages_lost,  ///< A lossy broadcast subscriber was lapped; the value says how many it lost.
   evicted,        ///< A reliable broadcast subscriber died or stalled past its lease, and left.
 };

@@ -1,8 +1,8 @@
 #pragma once
 // Everything shmio offers, in one include.
 
-#include "shmio/buffer_read_write.hpp"
 #include "shmio/broadcast_buffer.hpp"
+#include "shmio/buffer_read_write.hpp"
 #include "shmio/circular_buffer.hpp"
 #include "shmio/error.hpp"
 #include "shmio/named_event.hpp"
