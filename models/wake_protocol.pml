@@ -282,7 +282,7 @@ proctype awaiter(byte i)
      fi;
 #if CANCEL
      if
-     :: cancel_req[i] -> goto cancelled               /* cancelled while spinning, before park */
+     :: cancel_req[i] -> goto cancelled_spinning      /* cancelled while spinning, before park */
      :: else
      fi;
 #endif
@@ -329,6 +329,11 @@ cancelled:                                            /* removed from the list: 
      fi;
 #endif
      skip;
+
+     goto complete;
+
+cancelled_spinning:                                   /* never armed: nothing to withdraw */
+     atomic { cancels++; waiting-- };
 
 complete:
      atomic { op_pending[i] = 0; cancel_req[i] = 0; r++ }   /* harness: the op is over */

@@ -51,6 +51,12 @@ bool waiter::nothing_pending_but(const op_base* o) const noexcept {
   return true;
 }
 
+bool waiter::any_parked(std::size_t q) const noexcept {
+  for (const op_base* p = pending_[q].head; p; p = p->next)
+    if (p->parked) return true;
+  return false;
+}
+
 bool waiter::nothing_pending() const noexcept {
   for (std::size_t i = 0; i < queue_count_; ++i)
     if (!pending_[i].empty()) return false;
@@ -104,17 +110,27 @@ void waiter::spin_step(std::uint64_t id, std::size_t q,
 void waiter::park(std::unique_lock<std::mutex>& lock, op_base* o) {
   const std::size_t q = o->queue;
   if (nothing_pending_but(o)) parked_since_ = std::chrono::steady_clock::now();
-  if (slots_[q] != no_slot) arm(*queues_[q], slots_[q]);
+  o->parked = true;
+  arm_for(q);
   // The re-check after arming: from here on a publication either is seen now or rings us.
   if (o->attempt()) return complete(lock, o, {}, false);
   watch(lock);
 }
 
+void waiter::arm_for(std::size_t q) noexcept {
+  if (slots_[q] == no_slot) return;
+  arm(*queues_[q], slots_[q]);
+  armed_[q] = true;
+}
+
 bool waiter::withdraw(std::size_t q) noexcept {
+  // A wait still spinning needs no ring: it polls, and parks (arming) when its budget is spent.
+  if (!armed_[q] || any_parked(q)) return false;
+  armed_[q] = false;
   // A failed disarm means a signaller claimed our slot and rang us. A wake-one signaller rang
   // nobody else, so the ring must go on to another waiter, or it is swallowed (found by
   // models/wake_protocol.pml): the caller forwards it once it has dropped the mutex.
-  return pending_[q].empty() && slots_[q] != no_slot && !disarm(*queues_[q], slots_[q]);
+  return !disarm(*queues_[q], slots_[q]);
 }
 
 void waiter::complete(std::unique_lock<std::mutex>& lock, op_base* o, std::error_code ec,
@@ -146,10 +162,11 @@ void waiter::on_wake(const std::error_code& ec, bool from_bell) {
   std::unique_lock lock(mutex_);
   (from_bell ? bell_waiting_ : rescue_waiting_) = false;
   if (closed_) return;
-  if (from_bell) {
+  // A cancelled watch (nothing was pending) saw no ring: skip the drain. A ring that is in the
+  // socket all the same makes the next watch's registration report it at once.
+  if (from_bell && !ec) {
     platform::drain_doorbell(bell_.native_handle());
-    if (!ec && !nothing_pending())
-      spin_.woken_after(std::chrono::steady_clock::now() - parked_since_);
+    if (!nothing_pending()) spin_.woken_after(std::chrono::steady_clock::now() - parked_since_);
   }
   recheck(lock);
 }
@@ -160,7 +177,7 @@ void waiter::recheck(std::unique_lock<std::mutex>& lock) {
   for (std::size_t q = 0; q < queue_count_; ++q) {
     list& l = pending_[q];
     if (l.empty()) continue;
-    if (slots_[q] != no_slot) arm(*queues_[q], slots_[q]);  // re-arm before re-checking
+    if (any_parked(q)) arm_for(q);  // re-arm before re-checking; a spinner needs no ring
     while (op_base* o = l.head) {
       if (!o->attempt()) break;  // FIFO: if the first cannot proceed, neither can the rest
       l.remove(o);

@@ -110,7 +110,8 @@ class waiter : public std::enable_shared_from_this<waiter> {
     op_base* prev = nullptr;
     std::uint64_t id = 0;
     std::size_t queue = 0;
-    virtual bool attempt() = 0;                                         // under the mutex
+    bool parked = false;         // false while it spins through the executor: nothing armed for it
+    virtual bool attempt() = 0;  // under the mutex
     virtual void finish(std::error_code abort, bool may_dispatch) = 0;  // frees the op
     virtual void destroy() noexcept = 0;                                // frees without calling
    protected:
@@ -140,8 +141,12 @@ class waiter : public std::enable_shared_from_this<waiter> {
   // Takes `o` out of its list and completes it; passes on a ring it may have swallowed.
   void complete(std::unique_lock<std::mutex>& lock, op_base* o, std::error_code ec,
                 bool may_dispatch);
-  // Disarms queue q's slot if its list is empty; true if a ring claimed for us must go on.
+  // Arms queue q's slot for the parked operations in its list.
+  void arm_for(std::size_t q) noexcept;
+  // Disarms queue q's slot once no operation is parked on it; true if a ring claimed for us
+  // must go on.
   bool withdraw(std::size_t q) noexcept;
+  bool any_parked(std::size_t q) const noexcept;
   op_base* find(std::size_t q, std::uint64_t id) const noexcept;
   void cancel(std::uint64_t id);
   void on_wake(const std::error_code& ec, bool from_bell);
@@ -154,6 +159,9 @@ class waiter : public std::enable_shared_from_this<waiter> {
   spin_policy spin_;
   std::array<layout::wait_queue*, max_queues> queues_{};
   std::array<int, max_queues> slots_{no_slot, no_slot};
+  // We armed slot q and have not withdrawn it. A slot never armed cannot have been claimed,
+  // so completing a wait that only spun needs no disarm and forwards no ring.
+  std::array<bool, max_queues> armed_{};
   std::size_t queue_count_ = 0;
   std::uint64_t doorbell_id_ = 0;
   asio::posix::stream_descriptor bell_;
