@@ -6,7 +6,12 @@ Usage:
         --benchmark_out=ring.json --benchmark_out_format=json
     build/bench/shmio_bench_rpc --benchmark_repetitions=3 \
         --benchmark_out=rpc.json --benchmark_out_format=json
-    python3 bench/report.py --ring ring.json --rpc rpc.json [--plots docs/img]
+    build/bench/shmio_bench_locks --benchmark_repetitions=3 \
+        --benchmark_out=locks.json --benchmark_out_format=json
+    build/bench/shmio_bench_broadcast --benchmark_repetitions=3 \
+        --benchmark_out=broadcast.json --benchmark_out_format=json
+    python3 bench/report.py --ring ring.json --rpc rpc.json [--locks locks.json]
+        [--broadcast broadcast.json] [--plots docs/img]
 
 Prints Markdown: per benchmark the median over repetitions of its figure (round trips: the
 median_ns counter, see bench/support.hpp; flows: items or bytes per second), its ratio to the
@@ -184,6 +189,37 @@ def rpc_tables(runs):
     return out
 
 
+def lock_tables(runs):
+    out = ["### Reader/writer lock: one acquire + release (median over repetitions)", "",
+           "| mode | contention | shmio rw_lock | pthread_rwlock (process-shared) | shmio / pthread |",
+           "|---|---|---|---|---|"]
+    for mode in ("exclusive", "shared"):
+        for shape, suffix in (("uncontended", "/uncontended"), ("2 threads", "/threads:2"),
+                              ("2 processes", "/process")):
+            names = {impl: f"{mode}/{impl}{suffix}" for impl in ("shmio", "pthread")}
+            v = {impl: median_of(runs, n, "ns") for impl, n in names.items()}
+            out.append(f"| {mode} | {shape} | {fmt_ns(v['shmio'])} | {fmt_ns(v['pthread'])} | "
+                       f"{fmt_ratio(ratio(v['shmio'], v['pthread']))} |")
+    return out
+
+
+def broadcast_tables(runs):
+    out = ["### Broadcast, 64-byte messages, one writer process (median over repetitions)", "",
+           "| mode | subscribers | messages/s published | mean latency | slowest subscriber's "
+           "mean latency | received per subscriber |", "|---|---|---|---|---|---|"]
+    for n in sorted(n for n in runs if n.startswith("BM_broadcast/")):
+        m = re.search(r"subscribers:(\d+)/lossy:(\d)", n)
+        if not m:
+            continue
+        rate = median_of(runs, n, "items_per_second")
+        received = median_of(runs, n, "received_per_sub")
+        out.append(f"| {'lossy' if m.group(2) == '1' else 'reliable'} | {m.group(1)} | "
+                   f"{fmt_rate(rate, 'msg/s')} | {fmt_ns(median_of(runs, n, 'latency_mean_ns'))} | "
+                   f"{fmt_ns(median_of(runs, n, 'latency_worst_mean_ns'))} | "
+                   f"{'-' if received is None else f'{received:.0f}'} |")
+    return out
+
+
 def plot(runs, directory):
     os.makedirs(directory, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -244,10 +280,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ring")
     ap.add_argument("--rpc")
+    ap.add_argument("--locks")
+    ap.add_argument("--broadcast")
     ap.add_argument("--plots")
     args = ap.parse_args()
     lines = []
-    for path, tables in ((args.ring, ring_tables), (args.rpc, rpc_tables)):
+    for path, tables in ((args.ring, ring_tables), (args.rpc, rpc_tables),
+                         (args.locks, lock_tables), (args.broadcast, broadcast_tables)):
         if not path:
             continue
         context, runs, errors = load(path)
