@@ -46,11 +46,20 @@ class spin_policy {
 
   /// The part of a spin that never gives the CPU away: pause-spins for at most ~1 µs (or the
   /// budget, if smaller). Async waits use it before spinning through their executor.
+  /// Skipped while it keeps failing (a peer on this same CPU cannot answer while we spin), but
+  /// tried again every probe_interval-th time, so that it comes back when the peer moves.
   template <class Attempt>
   auto tight_spin(Attempt& attempt) -> decltype(attempt()) {
     if (budget_.load(std::memory_order_relaxed) <= 0) return {};
+    // relaxed: like the budget, a per-object hint; a lost update only shifts the next probe.
+    const std::uint32_t misses = tight_misses_.load(std::memory_order_relaxed);
+    tight_misses_.store(misses + 1, std::memory_order_relaxed);
+    if (misses >= misses_before_skipping && misses % probe_interval != 0) return {};
     for (std::uint32_t i = 0; i < pause_rounds; ++i) {
-      if (auto r = attempt()) return r;
+      if (auto r = attempt()) {
+        tight_misses_.store(0, std::memory_order_relaxed);
+        return r;
+      }
       platform::cpu_relax();
     }
     return {};
@@ -85,9 +94,12 @@ class spin_policy {
  private:
   static constexpr std::uint32_t pause_rounds = 64;
   static constexpr std::int64_t min_budget = 5000;  // keep sampling: a few executor rounds
+  static constexpr std::uint32_t misses_before_skipping = 8;
+  static constexpr std::uint32_t probe_interval = 32;
   std::int64_t limit_;
   bool adaptive_;
   std::atomic<std::int64_t> budget_;
+  std::atomic<std::uint32_t> tight_misses_{0};  // tight spins that failed in a row
 };
 
 }  // namespace shmio::detail
