@@ -2,6 +2,10 @@
 // processes, 64-byte messages.
 //
 //   BM_broadcast/subscribers:N/lossy:L
+//   BM_broadcast_local_stream/subscribers:N   the baseline: what a user would write instead, one
+//                                             asio::local::stream_protocol socket pair per
+//                                             subscriber, the writer writing each message to
+//                                             every socket in turn (blocking: "reliable")
 //
 // The writer publishes as fast as the buffer lets it (reliable: it waits for the slowest
 // subscriber; lossy: never). Each message carries the CLOCK_MONOTONIC time it was written; each
@@ -18,6 +22,10 @@
 #include <unistd.h>
 
 #include <asio/io_context.hpp>
+#include <asio/local/connect_pair.hpp>
+#include <asio/local/stream_protocol.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -139,6 +147,85 @@ void BM_broadcast(benchmark::State& state) {
   state.counters["latency_worst_mean_ns"] = worst;
   state.counters["received_per_sub"] = received / subscribers;
 }
+
+// A baseline subscriber process: reads 64-byte messages from its socket until the end message.
+[[noreturn]] void stream_subscriber(asio::local::stream_protocol::socket& sock, int out) {
+  subscriber_report r;
+  try {
+    message m{};
+    for (;;) {
+      asio::read(sock, asio::buffer(&m, sizeof m));
+      if (m.seq == 0) break;
+      r.latency_sum_ns += now_ns() - m.stamp_ns;
+      ++r.received;
+    }
+  } catch (...) {
+  }
+  if (::write(out, &r, sizeof r) != sizeof r) ::_exit(1);
+  ::_exit(0);
+}
+
+void BM_broadcast_local_stream(benchmark::State& state) {
+  const int subscribers = static_cast<int>(state.range(0));
+  asio::io_context io;
+  std::vector<asio::local::stream_protocol::socket> writers;
+  std::vector<pid_t> children;
+  std::vector<int> pipes;
+  for (int i = 0; i < subscribers; ++i) {
+    asio::local::stream_protocol::socket ours(io), theirs(io);
+    asio::local::connect_pair(ours, theirs);
+    int fds[2];
+    if (::pipe(fds) != 0) return state.SkipWithError("pipe");
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      ours.close();
+      for (auto& w : writers)
+        w.close();
+      stream_subscriber(theirs, fds[1]);
+    }
+    ::close(fds[1]);
+    theirs.close();
+    writers.push_back(std::move(ours));
+    children.push_back(pid);
+    pipes.push_back(fds[0]);
+  }
+
+  message m{};
+  std::uint64_t seq = 0;
+  for (auto _ : state) {
+    m.seq = ++seq;
+    m.stamp_ns = now_ns();
+    for (auto& w : writers)
+      asio::write(w, asio::buffer(&m, sizeof m));
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(seq));
+
+  m.seq = 0;
+  for (auto& w : writers)
+    asio::write(w, asio::buffer(&m, sizeof m));
+  double mean_sum = 0, worst = 0, received = 0;
+  for (int i = 0; i < subscribers; ++i) {
+    subscriber_report r;
+    if (::read(pipes[i], &r, sizeof r) != sizeof r) state.SkipWithError("no report");
+    ::close(pipes[i]);
+    ::waitpid(children[i], nullptr, 0);
+    const double mean = r.received ? static_cast<double>(r.latency_sum_ns) / r.received : 0;
+    mean_sum += mean;
+    worst = std::max(worst, mean);
+    received += static_cast<double>(r.received);
+  }
+  state.counters["latency_mean_ns"] = mean_sum / subscribers;
+  state.counters["latency_worst_mean_ns"] = worst;
+  state.counters["received_per_sub"] = received / subscribers;
+}
+
+BENCHMARK(BM_broadcast_local_stream)
+    ->Arg(1)
+    ->Arg(4)
+    ->ArgName("subscribers")
+    ->UseRealTime()
+    ->MinTime(0.5);
 
 BENCHMARK(BM_broadcast)
     ->ArgsProduct({{1, 4}, {0, 1}})

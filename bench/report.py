@@ -37,7 +37,7 @@ def load(path):
     for b in doc.get("benchmarks", []):
         if b.get("run_type", "iteration") != "iteration":
             continue
-        name = re.sub(r"/(iterations:\d+|real_time|manual_time)", "", b["run_name"]
+        name = re.sub(r"/(iterations:\d+|min_time:[\d.]+|real_time|manual_time)", "", b["run_name"]
                       if "run_name" in b else b["name"])
         if b.get("error_occurred"):
             errors.append((name, b.get("error_message", "")))
@@ -206,17 +206,23 @@ def lock_tables(runs):
 def broadcast_tables(runs):
     out = ["### Broadcast, 64-byte messages, one writer process (median over repetitions)", "",
            "| mode | subscribers | messages/s published | mean latency | slowest subscriber's "
-           "mean latency | received per subscriber |", "|---|---|---|---|---|---|"]
-    for n in sorted(n for n in runs if n.startswith("BM_broadcast/")):
-        m = re.search(r"subscribers:(\d+)/lossy:(\d)", n)
+           "mean latency | received per subscriber | rate / local stream |",
+           "|---|---|---|---|---|---|---|"]
+    for n in sorted(n for n in runs if n.startswith("BM_broadcast")):
+        m = re.search(r"subscribers:(\d+)(?:/lossy:(\d))?", n)
         if not m:
             continue
         rate = median_of(runs, n, "items_per_second")
+        base = median_of(runs, f"BM_broadcast_local_stream/subscribers:{m.group(1)}",
+                         "items_per_second")
         received = median_of(runs, n, "received_per_sub")
-        out.append(f"| {'lossy' if m.group(2) == '1' else 'reliable'} | {m.group(1)} | "
+        mode = ("asio local stream, a socket per subscriber" if m.group(2) is None else
+                "shmio lossy" if m.group(2) == "1" else "shmio reliable")
+        out.append(f"| {mode} | {m.group(1)} | "
                    f"{fmt_rate(rate, 'msg/s')} | {fmt_ns(median_of(runs, n, 'latency_mean_ns'))} | "
                    f"{fmt_ns(median_of(runs, n, 'latency_worst_mean_ns'))} | "
-                   f"{'-' if received is None else f'{received:.0f}'} |")
+                   f"{'-' if received is None else f'{received:.0f}'} | "
+                   f"{fmt_ratio(ratio(rate, base))} |")
     return out
 
 
