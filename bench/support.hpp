@@ -125,8 +125,8 @@ class batch_timer {
     t0_ = t;
     k_ = 0;
   }
-  /// Sets median_ns, and allocs_per_iter: heap allocations in this process per iteration
-  /// since the timer was made (see allocations()).
+  /// Sets median_ns, p99_batch_ns (the 99th percentile of the batch means), and allocs_per_iter:
+  /// heap allocations in this process per iteration since the timer was made (see allocations()).
   void report(benchmark::State& state);
 
  private:
