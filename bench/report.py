@@ -97,8 +97,8 @@ class targets:
 
 def ring_tables(runs):
     out = ["### Ring round trip (two rings, echo; median of batch medians)", "",
-           "| family | placement | bytes | round trip | / spin_ring | / asio_local_stream |",
-           "|---|---|---|---|---|---|"]
+           "| family | placement | bytes | round trip | p99 of batches | / spin_ring | / asio_local_stream |",
+           "|---|---|---|---|---|---|---|"]
     def key(n):
         _, fam, pl, size = n.split("/")
         return (pl != "split", int(size), fam)
@@ -110,6 +110,7 @@ def ring_tables(runs):
         floor = median_of(runs, f"BM_ring_roundtrip/spin_ring/split/{size}", "ns")
         stream = median_of(runs, f"BM_ring_roundtrip/asio_local_stream/{pl}/{size}", "ns")
         out.append(f"| {fam} | {pl} | {size} | {fmt_ns(v)} | "
+                   f"{fmt_ns(median_of(runs, n, 'p99_batch_ns'))} | "
                    f"{fmt_ratio(ratio(v, floor)) if pl == 'split' else '-'} | "
                    f"{fmt_ratio(ratio(v, stream))} |")
     out += ["", "### Ring throughput, 64-byte messages, producer and consumer processes", "",
@@ -153,8 +154,8 @@ def ring_tables(runs):
 
 def rpc_tables(runs):
     out = ["### RPC round trip, 64 bytes each way (median of batch medians)", "",
-           "| family | placement | round trip | / spin_ring | / asio_local_stream | allocations per call |",
-           "|---|---|---|---|---|---|"]
+           "| family | placement | round trip | p99 of batches | / spin_ring | / asio_local_stream | "
+           "allocations per call |", "|---|---|---|---|---|---|---|"]
     floor = median_of(runs, "BM_rpc_roundtrip/spin_ring/split", "ns")
     for n in sorted(n for n in runs if n.startswith("BM_rpc_roundtrip/")):
         _, fam, pl = n.split("/")
@@ -162,6 +163,7 @@ def rpc_tables(runs):
         stream = median_of(runs, f"BM_rpc_roundtrip/asio_local_stream/{pl}", "ns")
         allocs = median_of(runs, n, "allocs_per_iter")
         out.append(f"| {fam} | {pl} | {fmt_ns(v)} | "
+                   f"{fmt_ns(median_of(runs, n, 'p99_batch_ns'))} | "
                    f"{fmt_ratio(ratio(v, floor)) if pl == 'split' else '-'} | "
                    f"{fmt_ratio(ratio(v, stream))} | {'-' if allocs is None else f'{allocs:.1f}'} |")
     out += ["", "### RPC pipelined 1 KiB calls and 512 KiB requests", "",
