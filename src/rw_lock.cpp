@@ -14,25 +14,6 @@ bool valid_align(std::uint64_t a) {
   return a != 0 && (a & (a - 1)) == 0 && a <= layout::max_element_align;
 }
 
-// Largest data size we accept: far past any /dev/shm, and small enough that no sum overflows.
-constexpr std::uint64_t max_data_size = std::uint64_t{1} << 44;
-
-std::error_code validate_body(std::span<const std::byte> body, std::size_t element_size,
-                              std::size_t element_align) {
-  if (body.size() < layout::locked_data_offset_for(1)) return errc::corrupted;
-  const auto& h = *reinterpret_cast<const layout::locked_buffer_header*>(body.data());
-  // The element type first: a wrong T is the caller's mistake, not a broken segment.
-  if (h.element_size != element_size || h.element_align != element_align) return errc::incompatible;
-  if (h.element_size == 0 || !valid_align(h.element_align)) return errc::corrupted;
-  if (h.data_offset != layout::locked_data_offset_for(h.element_align)) return errc::corrupted;
-  if (h.element_count > max_data_size / h.element_size ||
-      h.data_size != h.element_count * h.element_size)
-    return errc::corrupted;
-  if (h.data_offset + h.data_size != body.size()) return errc::corrupted;  // no overflow: bounded
-  return detail::rw_lock_view::validate(
-      *reinterpret_cast<const layout::rw_lock_state*>(body.data() + layout::locked_lock_offset));
-}
-
 }  // namespace
 
 rw_lock::impl::~impl() {
@@ -41,7 +22,8 @@ rw_lock::impl::~impl() {
 
 bool rw_lock::body_size(std::size_t count, std::size_t element_size, std::size_t element_align,
                         std::size_t& out) noexcept {
-  if (element_size == 0 || !valid_align(element_align) || count > max_data_size / element_size)
+  if (element_size == 0 || !valid_align(element_align) ||
+      count > detail::max_locked_data_size / element_size)
     return false;
   out = layout::locked_data_offset_for(element_align) + count * element_size;
   return true;
@@ -64,7 +46,7 @@ segment::initializer rw_lock::initializer(std::size_t count, std::size_t element
 void rw_lock::attach(const executor_type& ex, segment seg, std::size_t element_size,
                      std::size_t element_align, const access_options& options,
                      std::error_code& ec) {
-  ec = validate_body(seg.body(), element_size, element_align);
+  ec = detail::validate_locked_body(seg.body(), element_size, element_align);
   if (ec) return;
   const std::uint16_t me = detail::rw_lock_view::claim_participant(seg.native_handle(), ec);
   if (ec) return;

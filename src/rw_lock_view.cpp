@@ -31,9 +31,44 @@ void rw_lock_view::initialize(layout::rw_lock_state* state) noexcept {
   st->control.slot_count = layout::rw_reader_slots;  // published by the segment's rename
 }
 
+bool rw_lock_view::well_formed(std::uint32_t word) noexcept {
+  if (word == 0) return true;
+  const std::uint32_t owner = word & rw_owner_mask;
+  return (word & ~(rw_owner_mask | rw_writer_held)) == 0 && owner != 0 &&
+         owner <= layout::rw_reader_slots;
+}
+
 std::error_code rw_lock_view::validate(const layout::rw_lock_state& state) noexcept {
   if (state.control.slot_count != layout::rw_reader_slots) return errc::corrupted;
+  // relaxed: a check of values at open; what changes later is validated where it is used.
+  if (!well_formed(state.control.writer.load(std::memory_order_relaxed)) ||
+      state.control.owner_died.load(std::memory_order_relaxed) > 1 ||
+      state.control.participant_high.load(std::memory_order_relaxed) > layout::rw_reader_slots)
+    return errc::corrupted;
   return {};
+}
+
+namespace {
+bool valid_align(std::uint64_t a) {
+  return a != 0 && (a & (a - 1)) == 0 && a <= layout::max_element_align;
+}
+}  // namespace
+
+std::error_code validate_locked_body(std::span<const std::byte> body, std::size_t element_size,
+                                     std::size_t element_align) noexcept {
+  if (body.size() < layout::locked_data_offset_for(1)) return errc::corrupted;
+  const auto& h = *reinterpret_cast<const layout::locked_buffer_header*>(body.data());
+  // The element type first: a wrong T is the caller's mistake, not a broken segment.
+  if (element_size != 0 && (h.element_size != element_size || h.element_align != element_align))
+    return errc::incompatible;
+  if (h.element_size == 0 || !valid_align(h.element_align)) return errc::corrupted;
+  if (h.data_offset != layout::locked_data_offset_for(h.element_align)) return errc::corrupted;
+  if (h.element_count > max_locked_data_size / h.element_size ||
+      h.data_size != h.element_count * h.element_size)
+    return errc::corrupted;
+  if (h.data_offset + h.data_size != body.size()) return errc::corrupted;  // no overflow: bounded
+  return rw_lock_view::validate(
+      *reinterpret_cast<const layout::rw_lock_state*>(body.data() + layout::locked_lock_offset));
 }
 
 std::uint16_t rw_lock_view::claim_participant(int fd, std::error_code& ec) noexcept {
@@ -100,10 +135,12 @@ bool rw_lock_view::participant_dead(std::uint32_t number) noexcept {
 }
 
 bool rw_lock_view::reclaim_writer(std::uint32_t word, bool for_me) noexcept {
-  const std::uint32_t owner = word & rw_owner_mask;
-  if (owner == me_) return false;  // our own handle's writer, in another thread
+  // Our own handle's writer, in another thread: the only two values it ever stores. Any other
+  // word naming us was not written by this handle, and is reclaimed like a dead owner's.
+  if (word == me_ || word == (me_ | rw_writer_held)) return false;
   if (!patience_spent(stuck_[0], std::uint64_t{1} << 32 | word)) return false;
-  if (!participant_dead(owner)) return false;
+  // A malformed word (damaged memory) has no owner that would ever free it.
+  if (well_formed(word) && !participant_dead(word & rw_owner_mask)) return false;
   // seq_cst: as any change of the word (see try_claim).
   if (!state_->control.writer.compare_exchange_strong(word, for_me ? me_ : 0,
                                                       std::memory_order_seq_cst))

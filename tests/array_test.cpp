@@ -157,8 +157,8 @@ TEST_CASE("shared_array sizes out of range are refused at create", "[array]") {
 TEST_CASE("a truncated or damaged locked buffer is refused as corrupted", "[array][hostile]") {
   asio::io_context io;
   scoped_name name("array");
-  const std::string what =
-      GENERATE("truncated", "truncated-with-header", "data_size", "count", "offset", "slots");
+  const std::string what = GENERATE("truncated", "truncated-with-header", "data_size", "count",
+                                    "offset", "slots", "writer", "owner_died", "participant_high");
   CAPTURE(what);
   shared_array<std::uint64_t> keep(io.get_executor(), shmio::create_only, name, 8);
   // Cuts the file to the lock state plus one element: `keep` then touches only what is left.
@@ -179,11 +179,19 @@ TEST_CASE("a truncated or damaged locked buffer is refused as corrupted", "[arra
   } else if (what == "offset") {
     const std::uint64_t v = 64;
     poke(name, header_field(offsetof(layout::locked_buffer_header, data_offset)), &v, 8);
-  } else {
+  } else if (what == "slots") {
     const std::uint32_t v = 7;
     poke(name,
          header_field(layout::locked_lock_offset + offsetof(layout::rw_lock_control, slot_count)),
          &v, 4);
+  } else {
+    // Lock words no handle could have left: an unknown bit, a flag of 2, 257 participants.
+    const std::uint32_t v = what == "writer" ? 1u << 20 : what == "owner_died" ? 2 : 257;
+    const std::size_t field = what == "writer" ? offsetof(layout::rw_lock_control, writer)
+                              : what == "owner_died"
+                                  ? offsetof(layout::rw_lock_control, owner_died)
+                                  : offsetof(layout::rw_lock_control, participant_high);
+    poke(name, header_field(layout::locked_lock_offset + field), &v, 4);
   }
   std::error_code ec;
   shared_array<std::uint64_t> opened(io.get_executor(), shmio::open_only, name, {}, ec);

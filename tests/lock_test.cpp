@@ -518,6 +518,27 @@ TEST_CASE("a corrupted writer word is reclaimed, not waited on for ever", "[lock
   buf.unlock_shared();
 }
 
+TEST_CASE("a malformed writer word is reclaimed even if it names a live handle or the waiter",
+          "[lock][hostile]") {
+  asio::io_context io;
+  scoped_name name("lock");
+  auto buf = make_buffer(io, name);  // participant 1
+  auto other = shmio::buffer_read_write(io.get_executor(), shmio::open_only, name);  // 2
+  lock_probe probe(name);
+  const std::uint32_t stray = std::uint32_t{1} << 24;  // a bit no handle ever stores
+  const std::uint32_t owner = GENERATE(1u, 2u);        // the waiter itself, a live handle
+  CAPTURE(owner);
+  probe.state().control.writer.store(owner | layout::rw_writer_held | stray);
+  std::error_code ec;
+  CHECK(buf.try_lock_for(2s, ec));
+  CHECK(ec == shmio::errc::owner_died);       // it had the held bit: the data may be half-written
+  CHECK(buf.try_lock_for(0ms, ec) == false);  // and now it is ours, properly
+  buf.unlock();
+  CHECK(other.try_lock_for(0ms, ec));
+  CHECK_FALSE(ec);
+  other.unlock();
+}
+
 TEST_CASE("more handles than the lock has reader slots are refused", "[lock]") {
   asio::io_context io;
   scoped_name name("lock");

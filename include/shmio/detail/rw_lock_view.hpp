@@ -16,8 +16,10 @@
 // raises `owner_died`, which the next acquirer takes (and is told about).
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <system_error>
 #include <utility>
 
@@ -39,6 +41,9 @@ class rw_lock_view {
 
   static void initialize(layout::rw_lock_state* state) noexcept;
   static std::error_code validate(const layout::rw_lock_state& state) noexcept;
+  /// A writer word some handle could have stored: 0, or a participant number 1 .. 256 with
+  /// or without rw_writer_held, and no other bits.
+  static bool well_formed(std::uint32_t word) noexcept;
   /// Takes the first free participant number (an exclusive lock on its byte of `fd`).
   static std::uint16_t claim_participant(int fd, std::error_code& ec) noexcept;
 
@@ -83,6 +88,16 @@ class rw_lock_view {
   std::uint16_t me_ = 0;
   stuck_record stuck_[2];  // [0]: waiting on a writer, [1]: waiting on readers
 };
+
+/// The largest data size a locked buffer may have: far past any /dev/shm, and small enough
+/// that no sum of sizes overflows.
+inline constexpr std::uint64_t max_locked_data_size = std::uint64_t{1} << 44;
+
+/// Checks a locked-buffer body (layout::locked_buffer_header, then the lock) against its size:
+/// errc::corrupted, or errc::incompatible if its elements are not of `element_size` and
+/// `element_align` (0 and 0: any element type), or clear.
+std::error_code validate_locked_body(std::span<const std::byte> body, std::size_t element_size,
+                                     std::size_t element_align) noexcept;
 
 /// A wait's attempt at the exclusive lock: claims the writer word once, then waits for the
 /// shares to go. Destroying it with the claim still pending (timeout, cancellation, shutdown)
