@@ -27,13 +27,14 @@ std::shared_ptr<broadcast_buffer::impl> broadcast_buffer::make_impl(const execut
                                                                     broadcast_role role,
                                                                     wait_strategy strategy,
                                                                     std::error_code& ec) {
-  ec = detail::broadcast_geometry::validate(seg.body());
+  layout::broadcast_header header{};
+  ec = detail::broadcast_geometry::validate(seg.body(), header);
   if (ec) return nullptr;
   auto im = std::make_shared<impl>();
   auto* state = reinterpret_cast<layout::broadcast_state*>(seg.body().data());
   im->seg = std::move(seg);
   im->role = role;
-  im->geometry = detail::broadcast_geometry(state);
+  im->geometry = detail::broadcast_geometry(state, header);
   layout::wait_queue* queue = nullptr;
   if (role == broadcast_role::publisher) {
     const int fd = im->seg.native_handle();

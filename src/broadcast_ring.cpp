@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <new>
 
 #include "shmio/detail/platform.hpp"
@@ -48,17 +49,18 @@ std::uint64_t slot_stride_for(std::uint64_t message_size) {
 
 // ---- geometry --------------------------------------------------------------------------------
 
-broadcast_geometry::broadcast_geometry(layout::broadcast_state* state) noexcept
+broadcast_geometry::broadcast_geometry(layout::broadcast_state* state,
+                                       const layout::broadcast_header& h) noexcept
     : state_(state),
       entries_(reinterpret_cast<layout::subscriber_entry*>(reinterpret_cast<std::byte*>(state) +
-                                                           state->header.subscribers_offset)),
-      slots_(reinterpret_cast<std::byte*>(state) + state->header.slots_offset),
-      mode_(state->header.mode),
-      count_(state->header.slot_count),
-      size_(state->header.message_size),
-      stride_(state->header.slot_stride),
-      capacity_(state->header.subscriber_capacity),
-      lease_ms_(state->header.lease_ms) {}
+                                                           h.subscribers_offset)),
+      slots_(reinterpret_cast<std::byte*>(state) + h.slots_offset),
+      mode_(h.mode),
+      count_(h.slot_count),
+      size_(h.message_size),
+      stride_(h.slot_stride),
+      capacity_(h.subscriber_capacity),
+      lease_ms_(h.lease_ms) {}
 
 layout::broadcast_slot_header& broadcast_geometry::slot(std::uint64_t position) const noexcept {
   return *reinterpret_cast<layout::broadcast_slot_header*>(slots_ + (position % count_) * stride_);
@@ -110,9 +112,11 @@ void broadcast_geometry::initialize(std::span<std::byte> body, const broadcast_p
     new (body.data() + h.slots_offset + i * h.slot_stride) layout::broadcast_slot_header{};
 }
 
-std::error_code broadcast_geometry::validate(std::span<const std::byte> body) noexcept {
+std::error_code broadcast_geometry::validate(std::span<const std::byte> body,
+                                             layout::broadcast_header& h) noexcept {
   if (body.size() < sizeof(layout::broadcast_state)) return errc::corrupted;
-  const auto& h = reinterpret_cast<const layout::broadcast_state*>(body.data())->header;
+  // A copy: what is checked is what the handle uses, whatever a peer writes afterwards.
+  std::memcpy(&h, body.data(), sizeof h);
   if (h.version != layout::broadcast_version) return errc::incompatible;
   const broadcast_params p{h.mode, h.slot_count, h.message_size, h.subscriber_capacity, h.lease_ms};
   std::uint64_t expected = 0;

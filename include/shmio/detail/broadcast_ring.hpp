@@ -40,13 +40,16 @@ struct broadcast_params {
 class broadcast_geometry {
  public:
   broadcast_geometry() = default;
-  explicit broadcast_geometry(layout::broadcast_state* state) noexcept;
+  /// `h` is the validated copy of the header of `state` (see validate).
+  broadcast_geometry(layout::broadcast_state* state, const layout::broadcast_header& h) noexcept;
 
   /// The body size for `p`; false if `p` is outside the limits.
   static bool body_size_for(const broadcast_params& p, std::uint64_t& body_size) noexcept;
   static void initialize(std::span<std::byte> body, const broadcast_params& p) noexcept;
-  /// Checks a header against the size of its body: corrupted or incompatible, or clear.
-  static std::error_code validate(std::span<const std::byte> body) noexcept;
+  /// Copies the header of `body` to `h` and checks the copy against the size of the body:
+  /// corrupted or incompatible, or clear.
+  static std::error_code validate(std::span<const std::byte> body,
+                                  layout::broadcast_header& h) noexcept;
 
   layout::broadcast_state& state() const noexcept { return *state_; }
   bool reliable() const noexcept { return mode_ == layout::broadcast_reliable; }
