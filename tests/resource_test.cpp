@@ -1,4 +1,5 @@
-// Resource hygiene: many create/open/use/close cycles of every object kind leave no open file
+// Resource hygiene: many create/open/use/close cycles of every object kind (segment, event,
+// ring, rpc, shared_array, buffer_read_write, broadcast with a subscriber) leave no open file
 // descriptors, mappings, memory or /dev/shm files behind.
 //
 // SHMIO_RESOURCE_CYCLES sets the number of cycles per kind (default 10000). In sanitizer builds
@@ -19,10 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "shmio/broadcast_buffer.hpp"
+#include "shmio/buffer_read_write.hpp"
 #include "shmio/circular_buffer.hpp"
 #include "shmio/named_event.hpp"
 #include "shmio/rpc_buffer.hpp"
 #include "shmio/segment.hpp"
+#include "shmio/shared_array.hpp"
 #include "support.hpp"
 
 namespace {
@@ -161,5 +165,56 @@ TEST_CASE("resources: rpc_buffer create/open/call/close cycles leak nothing", "[
     REQUIRE(shmio::test::run_until(io, [&] { return done; }));
     io.restart();
     io.poll();  // let closed objects finish their last handlers
+  });
+}
+
+TEST_CASE("resources: shared_array create/open/lock/close cycles leak nothing", "[resources]") {
+  const scoped_name name("res-array");
+  asio::io_context io;
+  check_no_growth(name.str(), [&](std::size_t i) {
+    shmio::shared_array<std::uint64_t> a(io.get_executor(), shmio::create_only, name, 16);
+    shmio::shared_array<std::uint64_t> b(io.get_executor(), shmio::open_only, name);
+    REQUIRE(a.try_lock());
+    a[i % 16] = i;
+    a.unlock();
+    REQUIRE(b.try_lock_shared());
+    REQUIRE(b[i % 16] == i);
+    b.unlock_shared();
+  });
+}
+
+TEST_CASE("resources: buffer_read_write create/open/write/read/close cycles leak nothing",
+          "[resources]") {
+  const scoped_name name("res-buffer");
+  asio::io_context io;
+  shmio::access_options locked;
+  locked.lock_each_access = true;  // every access takes the lock: its waits are cycled too
+  check_no_growth(name.str(), [&](std::size_t i) {
+    shmio::buffer_read_write a(io.get_executor(), shmio::create_only, name, 256, locked);
+    shmio::buffer_read_write b(io.get_executor(), shmio::open_only, name, locked);
+    a.write(std::uint64_t{i}, i % 248);
+    REQUIRE(b.read<std::uint64_t>(i % 248) == i);
+  });
+}
+
+TEST_CASE("resources: broadcast_buffer create/subscribe/write/read/close cycles leak nothing",
+          "[resources]") {
+  const scoped_name name("res-broadcast");
+  asio::io_context io;
+  shmio::broadcast_options options;
+  options.capacity = 4;
+  options.message_size = 64;
+  options.max_subscribers = 4;
+  check_no_growth(name.str(), [&](std::size_t i) {
+    shmio::broadcast_buffer publisher(io.get_executor(), shmio::create_only, name,
+                                      shmio::broadcast_role::publisher, options);
+    shmio::broadcast_buffer subscriber(io.get_executor(), shmio::open_only, name,
+                                       shmio::broadcast_role::subscriber);
+    REQUIRE(publisher.subscriber_count() == 1);
+    const std::string m = "message " + std::to_string(i);
+    REQUIRE(publisher.write(asio::buffer(m), 0ms) == m.size());
+    char buf[64];
+    REQUIRE(subscriber.read(asio::buffer(buf), 0ms) == m.size());
+    REQUIRE(std::string(buf, m.size()) == m);
   });
 }
