@@ -4,13 +4,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <tuple>
 
+#include "shmio/detail/broadcast_ring.hpp"
 #include "shmio/detail/layout.hpp"
 #include "shmio/detail/names.hpp"
 #include "shmio/detail/platform.hpp"
 #include "shmio/detail/ring.hpp"
+#include "shmio/detail/rw_lock_view.hpp"
 
 namespace shmio::inspect {
 namespace {
@@ -202,6 +205,171 @@ void read_rpc(std::span<const std::byte> body, int fd, segment_info& info) {
     set_problem(info, errc::corrupted, "invalid ring nodes");
 }
 
+std::string hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// Whether some process holds byte `lock_byte` of the file; an error counts as "no".
+bool byte_held(int fd, std::uint64_t lock_byte) {
+  std::error_code ec;
+  return platform::byte_locked_by_other(fd, lock_byte, ec) && !ec;
+}
+
+void read_locked(std::span<const std::byte> body, int fd, segment_info& info) {
+  if (body.size() < layout::locked_data_offset_for(1))
+    return set_problem(info, errc::corrupted, "locked-buffer body too small");
+  const auto& h = *reinterpret_cast<const layout::locked_buffer_header*>(body.data());
+  const auto& st =
+      *reinterpret_cast<const layout::rw_lock_state*>(body.data() + layout::locked_lock_offset);
+  // relaxed, here and below: a snapshot for display; nothing is derived from it but numbers.
+  const std::uint32_t word = st.control.writer.load(std::memory_order_relaxed);
+  const std::uint32_t died = st.control.owner_died.load(std::memory_order_relaxed);
+  if (detail::validate_locked_body(body, 0, 0)) {
+    // Which part: the lock's words (each checked again, as they may have changed) or the rest.
+    const std::uint32_t high = st.control.participant_high.load(std::memory_order_relaxed);
+    if (st.control.slot_count != layout::rw_reader_slots)
+      return set_problem(info, errc::corrupted,
+                         "lock slot count " + std::to_string(st.control.slot_count));
+    if (!detail::rw_lock_view::well_formed(word))
+      return set_problem(info, errc::corrupted, "lock word " + hex(word));
+    if (died > 1)
+      return set_problem(info, errc::corrupted, "lock owner_died flag " + std::to_string(died));
+    if (high > layout::rw_reader_slots)
+      return set_problem(info, errc::corrupted, "lock participant count " + std::to_string(high));
+    return set_problem(info, errc::corrupted,
+                       "locked-buffer header inconsistent with the file size");
+  }
+  locked_buffer_info r;
+  r.element_size = h.element_size;
+  r.element_align = h.element_align;
+  r.length = h.element_count;
+  r.data_size = h.data_size;
+  lock_info& l = r.lock;
+  std::uint32_t last_share = 0;  // the highest participant number holding a share
+  for (std::uint32_t n = 1; n <= layout::rw_reader_slots; ++n) {
+    const auto& slot = st.slots[n - 1];
+    const std::uint32_t shares = slot.shares.load(std::memory_order_relaxed);
+    const bool alive = byte_held(fd, layout::participant_lock_base + n - 1);
+    l.participants += alive;
+    if (shares == 0) continue;
+    l.shares += shares;
+    ++l.share_holders;
+    l.dead_holders += !alive;
+    last_share = n;
+  }
+  // After the slots: a participant raises the count before its first share, so a share past
+  // the count read now was never taken by a participant.
+  const std::uint32_t high = st.control.participant_high.load(std::memory_order_relaxed);
+  if (last_share > high)
+    return set_problem(info, errc::corrupted,
+                       "shares in slot " + std::to_string(last_share) + " past the " +
+                           std::to_string(high) + " participants");
+  l.writer = word & layout::rw_owner_mask;
+  if (l.writer != 0) {
+    l.state = (word & layout::rw_writer_held) != 0 ? lock_info::state_kind::exclusive
+                                                   : lock_info::state_kind::claimed;
+    l.writer_pid = st.slots[l.writer - 1].pid.load(std::memory_order_relaxed);  // well_formed
+    l.dead_holders += !byte_held(fd, layout::participant_lock_base + l.writer - 1);
+  } else if (l.shares != 0) {
+    l.state = lock_info::state_kind::shared;
+  }
+  l.owner_dead = l.dead_holders != 0;
+  l.owner_died_pending = died == 1;
+  l.readers = read_queue(st.readers);
+  l.writers = read_queue(st.writers);
+  info.locked = std::move(r);
+}
+
+void read_broadcast(std::span<const std::byte> body, int fd, segment_info& info) {
+  layout::broadcast_header h{};
+  if (auto ec = detail::broadcast_geometry::validate(body, h)) {
+    if (ec == errc::incompatible)
+      return set_problem(info, errc::incompatible,
+                         "broadcast version " + std::to_string(h.version));
+    return set_problem(info, errc::corrupted, "broadcast header inconsistent with the file size");
+  }
+  const auto& st = *reinterpret_cast<const layout::broadcast_state*>(body.data());
+  broadcast_info b;
+  b.lossy = h.mode == layout::broadcast_lossy;
+  b.slot_count = h.slot_count;
+  b.message_size = h.message_size;
+  b.max_subscribers = h.subscriber_capacity;
+  b.lease_ms = h.lease_ms;
+  // relaxed, here and below: a snapshot for display; nothing is derived from it but numbers.
+  b.writer = st.writer.owner.load(std::memory_order_relaxed);
+  if (b.writer > layout::max_participants)
+    return set_problem(info, errc::corrupted, "writer lock word " + std::to_string(b.writer));
+  if (b.writer != 0) b.writer_alive = byte_held(fd, layout::participant_lock_base + b.writer - 1);
+  const std::uint32_t high = st.joins.high_water.load(std::memory_order_relaxed);
+  if (high > h.subscriber_capacity)
+    return set_problem(info, errc::corrupted,
+                       "subscriber high-water mark " + std::to_string(high) + " past the " +
+                           std::to_string(h.subscriber_capacity) + " entries");
+  // Entries and slots first, the tail last: the tail only grows, so a cursor or a slot version
+  // past the tail read afterwards is damage, not a race with a writer.
+  const auto* entries =
+      reinterpret_cast<const layout::subscriber_entry*>(body.data() + h.subscribers_offset);
+  std::uint64_t max_cursor = 0;
+  for (std::uint32_t i = 0; i < high; ++i) {
+    const std::uint64_t state = entries[i].state.load(std::memory_order_relaxed);
+    const std::uint64_t kind = state & layout::subscriber_kind_mask;
+    if (kind == layout::subscriber_free) continue;
+    if (kind == layout::subscriber_evicted) {
+      ++b.evicted_subscribers;
+      continue;
+    }
+    if (kind != layout::subscriber_active)
+      return set_problem(info, errc::corrupted,
+                         "subscriber entry " + std::to_string(i) + " state " + hex(state));
+    ++b.subscribers;
+    b.live_subscribers += byte_held(fd, layout::broadcast_subscriber_lock_base + i);
+    const std::uint64_t cursor = entries[i].cursor.load(std::memory_order_relaxed);
+    max_cursor = std::max(max_cursor, cursor);
+    if (!b.slowest_lag || cursor < *b.slowest_lag) {  // the cursor for now; the lag below
+      b.slowest_lag = cursor;
+      b.slowest_pid = entries[i].pid.load(std::memory_order_relaxed);
+    }
+  }
+  // A slot's version names its position: 2p + 1 while p is written, 2p + 2 once published.
+  std::vector<std::uint64_t> versions(h.slot_count);
+  std::vector<std::uint32_t> lengths(h.slot_count);
+  const std::byte* slots = body.data() + h.slots_offset;
+  for (std::uint32_t i = 0; i < h.slot_count; ++i) {
+    const auto& slot = *reinterpret_cast<const layout::broadcast_slot_header*>(
+        slots + std::size_t{i} * h.slot_stride);
+    versions[i] = slot.seq.load(std::memory_order_relaxed);
+    lengths[i] = slot.length.load(std::memory_order_relaxed);
+  }
+  b.write_sequence = st.tail.position.load(std::memory_order_relaxed);
+  if (max_cursor > b.write_sequence)
+    return set_problem(info, errc::corrupted,
+                       "a subscriber cursor " + std::to_string(max_cursor) + " past the tail " +
+                           std::to_string(b.write_sequence));
+  if (b.slowest_lag) b.slowest_lag = b.write_sequence - *b.slowest_lag;
+  for (std::uint32_t i = 0; i < h.slot_count; ++i) {
+    const std::uint64_t v = versions[i];
+    if (v == 0) {
+      ++b.empty;
+      continue;
+    }
+    const std::uint64_t position = (v - 1) / 2;
+    const bool being_written = v % 2 == 1;
+    if (position % h.slot_count != i ||
+        (being_written ? position > b.write_sequence : position >= b.write_sequence) ||
+        (!being_written && lengths[i] > h.message_size))
+      ++b.invalid;
+    else
+      ++(being_written ? b.writing : b.published);
+  }
+  b.readers = read_queue(st.readers);
+  b.writers = read_queue(st.writers);
+  info.broadcast = std::move(b);
+  if (info.broadcast->invalid)
+    set_problem(info, errc::corrupted, std::to_string(info.broadcast->invalid) + " invalid slots");
+}
+
 // Reads the header and, for known kinds, the body of the mapped file.
 void read_contents(const std::byte* base, std::size_t size, int fd, segment_info& info) {
   layout::segment_header h;
@@ -231,6 +399,11 @@ void read_contents(const std::byte* base, std::size_t size, int fd, segment_info
       return read_circular_buffer(body, info);
     case object_kind::rpc:
       return read_rpc(body, fd, info);
+    case object_kind::shared_array:
+    case object_kind::buffer_read_write:
+      return read_locked(body, fd, info);
+    case object_kind::broadcast:
+      return read_broadcast(body, fd, info);
     default:
       return;  // header only
   }
@@ -263,6 +436,20 @@ bool lock_admin(int fd, std::error_code& ec) {
 }
 
 }  // namespace
+
+std::string lock_state_name(lock_info::state_kind state) {
+  switch (state) {
+    case lock_info::state_kind::free:
+      return "free";
+    case lock_info::state_kind::shared:
+      return "shared";
+    case lock_info::state_kind::claimed:
+      return "claimed";
+    case lock_info::state_kind::exclusive:
+      return "exclusive";
+  }
+  return "?";
+}
 
 std::string kind_name(std::uint32_t kind) {
   switch (static_cast<object_kind>(kind)) {

@@ -1,12 +1,20 @@
 // Makes segments for tests/inspector_test.py to look at with the `shmio` tool.
 //
 //   inspector_fixture hold NAME     creates a ring (8 x 64 B) with 3 messages, an event and an
-//                                   rpc channel named NAME.ring / NAME.event / NAME.rpc, prints
+//                                   rpc channel named NAME.ring / NAME.event / NAME.rpc; a
+//                                   shared_array<uint32_t> of 10 (two shares held) NAME.array,
+//                                   a buffer_read_write of 64 bytes (locked) NAME.buffer, and a
+//                                   reliable broadcast (8 x 32 B) with 3 messages and one
+//                                   subscriber that read 1 of them, NAME.broadcast; prints
 //                                   "ready", and keeps them until its stdin closes
 //   inspector_fixture reader NAME   opens the ring NAME (empty) and waits to read; prints "ready"
 //                                   first; exits when a message comes
 //   inspector_fixture abandon NAME  creates the ring NAME with 2 messages and exits without
 //                                   closing it, as if killed: the segment stays behind, stale
+//   inspector_fixture abandon-locked NAME     the same with a buffer_read_write of 64 bytes
+//                                             whose lock it holds
+//   inspector_fixture abandon-broadcast NAME  the same with a broadcast (4 x 32 B, 2 entries),
+//                                             a subscriber, and 2 messages
 #include <unistd.h>
 
 #include <asio/io_context.hpp>
@@ -28,6 +36,21 @@ int main(int argc, char** argv) {
                              shmio::event_mode::manual_reset, true);
     shmio::rpc_buffer rpc(ex, shmio::create_only, name + ".rpc", shmio::rpc_handler{},
                           shmio::rpc_options{.node_count = 4, .node_size = 256});
+    shmio::shared_array<std::uint32_t> array(ex, shmio::create_only, name + ".array", 10);
+    shmio::shared_array<std::uint32_t> array2(ex, shmio::open_only, name + ".array");
+    array.lock_shared();
+    array2.lock_shared();
+    shmio::buffer_read_write buffer(ex, shmio::create_only, name + ".buffer", 64);
+    buffer.lock();
+    shmio::broadcast_buffer publisher(ex, shmio::create_only, name + ".broadcast",
+                                      shmio::broadcast_role::publisher,
+                                      {.capacity = 8, .message_size = 32, .max_subscribers = 4});
+    shmio::broadcast_buffer subscriber(ex, shmio::open_only, name + ".broadcast",
+                                       shmio::broadcast_role::subscriber);
+    for (int i = 0; i < 3; ++i)
+      publisher.write(asio::buffer("news", 4), forever);
+    char news[32];
+    subscriber.read(asio::buffer(news), forever);
     std::printf("ready\n");
     std::fflush(stdout);
     char c;
@@ -48,6 +71,21 @@ int main(int argc, char** argv) {
       ring.write(asio::buffer("left", 4), forever);
     std::fflush(stdout);
     ::_exit(0);  // no destructors: the file stays, and the exit drops its locks
+  }
+  if (cmd == "abandon-locked") {
+    shmio::buffer_read_write buffer(ex, shmio::create_only, name, 64);
+    buffer.lock();
+    ::_exit(0);
+  }
+  if (cmd == "abandon-broadcast") {
+    shmio::broadcast_buffer publisher(ex, shmio::create_only, name,
+                                      shmio::broadcast_role::publisher,
+                                      {.capacity = 4, .message_size = 32, .max_subscribers = 2});
+    shmio::broadcast_buffer subscriber(ex, shmio::open_only, name,
+                                       shmio::broadcast_role::subscriber);
+    for (int i = 0; i < 2; ++i)
+      publisher.write(asio::buffer("left", 4), forever);
+    ::_exit(0);
   }
   return 2;
 }

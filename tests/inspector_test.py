@@ -85,9 +85,47 @@ try:
           and not rpc["rpc"]["opener_attached"] and rpc["rpc"]["to_owner"]["node_count"] == 4
           and rpc["rpc"]["opener_generation"] == 0 and rpc["rpc"]["max_message_size"] > 0,
           f"rpc {rpc}")
+    arr = listing.get(prefix + "live.array")
+    check(arr is not None and arr["kind"] == "shared_array" and arr["status"] == "ok",
+          f"array {arr}")
+    if arr:
+        a = arr["locked"]
+        check(a["element_size"] == 4 and a["element_align"] == 4 and a["length"] == 10
+              and a["data_size"] == 40, f"array geometry {a}")
+        check(a["lock"]["state"] == "shared" and a["lock"]["share_holders"] == 2
+              and a["lock"]["shares"] == 2 and a["lock"]["participants"] == 2
+              and not a["lock"]["owner_dead"], f"array lock {a['lock']}")
+    buf = listing.get(prefix + "live.buffer")
+    check(buf is not None and buf["kind"] == "buffer_read_write", f"buffer {buf}")
+    if buf:
+        b = buf["locked"]
+        check(b["element_size"] == 1 and b["length"] == 64, f"buffer geometry {b}")
+        check(b["lock"]["state"] == "exclusive" and b["lock"]["writer_pid"] == holder.pid
+              and not b["lock"]["owner_dead"], f"buffer lock {b['lock']}")
+    bc = listing.get(prefix + "live.broadcast")
+    check(bc is not None and bc["kind"] == "broadcast" and bc["status"] == "ok", f"broadcast {bc}")
+    if bc:
+        b = bc["broadcast"]
+        check(b["mode"] == "reliable" and b["slot_count"] == 8 and b["message_size"] == 32
+              and b["max_subscribers"] == 4, f"broadcast geometry {b}")
+        check(b["write_sequence"] == 3 and b["subscribers"] == 1 and b["live_subscribers"] == 1
+              and b["slowest_lag"] == 2 and b["slowest_pid"] == holder.pid
+              and b["published"] == 3 and b["empty"] == 5 and b["writer"] == 0,
+              f"broadcast state {b}")
     human = run("ls", prefix).stdout
     check(prefix + "live.ring" in human and "circular_buffer" in human and "live" in human
           and "3/8 used" in human, f"human ls: {human}")
+    check("lock shared by 2 (2 shares)" in human, f"human ls of the array: {human}")
+    check(f"lock exclusive (pid {holder.pid})" in human, f"human ls of the buffer: {human}")
+    check("reliable; 1 subscriber (1 live), 8 slots, seq 3, slowest lag 2" in human,
+          f"human ls of the broadcast: {human}")
+    human = run("stat", prefix + "live.array").stdout
+    check("10 elements of 4 B" in human and "shared by 2" in human
+          and "2 handles open" in human, f"human stat of the array: {human}")
+    human = run("stat", prefix + "live.broadcast").stdout
+    check("mode:     reliable, 8 slots of 32 B" in human
+          and "1 active (1 live)" in human and "slowest lag 2" in human
+          and "3 published; writer lock free" in human, f"human stat of the broadcast: {human}")
     human = run("stat", prefix + "live.ring").stdout
     check("state:    live" in human and "3 published" in human, f"human stat: {human}")
 
@@ -148,6 +186,21 @@ corrupt(prefix + "badkind", 12, struct.pack("<I", 42))                 # unknown
 with open(path_of(prefix + "short"), "wb") as f:
     f.write(b"SHM")
 os.chmod(path_of(prefix + "short"), 0o600)
+def corrupt_as(what, name, offset, data):
+    subprocess.run([fixture, what, name], timeout=30, check=True)
+    with open(path_of(name), "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+# A locked buffer abandoned holding its lock: stale, and its owner dead (not damage).
+subprocess.run([fixture, "abandon-locked", prefix + "deadlock"], timeout=30, check=True)
+corrupt_as("abandon-locked", prefix + "badlockword", 128, struct.pack("<I", 0x123456))
+corrupt_as("abandon-locked", prefix + "badelement", 64 + 24, struct.pack("<I", 0))
+subprocess.run([fixture, "abandon-broadcast", prefix + "bcast"], timeout=30, check=True)
+corrupt_as("abandon-broadcast", prefix + "badentry", 64 + 1408 + 8, struct.pack("<Q", 7))
+corrupt_as("abandon-broadcast", prefix + "badslot", 64 + 1408 + 2 * 64 + 64,
+           struct.pack("<Q", 2 * 2 + 2))  # slot 1 claims position 2
+corrupt_as("abandon-broadcast", prefix + "badbcversion", 64, struct.pack("<I", 9))
 temp = f"{shm}.shmio.tmp.{dead_pid()}.00000000deadbeef"
 with open(temp, "wb") as f:
     f.write(b"\0" * 100)
@@ -155,7 +208,9 @@ with open(temp, "wb") as f:
 listing = {s["name"]: s for s in js("ls", prefix)}
 for n, status in [("badmagic", "corrupted"), ("badsize", "corrupted"), ("badring", "corrupted"),
                   ("badnode", "corrupted"), ("badversion", "incompatible"), ("short", "corrupted"),
-                  ("badkind", "ok")]:
+                  ("badkind", "ok"), ("deadlock", "ok"), ("badlockword", "corrupted"),
+                  ("badelement", "corrupted"), ("bcast", "ok"), ("badentry", "corrupted"),
+                  ("badslot", "corrupted"), ("badbcversion", "incompatible")]:
     s = listing.get(prefix + n)
     check(s is not None and s["status"] == status and s["stale"], f"{n}: {s}")
 check(listing[prefix + "badkind"]["kind"] == "kind 42", "unknown kind shown by number")
@@ -163,6 +218,20 @@ human = run("ls", prefix).stdout
 check("CORRUPTED" in human, "human ls flags corruption")
 human = run("stat", prefix + "badnode").stdout
 check("CORRUPTED" in human and "INVALID" in human, f"human stat of a bad node: {human}")
+dl = listing.get(prefix + "deadlock", {}).get("locked", {}).get("lock", {})
+check(dl.get("state") == "exclusive" and dl.get("owner_dead") and dl.get("participants") == 0,
+      f"abandoned lock: {dl}")
+human = run("stat", prefix + "deadlock").stdout
+check("OWNER DEAD" in human, f"human stat of an abandoned lock: {human}")
+check("lock word 0x123456" in listing.get(prefix + "badlockword", {}).get("problem", ""),
+      "bad lock word named")
+bc = listing.get(prefix + "bcast", {}).get("broadcast", {})
+check(bc.get("subscribers") == 1 and bc.get("live_subscribers") == 0
+      and bc.get("slowest_lag") == 2 and bc.get("write_sequence") == 2, f"abandoned broadcast {bc}")
+check(listing.get(prefix + "badslot", {}).get("broadcast", {}).get("invalid") == 1,
+      "bad slot counted")
+human = run("stat", prefix + "badslot").stdout
+check("CORRUPTED" in human and "1 INVALID" in human, f"human stat of a bad slot: {human}")
 temps = js("ls", os.path.basename(temp))
 check(len(temps) == 1 and temps[0]["temporary"] and temps[0]["stale"], f"temporary file: {temps}")
 

@@ -97,8 +97,47 @@ std::string ring_summary(const inspect::ring_info& r) {
          std::to_string(r.writers.parked_async + r.writers.parked_blocking) + " writers";
 }
 
+std::string count(std::uint64_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+std::string lock_text(const inspect::lock_info& l) {
+  std::string t;
+  switch (l.state) {
+    case inspect::lock_info::state_kind::free:
+      t = "free";
+      break;
+    case inspect::lock_info::state_kind::shared:
+      t = "shared by " + std::to_string(l.share_holders) + " (" +
+          count(l.shares, "share", "shares") + ")";
+      break;
+    case inspect::lock_info::state_kind::claimed:
+      t = "claimed by pid " + std::to_string(l.writer_pid) + ", waiting for " +
+          count(l.shares, "share", "shares");
+      break;
+    case inspect::lock_info::state_kind::exclusive:
+      t = "exclusive (pid " + std::to_string(l.writer_pid) + ")";
+      break;
+  }
+  if (l.owner_dead) t += ", OWNER DEAD";
+  return t;
+}
+
+std::string lag_text(const inspect::broadcast_info& b) {
+  return b.slowest_lag ? std::to_string(*b.slowest_lag) : std::string("-");
+}
+
 std::string details(const inspect::segment_info& s) {
   if (s.status) return "CORRUPTED: " + s.problem;
+  if (s.locked)
+    return std::to_string(s.locked->length) + " x " + bytes(s.locked->element_size) + "; lock " +
+           lock_text(s.locked->lock);
+  if (s.broadcast)
+    return std::string(s.broadcast->lossy ? "lossy" : "reliable") + "; " +
+           count(s.broadcast->subscribers, "subscriber", "subscribers") + " (" +
+           std::to_string(s.broadcast->live_subscribers) + " live), " +
+           std::to_string(s.broadcast->slot_count) + " slots, seq " +
+           std::to_string(s.broadcast->write_sequence) + ", slowest lag " + lag_text(*s.broadcast);
   if (s.ring) return "nodes " + ring_summary(*s.ring);
   if (s.rpc)
     return std::string("owner ") + (s.rpc->owner_attached ? "attached" : "gone") + ", opener " +
@@ -184,6 +223,40 @@ void print_detail(const inspect::segment_info& s) {
     print_ring("ring to opener", s.rpc->to_opener);
     print_ring("ring to owner", s.rpc->to_owner);
   }
+  if (s.locked) {
+    const auto& l = s.locked->lock;
+    std::printf("data:     %llu elements of %s (align %u), %s\n",
+                static_cast<unsigned long long>(s.locked->length),
+                bytes(s.locked->element_size).c_str(), s.locked->element_align,
+                bytes(s.locked->data_size).c_str());
+    std::printf("lock:     %s; %s open%s\n", lock_text(l).c_str(),
+                count(l.participants, "handle", "handles").c_str(),
+                l.owner_died_pending ? "; a holder's death not yet reported" : "");
+    print_queue("readers", l.readers);
+    print_queue("writers", l.writers);
+  }
+  if (s.broadcast) {
+    const auto& b = *s.broadcast;
+    std::printf("mode:     %s, %u slots of %s, lease %u ms\n", b.lossy ? "lossy" : "reliable",
+                b.slot_count, bytes(b.message_size).c_str(), b.lease_ms);
+    std::printf("subscribers: %u active (%u live), %u evicted, %u entries; slowest lag %s",
+                b.subscribers, b.live_subscribers, b.evicted_subscribers, b.max_subscribers,
+                lag_text(b).c_str());
+    if (b.slowest_lag) std::printf(" (pid %u)", b.slowest_pid);
+    std::printf("\n");
+    std::printf("sequence: %llu published; writer lock ",
+                static_cast<unsigned long long>(b.write_sequence));
+    if (b.writer == 0)
+      std::printf("free\n");
+    else
+      std::printf("held by participant %u (%s)\n", b.writer, b.writer_alive ? "alive" : "DEAD");
+    std::printf("  %-14s %u published, %u being written, %u empty", "slots", b.published, b.writing,
+                b.empty);
+    if (b.invalid) std::printf(", %u INVALID", b.invalid);
+    std::printf("\n");
+    print_queue("readers", b.readers);
+    print_queue("writers", b.writers);
+  }
 }
 
 // ---- JSON ---------------------------------------------------------------------------------
@@ -267,6 +340,60 @@ void write_segment(json_writer& j, const inspect::segment_info& s) {
     write_ring(j, s.rpc->to_opener);
     j.key("to_owner");
     write_ring(j, s.rpc->to_owner);
+    j.end_object();
+  }
+  if (s.locked) {
+    const auto& l = s.locked->lock;
+    j.key("locked").begin_object();
+    j.key("element_size").value(std::uint64_t{s.locked->element_size});
+    j.key("element_align").value(std::uint64_t{s.locked->element_align});
+    j.key("length").value(s.locked->length);
+    j.key("data_size").value(s.locked->data_size);
+    j.key("lock").begin_object();
+    j.key("state").value(inspect::lock_state_name(l.state));
+    j.key("shares").value(std::uint64_t{l.shares});
+    j.key("share_holders").value(std::uint64_t{l.share_holders});
+    j.key("writer").value(std::uint64_t{l.writer});
+    j.key("writer_pid").value(std::uint64_t{l.writer_pid});
+    j.key("owner_dead").value(l.owner_dead);
+    j.key("dead_holders").value(std::uint64_t{l.dead_holders});
+    j.key("owner_died_pending").value(l.owner_died_pending);
+    j.key("participants").value(std::uint64_t{l.participants});
+    j.key("readers");
+    write_queue(j, l.readers);
+    j.key("writers");
+    write_queue(j, l.writers);
+    j.end_object();
+    j.end_object();
+  }
+  if (s.broadcast) {
+    const auto& b = *s.broadcast;
+    j.key("broadcast").begin_object();
+    j.key("mode").value(b.lossy ? "lossy" : "reliable");
+    j.key("slot_count").value(std::uint64_t{b.slot_count});
+    j.key("message_size").value(std::uint64_t{b.message_size});
+    j.key("max_subscribers").value(std::uint64_t{b.max_subscribers});
+    j.key("lease_ms").value(std::uint64_t{b.lease_ms});
+    j.key("write_sequence").value(b.write_sequence);
+    j.key("subscribers").value(std::uint64_t{b.subscribers});
+    j.key("live_subscribers").value(std::uint64_t{b.live_subscribers});
+    j.key("evicted_subscribers").value(std::uint64_t{b.evicted_subscribers});
+    j.key("slowest_lag");
+    if (b.slowest_lag)
+      j.value(*b.slowest_lag);
+    else
+      j.null();
+    j.key("slowest_pid").value(std::uint64_t{b.slowest_pid});
+    j.key("writer").value(std::uint64_t{b.writer});
+    j.key("writer_alive").value(b.writer_alive);
+    j.key("published").value(std::uint64_t{b.published});
+    j.key("writing").value(std::uint64_t{b.writing});
+    j.key("empty").value(std::uint64_t{b.empty});
+    j.key("invalid").value(std::uint64_t{b.invalid});
+    j.key("readers");
+    write_queue(j, b.readers);
+    j.key("writers");
+    write_queue(j, b.writers);
     j.end_object();
   }
   j.end_object();

@@ -62,6 +62,65 @@ struct rpc_info {
   ring_info to_owner;
 };
 
+/// The reader/writer lock of a shared_array or buffer_read_write (docs/protocol.md).
+struct lock_info {
+  enum class state_kind {
+    free,       ///< no writer, no share
+    shared,     ///< shares held, no writer
+    claimed,    ///< a writer claimed it and waits for the shares to go
+    exclusive,  ///< a writer holds it
+  };
+  state_kind state = state_kind::free;
+  std::uint32_t shares = 0;         ///< shares held, all participants together
+  std::uint32_t share_holders = 0;  ///< participants holding at least one share
+  std::uint32_t writer = 0;         ///< the writer's participant number, 0 if none
+  std::uint32_t writer_pid = 0;     ///< as its slot records it; informational
+  /// The writer, or a participant holding shares, is gone (its lock byte is free): the next
+  /// acquirer reclaims what it held and is told errc::owner_died.
+  bool owner_dead = false;
+  std::uint32_t dead_holders = 0;   ///< participants holding something whose lock byte is free
+  bool owner_died_pending = false;  ///< a reclaimed death the next acquirer will be told of
+  std::uint32_t participants = 0;   ///< handles open now (participant lock bytes held)
+  wait_queue_info readers;
+  wait_queue_info writers;
+};
+
+/// A shared_array or buffer_read_write body: the element geometry and the lock.
+struct locked_buffer_info {
+  std::uint32_t element_size = 0;  ///< 1 for buffer_read_write
+  std::uint32_t element_align = 0;
+  std::uint64_t length = 0;  ///< elements (bytes for buffer_read_write)
+  std::uint64_t data_size = 0;
+  lock_info lock;
+};
+
+/// A broadcast body: geometry, subscribers and slots.
+struct broadcast_info {
+  bool lossy = false;
+  std::uint32_t slot_count = 0;
+  std::uint32_t message_size = 0;
+  std::uint32_t max_subscribers = 0;  ///< entries in the subscriber table
+  std::uint32_t lease_ms = 0;
+  std::uint64_t write_sequence = 0;       ///< messages published so far (the tail)
+  std::uint32_t subscribers = 0;          ///< active entries (a killed one counts until evicted)
+  std::uint32_t live_subscribers = 0;     ///< active entries whose process holds its lock byte
+  std::uint32_t evicted_subscribers = 0;  ///< entries evicted and not yet left
+  /// Messages the slowest active subscriber has yet to read; empty with no active subscriber.
+  std::optional<std::uint64_t> slowest_lag;
+  std::uint32_t slowest_pid = 0;  ///< as its entry records it; informational
+  std::uint32_t writer = 0;       ///< participant number holding the writers' lock, 0 if free
+  bool writer_alive = false;      ///< that participant's lock byte is held
+  std::uint32_t published = 0;    ///< slots holding a published message
+  std::uint32_t writing = 0;      ///< slots being written
+  std::uint32_t empty = 0;        ///< slots never written
+  std::uint32_t invalid = 0;      ///< slots whose version or length is inconsistent
+  wait_queue_info readers;
+  wait_queue_info writers;
+};
+
+/// "free", "shared", "claimed" or "exclusive".
+std::string lock_state_name(lock_info::state_kind state);
+
 /// What one file in /dev/shm tells about itself.
 struct segment_info {
   std::string file;            ///< the full path
@@ -87,6 +146,8 @@ struct segment_info {
   std::optional<event_info> event;
   std::optional<ring_info> ring;
   std::optional<rpc_info> rpc;
+  std::optional<locked_buffer_info> locked;  ///< shared_array, buffer_read_write
+  std::optional<broadcast_info> broadcast;
 };
 
 /// The name of an object_kind ("circular_buffer"), or "kind N" for one this build does not know.
