@@ -18,7 +18,7 @@ import re
 import subprocess
 import sys
 
-SYSCALLS = ["epoll_wait", "epoll_ctl", "timerfd_settime", "sendto", "recvfrom", "geteuid",
+SYSCALLS = ["epoll_wait", "epoll_ctl", "timerfd_settime", "sendto", "recvfrom", "recvmmsg",
             "futex", "sched_yield", "read", "write"]
 FAMILIES = ["spin_floor", "eventfd_blocking", "asio_local_stream", "shmio_sync", "shmio_async",
             "shmio_async_park", "shmio_sync_pinlate", "shmio_async_pinlate"]
