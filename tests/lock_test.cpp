@@ -47,35 +47,17 @@ constexpr std::size_t running_at = 33;
 // The lock state of a locked buffer, seen through a mapping of its own (as a peer would).
 class lock_probe {
  public:
-  explicit lock_probe(std::string_view name) {
-    std::error_code ec;
-    const std::string path = shmio::detail::segment_path(name, ec);
-    fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    struct stat st {};
-    if (fd_ < 0 || ::fstat(fd_, &st) != 0) throw std::runtime_error("cannot open " + path);
-    size_ = static_cast<std::size_t>(st.st_size);
-    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-    if (p == MAP_FAILED) throw std::runtime_error("cannot map " + path);
-    base_ = static_cast<std::byte*>(p);
-  }
-  ~lock_probe() {
-    ::munmap(base_, size_);
-    ::close(fd_);
-  }
-  lock_probe(const lock_probe&) = delete;
-  lock_probe& operator=(const lock_probe&) = delete;
+  explicit lock_probe(std::string_view name) : segment_(name) {}
 
   layout::rw_lock_state& state() const {
-    return *reinterpret_cast<layout::rw_lock_state*>(base_ + sizeof(layout::segment_header) +
-                                                     layout::locked_lock_offset);
+    return segment_.at<layout::rw_lock_state>(sizeof(layout::segment_header) +
+                                              layout::locked_lock_offset);
   }
   std::uint32_t writer() const { return state().control.writer.load(); }
   std::uint64_t parked_writers() const { return state().writers.parked.load(); }
 
  private:
-  int fd_ = -1;
-  std::byte* base_ = nullptr;
-  std::size_t size_ = 0;
+  shmio::test::raw_segment segment_;
 };
 
 struct lock_completion {

@@ -106,42 +106,20 @@ std::uint64_t node_word(std::uint64_t turn, std::uint16_t owner, bool reading = 
 // look at (and damage) the shared layout the way another process, or a bug, could.
 class raw_map {
  public:
-  explicit raw_map(std::string_view name) {
-    std::error_code ec;
-    const std::string path = shmio::detail::segment_path(name, ec);
-    if (ec) throw std::system_error(ec, "segment_path");
-    fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    struct stat st {};
-    if (fd_ < 0 || ::fstat(fd_, &st) != 0) throw std::runtime_error("cannot open " + path);
-    size_ = static_cast<std::size_t>(st.st_size);
-    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-    if (p == MAP_FAILED) throw std::runtime_error("cannot map " + path);
-    base_ = static_cast<std::byte*>(p);
-  }
-  ~raw_map() {
-    ::munmap(base_, size_);
-    ::close(fd_);
-  }
-  raw_map(const raw_map&) = delete;
-  raw_map& operator=(const raw_map&) = delete;
+  explicit raw_map(std::string_view name) : segment_(name) {}
 
-  layout::ring_state& state() const {
-    return *reinterpret_cast<layout::ring_state*>(base_ + segment_header_size);
-  }
+  layout::ring_state& state() const { return segment_.at<layout::ring_state>(segment_header_size); }
   /// Node `i` of a ring created with nodes of `node_size` bytes (offsets from the creation
   /// parameters, not from the possibly damaged header).
   layout::node_header& node(std::size_t i, std::size_t node_size) const {
     const std::size_t stride = layout::node_stride_for(node_size);
-    return *reinterpret_cast<layout::node_header*>(base_ + segment_header_size + ring_state_size +
-                                                   i * stride);
+    return segment_.at<layout::node_header>(segment_header_size + ring_state_size + i * stride);
   }
   std::uint64_t async_parked_readers() const { return state().readers.parked.load() >> 32; }
   std::uint64_t async_parked_writers() const { return state().writers.parked.load() >> 32; }
 
  private:
-  int fd_ = -1;
-  std::byte* base_ = nullptr;
-  std::size_t size_ = 0;
+  shmio::test::raw_segment segment_;
 };
 
 // Runs a coroutine to completion on `io`, rethrowing what it threw.

@@ -3,8 +3,11 @@
 // (fork, or fork+exec of the peer program) with bounded waits, and a pipe to synchronise with
 // them without sleeping.
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,12 +17,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <vector>
 
 #include <asio/io_context.hpp>
 #include <thread>
 
+#include "shmio/detail/names.hpp"
 #include "shmio/segment.hpp"
 
 namespace shmio::test {
@@ -46,6 +53,42 @@ class scoped_name {
 
  private:
   std::string name_;
+};
+
+/// A segment's whole file mapped read-write without going through shmio: lets a test look at
+/// (and damage) the shared layout the way another process, or a bug, could.
+class raw_segment {
+ public:
+  explicit raw_segment(std::string_view name) {
+    std::error_code ec;
+    const std::string path = detail::segment_path(name, ec);
+    if (ec) throw std::system_error(ec, "segment_path");
+    fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    struct stat st {};
+    if (fd_ < 0 || ::fstat(fd_, &st) != 0) throw std::runtime_error("cannot open " + path);
+    size_ = static_cast<std::size_t>(st.st_size);
+    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("cannot map " + path);
+    base_ = static_cast<std::byte*>(p);
+  }
+  ~raw_segment() {
+    ::munmap(base_, size_);
+    ::close(fd_);
+  }
+  raw_segment(const raw_segment&) = delete;
+  raw_segment& operator=(const raw_segment&) = delete;
+
+  std::size_t size() const noexcept { return size_; }
+  /// The object of type T at byte `offset` of the file (the segment header is at 0).
+  template <class T>
+  T& at(std::size_t offset) const {
+    return *reinterpret_cast<T*>(base_ + offset);
+  }
+
+ private:
+  int fd_ = -1;
+  std::byte* base_ = nullptr;
+  std::size_t size_ = 0;
 };
 
 /// One byte at a time from child to parent (or back): "I am ready", "go on".
