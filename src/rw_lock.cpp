@@ -46,6 +46,7 @@ segment::initializer rw_lock::initializer(std::size_t count, std::size_t element
 void rw_lock::attach(const executor_type& ex, segment seg, std::size_t element_size,
                      std::size_t element_align, const access_options& options,
                      std::error_code& ec) {
+  ex_ = ex;  // also when the open fails: the closed handle's async calls complete through it
   ec = detail::validate_locked_body(seg.body(), element_size, element_align);
   if (ec) return;
   const std::uint16_t me = detail::rw_lock_view::claim_participant(seg.native_handle(), ec);
@@ -72,6 +73,7 @@ rw_lock& rw_lock::operator=(rw_lock&& other) noexcept {
   if (this != &other) {
     close();
     impl_ = std::move(other.impl_);
+    ex_ = other.ex_;
   }
   return *this;
 }
@@ -90,7 +92,7 @@ void rw_lock::close() noexcept {
 }
 
 rw_lock::executor_type rw_lock::get_executor() const noexcept {
-  return impl_ ? impl_->waiter->get_executor() : executor_type{};
+  return ex_;
 }
 
 const std::string& rw_lock::name() const noexcept {

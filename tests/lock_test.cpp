@@ -171,11 +171,14 @@ TEST_CASE("a writer waiting for readers keeps new readers out, and a timeout wit
   auto late = open_buffer(io, name);
   lock_probe probe(name);
   reader.lock_shared();
-  std::thread t([&] { CHECK(writer.try_lock_for(10s)); });
+  // Catch's assertions are for the test's own thread only: the thread just keeps its result.
+  bool writer_locked = false;
+  std::thread t([&] { writer_locked = writer.try_lock_for(10s); });
   REQUIRE(eventually([&] { return probe.writer() != 0; }));  // claimed, waiting for the share
   CHECK_FALSE(late.try_lock_shared());                       // writers are preferred
   reader.unlock_shared();
   t.join();
+  REQUIRE(writer_locked);
   CHECK_FALSE(late.try_lock_shared());
   writer.unlock();
   CHECK(probe.writer() == 0);
@@ -481,8 +484,11 @@ TEST_CASE("a closed handle's lock calls report bad_descriptor", "[lock]") {
   CHECK_FALSE(a.try_lock_for(0ms, ec));
   CHECK(ec == asio::error::bad_descriptor);
   CHECK_THROWS_AS(a.lock(), shmio::error);
+  // The closed handle keeps its executor: the completion runs in io.run(), not on some thread.
+  CHECK(a.get_executor() == shmio::rw_lock::executor_type(io.get_executor()));
   lock_completion done;
   a.async_lock(done.handler());
+  CHECK(done.calls == 0);
   REQUIRE(run_until(io, [&] { return done.calls == 1; }));
   CHECK(done.ec == asio::error::bad_descriptor);
   a.unlock();  // harmless

@@ -151,13 +151,17 @@ class rw_lock {
   };
 
   std::shared_ptr<impl> impl_;
+  /// The executor the handle was opened with. Kept after close(): a closed handle's async
+  /// operations still complete through it, never on a thread of Asio's system executor.
+  executor_type ex_;
 
  private:
   struct throw_on_error {};
   bool try_lock_for(std::chrono::milliseconds timeout, throw_on_error);
   bool try_lock_shared_for(std::chrono::milliseconds timeout, throw_on_error);
   template <class Handler>
-  static void start(const std::shared_ptr<impl>& im, bool exclusive, Handler&& handler);
+  static void start(const std::shared_ptr<impl>& im, const executor_type& ex, bool exclusive,
+                    Handler&& handler);
 };
 
 }  // namespace shmio

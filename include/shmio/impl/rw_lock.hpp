@@ -19,11 +19,15 @@ struct rw_lock::impl {
 };
 
 template <class Handler>
-void rw_lock::start(const std::shared_ptr<impl>& im, bool exclusive, Handler&& handler) {
+void rw_lock::start(const std::shared_ptr<impl>& im, const executor_type& ex, bool exclusive,
+                    Handler&& handler) {
   if (!im) {
-    auto ex = asio::get_associated_executor(handler);
-    return detail::deliver<bool>(std::move(handler), ex, {asio::error::bad_descriptor, false},
-                                 false);
+    // A handle that was never opened has no executor: then only the handler's own can run it.
+    if (ex)
+      return detail::deliver<bool>(std::move(handler), asio::get_associated_executor(handler, ex),
+                                   {asio::error::bad_descriptor, false}, false);
+    return detail::deliver<bool>(std::move(handler), asio::get_associated_executor(handler),
+                                 {asio::error::bad_descriptor, false}, false);
   }
   // The attempts point into `im`, which shuts its waiter down (destroying them) before it goes.
   if (exclusive)
@@ -39,15 +43,19 @@ void rw_lock::start(const std::shared_ptr<impl>& im, bool exclusive, Handler&& h
 template <class CompletionToken>
 auto rw_lock::async_lock(CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, bool)>(
-      [](auto handler, const std::shared_ptr<impl>& im) { start(im, true, std::move(handler)); },
-      token, impl_);
+      [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex) {
+        start(im, ex, true, std::move(handler));
+      },
+      token, impl_, ex_);
 }
 
 template <class CompletionToken>
 auto rw_lock::async_lock_shared(CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, bool)>(
-      [](auto handler, const std::shared_ptr<impl>& im) { start(im, false, std::move(handler)); },
-      token, impl_);
+      [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex) {
+        start(im, ex, false, std::move(handler));
+      },
+      token, impl_, ex_);
 }
 
 }  // namespace shmio
