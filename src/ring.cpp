@@ -1,5 +1,6 @@
 #include "shmio/detail/ring.hpp"
 
+#include <atomic>
 #include <cstring>
 #include <new>
 
@@ -124,7 +125,9 @@ claim_status ring_view::try_claim_write(write_claim& out) noexcept {
 }
 
 void ring_view::publish(const write_claim& c, std::uint32_t length) noexcept {
-  c.node->length = length;
+  // relaxed: published by the word's store below. Atomic because a reader that saw the
+  // previous lap's word may still be loading the length (its CAS then fails and drops it).
+  std::atomic_ref<std::uint32_t>(c.node->length).store(length, std::memory_order_relaxed);
   // seq_cst: release for the bytes, and ordered before notify's read of `parked` (StoreLoad).
   c.node->word.store(make_word(c.position + 1, 0), std::memory_order_seq_cst);
   notify_one(state_->readers);
@@ -148,7 +151,10 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity) no
     if (d == 1 && owner == 0) {
       // Published. The length is stable until the node is claimed, and the CAS below fails if
       // it was claimed (and possibly rewritten) since we read the word.
-      const std::uint32_t length = n.length;
+      // relaxed: ordered after the word's seq_cst load; a writer of the next lap may be
+      // storing it concurrently (then the CAS below fails), so it is an atomic access.
+      const std::uint32_t length =
+          std::atomic_ref<std::uint32_t>(n.length).load(std::memory_order_relaxed);
       if (length > size_) {
         // Corrupted: skip it, so that one bad node cannot wedge every reader.
         if (n.word.compare_exchange_strong(w, make_word(pos + count_, 0),
