@@ -5,6 +5,8 @@
 #include <asio/detached.hpp>
 #include <asio/dispatch.hpp>
 #include <asio/experimental/as_tuple.hpp>
+#include <asio/io_context.hpp>
+#include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 #include <new>
 
@@ -87,11 +89,20 @@ std::error_code error_from_wire(int value) {
   return errc::remote_error;
 }
 
+// The channel's strand. Asio keeps an any_io_executor's target in place only up to 24 bytes
+// (a shared_ptr and a pointer): strand<io_context::executor_type> fits, strand<any_io_executor>
+// does not and goes on the heap, so that each of the copies, prefers and requires Asio makes
+// per handler allocates anew. Other executors keep the general (allocating) form.
+asio::any_io_executor make_channel_strand(const asio::any_io_executor& ex) {
+  if (const auto* io = ex.target<asio::io_context::executor_type>()) return asio::make_strand(*io);
+  return asio::make_strand(ex);
+}
+
 }  // namespace
 
 rpc_channel::rpc_channel(const asio::any_io_executor& ex, rpc_handler handler)
     : ex_(ex),
-      strand_(asio::make_strand(ex)),
+      strand_(make_channel_strand(ex)),
       handler_(std::move(handler)),
       next_id_(platform::random_u64() >> 2 | 1),
       outbox_ready_(strand_),

@@ -105,7 +105,11 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::uint64_t reassembler_max() const noexcept { return reassembler_.max_message_size(); }
 
   asio::any_io_executor ex_;
-  asio::strand<asio::any_io_executor> strand_;
+  // A strand over ex_, held in an any_io_executor. Over an io_context's own executor it is a
+  // strand<io_context::executor_type>, which fits in the any_io_executor's in-place storage;
+  // a strand<any_io_executor> does not, and then every copy, prefer and require Asio makes of it
+  // (several per handler) allocates. See make_channel_strand.
+  asio::any_io_executor strand_;
   rpc_handler handler_;
   segment seg_;
   layout::rpc_header* header_ = nullptr;
