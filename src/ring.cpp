@@ -113,8 +113,9 @@ claim_status ring_view::try_claim_write(write_claim& out) noexcept {
     } else if (d > 2 * static_cast<std::int64_t>(count_) &&
                tail.position.load(std::memory_order_relaxed) == pos) {
       // No node is ever more than two laps past the tail (see try_claim_read): the tail itself
-      // was damaged. Walking it forward one position at a time could take 2^48 steps.
-      return claim_status::would_block;
+      // was damaged. Walking it forward one position at a time could take 2^48 steps; and
+      // reporting "full" would leave the writer waiting for room that never comes.
+      return claim_status::corrupted;
     } else {
       // The node is past this position (written, or skipped after its writer died before it
       // could move the tail): move the tail on, or we would look at this node for ever.

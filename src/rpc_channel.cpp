@@ -220,7 +220,8 @@ rpc_statistics rpc_channel::statistics() const {
           get(stats_.packets_sent),      get(stats_.packets_received),
           get(stats_.packets_rejected),  get(stats_.packets_stale),
           get(stats_.discarded_replies), get(stats_.timeouts),
-          get(stats_.cancellations),     get(stats_.pending)};
+          get(stats_.cancellations),     get(stats_.pending),
+          get(stats_.send_failures)};
 }
 
 // ---- reading -----------------------------------------------------------------------------
@@ -374,7 +375,9 @@ void rpc_channel::send(outgoing_message m) {
       auto fill = [&](std::span<std::byte> node) {
         return encode_packet(m, m.next_packet, out_.node_size(), node);
       };
-      if (!attempt_write(out_, fill)) break;
+      const auto written = attempt_write(out_, fill);
+      if (!written) break;  // full: the writer loop waits for room
+      if (written->ec) return send_failed(m, written->ec);
       stats_.packets_sent.fetch_add(1, std::memory_order_relaxed);
       ++m.next_packet;
     }
@@ -382,6 +385,15 @@ void rpc_channel::send(outgoing_message m) {
   }
   outbox_.push_back(std::move(m));
   outbox_ready_.cancel();
+}
+
+void rpc_channel::send_failed(const outgoing_message& m, std::error_code ec) {
+  // The ring refused a packet (its tail is damaged): the rest of the message is dropped, as
+  // retrying could never succeed. Its caller must not wait for a timeout: a request of ours
+  // fails now, with the ring's error. A reply, error or cancel is only counted: the server goes
+  // on, and its caller over there times out.
+  stats_.send_failures.fetch_add(1, std::memory_order_relaxed);
+  if (m.type == packet_type::request && calls_.contains(m.id)) finish_call(m.id, ec, {});
 }
 
 void rpc_channel::send_error(std::uint64_t to, std::error_code ec, std::string_view text) {
@@ -414,7 +426,13 @@ asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<
       // Its reader is gone (the wait may have been cut short for that): drop the rest, so the
       // next opener is not fed a message it would only drop.
       if (session != session_) break;
-      if (ec) co_return;  // aborted: this end is closing
+      // The ring's own errors come in shmio's category; anything else is the wait aborted
+      // because this end is closing.
+      if (ec && ec.category() == shmio::error_category()) {
+        send_failed(m, ec);
+        break;  // the next message may still go (and fail at once if the ring stays damaged)
+      }
+      if (ec) co_return;
     }
     writer_busy_ = false;
   }
@@ -560,8 +578,10 @@ void rpc_channel::close() noexcept {
   auto fill = [&](std::span<std::byte> node) {
     return encode_packet(bye, 1, out_.node_size(), node);
   };
+  // Best effort, its result unused: if the ring is full or damaged, the other end learns of the
+  // close from our lock instead.
   try {
-    if (bye.generation != 0) attempt_write(out_, fill);  // 0: no opener ever came
+    if (bye.generation != 0) (void)attempt_write(out_, fill);  // 0: no opener ever came
   } catch (...) {
   }
   std::error_code ignored;

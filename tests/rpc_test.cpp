@@ -1884,6 +1884,139 @@ TEST_CASE("rpc_buffer: a forged second request under a served id is rejected", "
   });
 }
 
+// ---- a damaged ring ---------------------------------------------------------------------------
+
+/// The tail cursor of one of a channel's rings, mapped by a third party, to damage and repair.
+class ring_tail {
+ public:
+  ring_tail(std::string_view name, bool to_owner)
+      : seg_(shmio::open_only, name, shmio::object_kind::rpc) {
+    std::byte* body = seg_.body().data();
+    const auto& h = *reinterpret_cast<const layout::rpc_header*>(body);
+    state_ = reinterpret_cast<layout::ring_state*>(
+        body + (to_owner ? h.to_owner_offset : h.to_opener_offset));
+  }
+  /// Moves the tail three laps behind its nodes, where no healthy tail ever is: a writer then
+  /// gets errc::corrupted (the ring's node count must be a power of two, for the wrap below 0).
+  void damage() {
+    saved_ = state_->tail.position.load();
+    state_->tail.position.store(saved_ - 3 * std::uint64_t{state_->header.node_count});
+  }
+  void repair() { state_->tail.position.store(saved_); }
+
+ private:
+  shmio::segment seg_;
+  layout::ring_state* state_ = nullptr;
+  std::uint64_t saved_ = 0;
+};
+
+TEST_CASE("rpc_buffer: a request the ring refuses fails at once with corrupted", "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo),
+                   small_nodes(4, 1024));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name, shmio::rpc_handler(echo));
+  ring_tail to_owner(name, true);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    auto [ec1, reply1] = co_await opener.async_request(asio::buffer(bytes("one")), tuple_awaitable);
+    CHECK_FALSE(ec1);
+    to_owner.damage();
+    // An hour's timeout: only the write error can complete the call within the test's bound.
+    auto [ec2, reply2] =
+        co_await opener.async_request(asio::buffer(bytes("two")), 1h, tuple_awaitable);
+    CHECK(ec2 == errc::corrupted);
+    CHECK(reply2.empty());
+    auto s = opener.statistics();
+    CHECK(s.send_failures == 1);
+    CHECK(s.pending_requests == 0);
+    CHECK(owner.statistics().requests_received == 1);
+    // The ring mended, the channel carries on.
+    to_owner.repair();
+    auto [ec3, reply3] =
+        co_await opener.async_request(asio::buffer(bytes("three")), 1h, tuple_awaitable);
+    CHECK_FALSE(ec3);
+    CHECK(text(reply3) == "three");
+    CHECK(opener.statistics().send_failures == 1);
+    owner.close();
+    opener.close();
+  });
+}
+
+TEST_CASE("rpc_buffer: the rest of a request that fails in the writer loop fails the call at once",
+          "[rpc]") {
+  // A request of ten packets into a ring of four nodes whose reader does not run (the owner's
+  // io_context is idle): four packets go at once, the rest waits in the writer loop for room.
+  // The tail is damaged meanwhile: the writer loop's next write fails, and so does the call.
+  scoped_name name("rpc");
+  asio::io_context owner_io, io;
+  rpc_buffer owner(owner_io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo),
+                   small_nodes(4, 1024));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name, shmio::rpc_handler(echo));
+  ring_tail to_owner(name, true);
+  const std::size_t per = 1024 - detail::packet_header_size;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    pending big(io.get_executor());
+    opener.async_request(asio::buffer(pattern(per * 10, 3)), 1h, big.handler());
+    CO_REQUIRE(co_await wait_until([&] { return opener.statistics().packets_sent == 4; }));
+    to_owner.damage();
+    // The owner now reads too (it frees nodes, should the writer loop need room to go on).
+    CO_REQUIRE(co_await wait_until([&] {
+      owner_io.poll();
+      return big.done.is_set();
+    }));
+    CHECK(big.ec == errc::corrupted);
+    CHECK(opener.statistics().send_failures == 1);
+    CHECK(opener.statistics().packets_sent == 4);
+    CHECK(opener.statistics().pending_requests == 0);
+    // Mended, the channel carries on; the writer loop is still there for long messages.
+    to_owner.repair();
+    pending next(io.get_executor());
+    opener.async_request(asio::buffer(pattern(per * 6, 4)), 1h, next.handler());
+    CO_REQUIRE(co_await wait_until([&] {
+      owner_io.poll();
+      return next.done.is_set();
+    }));
+    CHECK_FALSE(next.ec);
+    CHECK(next.reply == pattern(per * 6, 4));
+    owner.close();
+    opener.close();
+  });
+  owner_io.run_for(bound);
+  CHECK(owner_io.stopped());
+}
+
+TEST_CASE("rpc_buffer: a reply the ring refuses is counted and the server goes on", "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  std::optional<ring_tail> to_opener;
+  // The handler damages the ring its reply is to go into, before it answers.
+  auto handler = [&](std::uint64_t id, std::span<const std::byte> in) {
+    if (text(in) == "damage") to_opener->damage();
+    return echo(id, in);
+  };
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(handler),
+                   small_nodes(4, 1024));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  to_opener.emplace(name, false);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    // The reply is lost: the caller can only time out.
+    auto [ec1, reply1] =
+        co_await opener.async_request(asio::buffer(bytes("damage")), 200ms, tuple_awaitable);
+    CHECK(ec1 == errc::timed_out);
+    auto s = owner.statistics();
+    CHECK(s.requests_received == 1);
+    CHECK(s.send_failures == 1);
+    to_opener->repair();
+    auto [ec2, reply2] =
+        co_await opener.async_request(asio::buffer(bytes("fine")), tuple_awaitable);
+    CHECK_FALSE(ec2);
+    CHECK(text(reply2) == "fine");
+    CHECK(owner.statistics().send_failures == 1);
+    owner.close();
+    opener.close();
+  });
+}
+
 // ---- the packet format on its own ------------------------------------------------------------
 
 constexpr std::uint32_t test_node_size = 4096;

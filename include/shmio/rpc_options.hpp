@@ -52,6 +52,9 @@ struct rpc_statistics {
   std::uint64_t timeouts = 0;
   std::uint64_t cancellations = 0;     ///< requests cancelled here, or by the caller over there
   std::uint64_t pending_requests = 0;  ///< right now: the request table's size
+  /// Messages the ring refused to take (it is damaged): a request fails at once with the ring's
+  /// error (errc::corrupted); a reply, error or cancel is lost (its caller times out).
+  std::uint64_t send_failures = 0;
 };
 
 }  // namespace shmio

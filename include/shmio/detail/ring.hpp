@@ -37,10 +37,10 @@ struct read_claim {
 
 enum class claim_status {
   claimed,
-  would_block,  // full (write; also a damaged tail) or empty (read)
+  would_block,  // full (write) or empty (read)
   too_small,    // read: the next message is larger than the caller can take; it stays
-  corrupted,    // read: the next message's length is out of range (it was skipped), or the
-                // head is damaged (more than two laps behind a node)
+  corrupted,    // read: the next message's length is out of range (it was skipped); read or
+                // write: the head or tail is damaged (more than two laps behind a node)
 };
 
 class ring_view {

@@ -27,11 +27,19 @@ inline constexpr std::size_t writers_queue = 1;  // writers park here: "a node i
 
 using size_outcome = std::optional<outcome<std::size_t>>;
 
-/// One try at writing: claims a node, lets `fill` write it, publishes. Empty if the ring is full.
+/// One try at writing: claims a node, lets `fill` write it, publishes. Empty if the ring is full;
+/// errc::corrupted if its tail is damaged; errc::message_too_large if `fill` overran the node.
 template <class Fill>
 size_outcome attempt_write(ring_view& ring, Fill& fill) {
   write_claim c;
-  if (ring.try_claim_write(c) != claim_status::claimed) return std::nullopt;
+  switch (ring.try_claim_write(c)) {
+    case claim_status::claimed:
+      break;
+    case claim_status::corrupted:
+      return outcome<std::size_t>{errc::corrupted, 0};
+    default:
+      return std::nullopt;
+  }
   std::size_t n = 0;
   try {
     n = fill(c.data);

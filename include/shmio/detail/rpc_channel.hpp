@@ -73,7 +73,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
     std::atomic<std::uint64_t> requests_sent{0}, requests_received{0}, responses_sent{0},
         responses_received{0}, errors_sent{0}, errors_received{0}, bytes_sent{0}, bytes_received{0},
         packets_sent{0}, packets_received{0}, packets_rejected{0}, packets_stale{0},
-        discarded_replies{0}, timeouts{0}, cancellations{0}, pending{0};
+        discarded_replies{0}, timeouts{0}, cancellations{0}, pending{0}, send_failures{0};
   };
 
   struct serving_call {
@@ -94,6 +94,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void on_message(incoming_message m);
   void finish_call(std::uint64_t id, std::error_code ec, std::vector<std::byte> reply);
   void send(outgoing_message m);
+  void send_failed(const outgoing_message& m, std::error_code ec);
   void send_error(std::uint64_t to, std::error_code ec, std::string_view text);
   bool peer_attached();
   bool from_peer(std::uint64_t generation);
