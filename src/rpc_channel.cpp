@@ -89,6 +89,35 @@ std::error_code error_from_wire(int value) {
   return errc::remote_error;
 }
 
+// Erased nodes kept for reuse, at most this many per table (the vector is reserved up front).
+constexpr std::size_t max_spare_nodes = 64;
+
+// Inserts through a node kept from an earlier erase, if there is one. False if `key` is there.
+template <class Map>
+bool insert_recycled(Map& map, std::vector<typename Map::node_type>& spare,
+                     typename Map::key_type key, typename Map::mapped_type value) {
+  if (spare.empty()) return map.emplace(key, std::move(value)).second;
+  auto node = std::move(spare.back());
+  spare.pop_back();
+  node.key() = key;
+  node.mapped() = std::move(value);
+  auto r = map.insert(std::move(node));
+  if (!r.inserted) {
+    r.node.mapped() = {};
+    spare.push_back(std::move(r.node));  // within the capacity it came from
+  }
+  return r.inserted;
+}
+
+// Erases `it`, keeping its node (emptied now: what it held goes at once) for the next insert.
+template <class Map>
+void erase_recycled(Map& map, std::vector<typename Map::node_type>& spare,
+                    typename Map::iterator it) {
+  auto node = map.extract(it);
+  node.mapped() = {};
+  if (spare.size() < max_spare_nodes) spare.push_back(std::move(node));
+}
+
 // The channel's strand. Asio keeps an any_io_executor's target in place only up to 24 bytes
 // (a shared_ptr and a pointer): strand<io_context::executor_type> fits, strand<any_io_executor>
 // does not and goes on the heap, so that each of the copies, prefers and requires Asio makes
@@ -107,7 +136,10 @@ rpc_channel::rpc_channel(const asio::any_io_executor& ex, rpc_handler handler)
       next_id_(platform::random_u64() >> 2 | 1),
       outbox_ready_(strand_),
       tick_(strand_),
-      reassembler_(0xFFFF'FFFFull) {}
+      reassembler_(0xFFFF'FFFFull) {
+  spare_calls_.reserve(max_spare_nodes);
+  spare_serving_.reserve(max_spare_nodes);
+}
 
 rpc_channel::~rpc_channel() {
   if (waiter_) waiter_->shutdown();
@@ -292,7 +324,7 @@ void rpc_channel::on_message(incoming_message m) {
       if (!handler_) return send_error(m.id, errc::no_handler, "no handler at this end");
       const std::uint64_t id = m.id;
       auto call = std::make_shared<serving_call>();
-      if (!serving_.emplace(id, call).second) {
+      if (!insert_recycled(serving_, spare_serving_, id, call)) {
         // A sender never reuses an id: this request is forged or garbled. Running it would
         // leave two handlers under one id, one of them beyond the other's cancel.
         stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
@@ -306,7 +338,8 @@ void rpc_channel::on_message(incoming_message m) {
           asio::bind_cancellation_slot(call->signal.slot(), [self = shared_from_this(), id,
                                                              call](const std::exception_ptr&) {
             auto it = self->serving_.find(id);
-            if (it != self->serving_.end() && it->second == call) self->serving_.erase(it);
+            if (it != self->serving_.end() && it->second == call)
+              erase_recycled(self->serving_, self->spare_serving_, it);
           }));
       return;
     }
@@ -455,7 +488,7 @@ void rpc_channel::start_call(std::uint64_t id, std::unique_ptr<pending_call> cal
     const auto deadline = timeout.count() < 0 || timeout == std::chrono::milliseconds::max()
                               ? std::chrono::steady_clock::time_point::max()
                               : std::chrono::steady_clock::now() + timeout;
-    self->calls_.emplace(id, call_entry{std::move(call), deadline});
+    insert_recycled(self->calls_, self->spare_calls_, id, call_entry{std::move(call), deadline});
     self->stats_.pending.fetch_add(1, std::memory_order_relaxed);
     self->stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
     self->stats_.bytes_sent.fetch_add(payload.size(), std::memory_order_relaxed);
@@ -481,7 +514,7 @@ void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, std::vector<
     return;
   }
   auto call = std::move(it->second.call);
-  calls_.erase(it);
+  erase_recycled(calls_, spare_calls_, it);
   stats_.pending.fetch_sub(1, std::memory_order_relaxed);
   call->complete(ec, std::move(reply));
 }

@@ -127,8 +127,13 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::uint64_t generation_ = 0;
 
   // Strand-only state.
-  std::unordered_map<std::uint64_t, call_entry> calls_;
-  std::unordered_map<std::uint64_t, std::shared_ptr<serving_call>> serving_;  // by request id
+  using call_table = std::unordered_map<std::uint64_t, call_entry>;
+  using serving_table = std::unordered_map<std::uint64_t, std::shared_ptr<serving_call>>;
+  call_table calls_;
+  serving_table serving_;  // by request id
+  // Nodes of erased entries, for the next insertions: a steady flow of calls allocates none.
+  std::vector<call_table::node_type> spare_calls_;
+  std::vector<serving_table::node_type> spare_serving_;
   std::uint64_t session_ = 0;  // sessions ended so far
   std::deque<outgoing_message> outbox_;
   asio::steady_timer outbox_ready_;  // never expires by itself: cancelled to wake the writer
