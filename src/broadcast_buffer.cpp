@@ -59,7 +59,8 @@ std::shared_ptr<broadcast_buffer::impl> broadcast_buffer::make_impl(const execut
 
 broadcast_buffer::broadcast_buffer(const executor_type& ex, create_only_t, std::string_view name,
                                    broadcast_role role, const broadcast_options& options,
-                                   wait_strategy strategy, std::error_code& ec) {
+                                   wait_strategy strategy, std::error_code& ec)
+    : ex_(ex) {
   detail::broadcast_params p;
   std::uint64_t body = 0;
   ec = check_options(options, p, body);
@@ -69,15 +70,16 @@ broadcast_buffer::broadcast_buffer(const executor_type& ex, create_only_t, std::
 }
 
 broadcast_buffer::broadcast_buffer(const executor_type& ex, open_only_t, std::string_view name,
-                                   broadcast_role role, wait_strategy strategy,
-                                   std::error_code& ec) {
+                                   broadcast_role role, wait_strategy strategy, std::error_code& ec)
+    : ex_(ex) {
   segment seg = segment::open(name, object_kind::broadcast, ec);
   if (!ec) impl_ = make_impl(ex, std::move(seg), role, strategy, ec);
 }
 
 broadcast_buffer::broadcast_buffer(const executor_type& ex, open_or_create_t, std::string_view name,
                                    broadcast_role role, const broadcast_options& options,
-                                   wait_strategy strategy, std::error_code& ec) {
+                                   wait_strategy strategy, std::error_code& ec)
+    : ex_(ex) {
   detail::broadcast_params p;
   std::uint64_t body = 0;
   ec = check_options(options, p, body);
@@ -88,14 +90,16 @@ broadcast_buffer::broadcast_buffer(const executor_type& ex, open_or_create_t, st
 
 broadcast_buffer::broadcast_buffer(const executor_type& ex, create_only_t tag,
                                    std::string_view name, broadcast_role role,
-                                   const broadcast_options& options, wait_strategy strategy) {
+                                   const broadcast_options& options, wait_strategy strategy)
+    : ex_(ex) {
   std::error_code ec;
   *this = broadcast_buffer(ex, tag, name, role, options, strategy, ec);
   detail::throw_if(ec, "create broadcast buffer", name);
 }
 
 broadcast_buffer::broadcast_buffer(const executor_type& ex, open_only_t tag, std::string_view name,
-                                   broadcast_role role, wait_strategy strategy) {
+                                   broadcast_role role, wait_strategy strategy)
+    : ex_(ex) {
   std::error_code ec;
   *this = broadcast_buffer(ex, tag, name, role, strategy, ec);
   detail::throw_if(ec, "open broadcast buffer", name);
@@ -103,7 +107,8 @@ broadcast_buffer::broadcast_buffer(const executor_type& ex, open_only_t tag, std
 
 broadcast_buffer::broadcast_buffer(const executor_type& ex, open_or_create_t tag,
                                    std::string_view name, broadcast_role role,
-                                   const broadcast_options& options, wait_strategy strategy) {
+                                   const broadcast_options& options, wait_strategy strategy)
+    : ex_(ex) {
   std::error_code ec;
   *this = broadcast_buffer(ex, tag, name, role, options, strategy, ec);
   detail::throw_if(ec, "open_or_create broadcast buffer", name);
@@ -113,9 +118,13 @@ broadcast_buffer::~broadcast_buffer() {
   close();
 }
 
+broadcast_buffer::broadcast_buffer(broadcast_buffer&& other) noexcept
+    : ex_(other.ex_), impl_(std::move(other.impl_)) {}
+
 broadcast_buffer& broadcast_buffer::operator=(broadcast_buffer&& other) noexcept {
   if (this != &other) {
     close();
+    ex_ = other.ex_;
     impl_ = std::move(other.impl_);
   }
   return *this;
@@ -131,7 +140,7 @@ void broadcast_buffer::close() noexcept {
 }
 
 broadcast_buffer::executor_type broadcast_buffer::get_executor() const noexcept {
-  return impl_ ? impl_->waiter->get_executor() : executor_type{};
+  return ex_;
 }
 
 const std::string& broadcast_buffer::name() const noexcept {

@@ -44,7 +44,8 @@ std::shared_ptr<circular_buffer::impl> circular_buffer::make_impl(const executor
 
 circular_buffer::circular_buffer(const executor_type& ex, create_only_t, std::string_view name,
                                  std::size_t node_count, std::size_t node_size,
-                                 wait_strategy strategy, std::error_code& ec) {
+                                 wait_strategy strategy, std::error_code& ec)
+    : ex_(ex) {
   std::uint64_t body = 0;
   ec = check_sizes(node_count, node_size, body);
   if (ec) return;
@@ -54,14 +55,16 @@ circular_buffer::circular_buffer(const executor_type& ex, create_only_t, std::st
 }
 
 circular_buffer::circular_buffer(const executor_type& ex, open_only_t, std::string_view name,
-                                 wait_strategy strategy, std::error_code& ec) {
+                                 wait_strategy strategy, std::error_code& ec)
+    : ex_(ex) {
   segment seg = segment::open(name, object_kind::circular_buffer, ec);
   if (!ec) impl_ = make_impl(ex, std::move(seg), strategy, ec);
 }
 
 circular_buffer::circular_buffer(const executor_type& ex, open_or_create_t, std::string_view name,
                                  std::size_t node_count, std::size_t node_size,
-                                 wait_strategy strategy, std::error_code& ec) {
+                                 wait_strategy strategy, std::error_code& ec)
+    : ex_(ex) {
   std::uint64_t body = 0;
   ec = check_sizes(node_count, node_size, body);
   if (ec) return;
@@ -72,14 +75,16 @@ circular_buffer::circular_buffer(const executor_type& ex, open_or_create_t, std:
 
 circular_buffer::circular_buffer(const executor_type& ex, create_only_t tag, std::string_view name,
                                  std::size_t node_count, std::size_t node_size,
-                                 wait_strategy strategy) {
+                                 wait_strategy strategy)
+    : ex_(ex) {
   std::error_code ec;
   *this = circular_buffer(ex, tag, name, node_count, node_size, strategy, ec);
   detail::throw_if(ec, "create circular buffer", name);
 }
 
 circular_buffer::circular_buffer(const executor_type& ex, open_only_t tag, std::string_view name,
-                                 wait_strategy strategy) {
+                                 wait_strategy strategy)
+    : ex_(ex) {
   std::error_code ec;
   *this = circular_buffer(ex, tag, name, strategy, ec);
   detail::throw_if(ec, "open circular buffer", name);
@@ -87,7 +92,8 @@ circular_buffer::circular_buffer(const executor_type& ex, open_only_t tag, std::
 
 circular_buffer::circular_buffer(const executor_type& ex, open_or_create_t tag,
                                  std::string_view name, std::size_t node_count,
-                                 std::size_t node_size, wait_strategy strategy) {
+                                 std::size_t node_size, wait_strategy strategy)
+    : ex_(ex) {
   std::error_code ec;
   *this = circular_buffer(ex, tag, name, node_count, node_size, strategy, ec);
   detail::throw_if(ec, "open_or_create circular buffer", name);
@@ -97,9 +103,13 @@ circular_buffer::~circular_buffer() {
   close();
 }
 
+circular_buffer::circular_buffer(circular_buffer&& other) noexcept
+    : ex_(other.ex_), impl_(std::move(other.impl_)) {}
+
 circular_buffer& circular_buffer::operator=(circular_buffer&& other) noexcept {
   if (this != &other) {
     close();
+    ex_ = other.ex_;
     impl_ = std::move(other.impl_);
   }
   return *this;
@@ -112,7 +122,7 @@ void circular_buffer::close() noexcept {
 }
 
 circular_buffer::executor_type circular_buffer::get_executor() const noexcept {
-  return impl_ ? impl_->waiter->get_executor() : executor_type{};
+  return ex_;
 }
 
 const std::string& circular_buffer::name() const noexcept {

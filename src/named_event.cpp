@@ -33,42 +33,48 @@ std::error_code validate(const segment& seg, event_mode mode) {
 
 named_event::named_event(const executor_type& ex, create_only_t, std::string_view name,
                          event_mode mode, bool initially_set, wait_strategy strategy,
-                         std::error_code& ec) {
+                         std::error_code& ec)
+    : ex_(ex) {
   segment seg = segment::create(name, object_kind::event, sizeof(layout::event_state),
                                 init_event(mode, initially_set), ec);
   if (!ec) impl_ = make_impl(ex, std::move(seg), mode, strategy, ec);
 }
 
 named_event::named_event(const executor_type& ex, open_only_t, std::string_view name,
-                         event_mode mode, wait_strategy strategy, std::error_code& ec) {
+                         event_mode mode, wait_strategy strategy, std::error_code& ec)
+    : ex_(ex) {
   segment seg = segment::open(name, object_kind::event, ec);
   if (!ec) impl_ = make_impl(ex, std::move(seg), mode, strategy, ec);
 }
 
 named_event::named_event(const executor_type& ex, open_or_create_t, std::string_view name,
                          event_mode mode, bool initially_set, wait_strategy strategy,
-                         std::error_code& ec) {
+                         std::error_code& ec)
+    : ex_(ex) {
   segment seg = segment::open_or_create(name, object_kind::event, sizeof(layout::event_state),
                                         init_event(mode, initially_set), ec);
   if (!ec) impl_ = make_impl(ex, std::move(seg), mode, strategy, ec);
 }
 
 named_event::named_event(const executor_type& ex, create_only_t tag, std::string_view name,
-                         event_mode mode, bool initially_set, wait_strategy strategy) {
+                         event_mode mode, bool initially_set, wait_strategy strategy)
+    : ex_(ex) {
   std::error_code ec;
   *this = named_event(ex, tag, name, mode, initially_set, strategy, ec);
   detail::throw_if(ec, "create event", name);
 }
 
 named_event::named_event(const executor_type& ex, open_only_t tag, std::string_view name,
-                         event_mode mode, wait_strategy strategy) {
+                         event_mode mode, wait_strategy strategy)
+    : ex_(ex) {
   std::error_code ec;
   *this = named_event(ex, tag, name, mode, strategy, ec);
   detail::throw_if(ec, "open event", name);
 }
 
 named_event::named_event(const executor_type& ex, open_or_create_t tag, std::string_view name,
-                         event_mode mode, bool initially_set, wait_strategy strategy) {
+                         event_mode mode, bool initially_set, wait_strategy strategy)
+    : ex_(ex) {
   std::error_code ec;
   *this = named_event(ex, tag, name, mode, initially_set, strategy, ec);
   detail::throw_if(ec, "open_or_create event", name);
@@ -94,9 +100,13 @@ named_event::~named_event() {
   close();
 }
 
+named_event::named_event(named_event&& other) noexcept
+    : ex_(other.ex_), impl_(std::move(other.impl_)) {}
+
 named_event& named_event::operator=(named_event&& other) noexcept {
   if (this != &other) {
     close();
+    ex_ = other.ex_;
     impl_ = std::move(other.impl_);
   }
   return *this;
@@ -109,7 +119,7 @@ void named_event::close() noexcept {
 }
 
 named_event::executor_type named_event::get_executor() const noexcept {
-  return impl_ ? impl_->waiter->get_executor() : executor_type{};
+  return ex_;
 }
 
 const std::string& named_event::name() const noexcept {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "shmio/broadcast_buffer.hpp"
@@ -559,4 +560,30 @@ TEST_CASE("a writer lock left by a dead writer is taken over", "[broadcast][reli
   std::error_code ec;
   CHECK(read_text(sub, ec, 0ms) == "after");
   CHECK_FALSE(ec);
+}
+
+TEST_CASE("a closed broadcast handle keeps its executor: a plain handler runs inside io.run()",
+          "[broadcast]") {
+  asio::io_context io;
+  scoped_name name("bcast");
+  broadcast_buffer pub(io.get_executor(), shmio::create_only, name, broadcast_role::publisher,
+                       broadcast_options{});
+  broadcast_buffer moved(std::move(pub));
+  moved.close();
+  CHECK(pub.get_executor() == broadcast_buffer::executor_type(io.get_executor()));
+  CHECK(moved.get_executor() == broadcast_buffer::executor_type(io.get_executor()));
+  std::array<std::byte, 16> buf{};
+  int calls = 0;
+  bool on_this_thread = true;
+  const auto me = std::this_thread::get_id();
+  auto handler = [&](std::error_code ec, std::size_t) {
+    CHECK(ec == asio::error::bad_descriptor);
+    on_this_thread &= std::this_thread::get_id() == me;
+    ++calls;
+  };
+  pub.async_write(asio::buffer("x", 1), handler);
+  moved.async_read(asio::buffer(buf), handler);
+  CHECK(calls == 0);
+  REQUIRE(run_until(io, [&] { return calls == 2; }));
+  CHECK(on_this_thread);
 }

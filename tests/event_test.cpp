@@ -316,6 +316,29 @@ TEST_CASE("a closed event reports errors instead of waiting", "[event]") {
   CHECK_THROWS_AS(ev.wait(bound), std::system_error);
 }
 
+TEST_CASE("a closed event keeps its executor: a plain handler runs inside io.run()", "[event]") {
+  asio::io_context io;
+  scoped_name name("event");
+  named_event ev(io.get_executor(), shmio::create_only, name, event_mode::auto_reset);
+  named_event moved(std::move(ev));
+  moved.close();
+  CHECK(ev.get_executor() == named_event::executor_type(io.get_executor()));
+  CHECK(moved.get_executor() == named_event::executor_type(io.get_executor()));
+  int calls = 0;
+  bool on_this_thread = true;
+  const auto me = std::this_thread::get_id();
+  auto handler = [&](std::error_code ec) {
+    CHECK(ec == asio::error::bad_descriptor);
+    on_this_thread &= std::this_thread::get_id() == me;
+    ++calls;
+  };
+  ev.async_wait(handler);
+  moved.async_wait(handler);
+  CHECK(calls == 0);
+  REQUIRE(run_until(io, [&] { return calls == 2; }));
+  CHECK(on_this_thread);
+}
+
 // ---- asynchronous waits, one process -------------------------------------------------------
 
 TEST_CASE("async_wait completes a callback with success once the event is set", "[event][async]") {

@@ -721,6 +721,31 @@ TEST_CASE("a closed ring's throwing and async operations fail with bad_descripto
   CHECK(r.ec == asio::error::bad_descriptor);
 }
 
+TEST_CASE("a closed ring keeps its executor: a plain handler runs inside io.run()", "[ring]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 2, 16);
+  circular_buffer moved(std::move(ring));
+  ring.close();
+  moved.close();
+  for (circular_buffer* b : {&ring, &moved})
+    CHECK(b->get_executor() == circular_buffer::executor_type(io.get_executor()));
+  std::string buf(16, '\0');
+  int calls = 0;
+  bool on_this_thread = true;
+  const auto me = std::this_thread::get_id();
+  auto handler = [&](std::error_code ec, std::size_t) {
+    CHECK(ec == asio::error::bad_descriptor);
+    on_this_thread &= std::this_thread::get_id() == me;
+    ++calls;
+  };
+  ring.async_read(asio::buffer(buf), handler);
+  moved.async_write(asio::buffer("x", 1), handler);
+  CHECK(calls == 0);
+  REQUIRE(run_until(io, [&] { return calls == 2; }));
+  CHECK(on_this_thread);
+}
+
 TEST_CASE("a closed ring's error_code forms report bad_descriptor through ec instead of throwing",
           "[ring]") {
   asio::io_context io;

@@ -102,7 +102,8 @@ class broadcast_buffer {
                    broadcast_role role, const broadcast_options& options, wait_strategy strategy,
                    std::error_code& ec);
 
-  broadcast_buffer(broadcast_buffer&&) noexcept = default;
+  /// The moved-from handle is closed and keeps its executor.
+  broadcast_buffer(broadcast_buffer&& other) noexcept;
   /// Closes this handle first (see close()).
   broadcast_buffer& operator=(broadcast_buffer&& other) noexcept;
   /// Pending operations complete with asio::error::operation_aborted; a subscriber leaves.
@@ -193,6 +194,7 @@ class broadcast_buffer {
   static std::shared_ptr<impl> make_impl(const executor_type& ex, segment seg, broadcast_role role,
                                          wait_strategy strategy, std::error_code& ec);
 
+  executor_type ex_;  // kept after close(): a closed handle's operations complete through it
   std::shared_ptr<impl> impl_;
 };
 

@@ -61,7 +61,8 @@ class circular_buffer {
                   std::size_t node_count, std::size_t node_size, wait_strategy strategy,
                   std::error_code& ec);
 
-  circular_buffer(circular_buffer&&) noexcept = default;
+  /// The moved-from handle is closed and keeps its executor.
+  circular_buffer(circular_buffer&& other) noexcept;
   /// Closes this handle first (see close()).
   circular_buffer& operator=(circular_buffer&& other) noexcept;
   /// Pending operations complete with asio::error::operation_aborted.
@@ -136,6 +137,7 @@ class circular_buffer {
   static std::shared_ptr<impl> make_impl(const executor_type& ex, segment seg,
                                          wait_strategy strategy, std::error_code& ec);
 
+  executor_type ex_;  // kept after close(): a closed handle's operations complete through it
   std::shared_ptr<impl> impl_;
 };
 

@@ -55,7 +55,8 @@ class named_event {
   named_event(const executor_type& ex, open_or_create_t, std::string_view name, event_mode mode,
               bool initially_set, wait_strategy strategy, std::error_code& ec);
 
-  named_event(named_event&&) noexcept = default;
+  /// The moved-from handle is closed and keeps its executor.
+  named_event(named_event&& other) noexcept;
   /// Closes this handle first (see close()).
   named_event& operator=(named_event&& other) noexcept;
   /// Pending waits complete with asio::error::operation_aborted.
@@ -88,8 +89,10 @@ class named_event {
   template <class CompletionToken>
   auto async_wait(CompletionToken&& token) {
     return asio::async_initiate<CompletionToken, void(std::error_code)>(
-        [](auto handler, const std::shared_ptr<impl>& im) { start_wait(im, std::move(handler)); },
-        token, impl_);
+        [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex) {
+          start_wait(im, ex, std::move(handler));
+        },
+        token, impl_, ex_);
   }
 
   /// Closes this handle: pending waits are aborted; the last handle on the machine removes the
@@ -99,10 +102,12 @@ class named_event {
  private:
   struct impl;
   template <class Handler>
-  static void start_wait(const std::shared_ptr<impl>& im, Handler&& handler);
+  static void start_wait(const std::shared_ptr<impl>& im, const executor_type& ex,
+                         Handler&& handler);
   static std::shared_ptr<impl> make_impl(const executor_type& ex, segment seg, event_mode mode,
                                          wait_strategy strategy, std::error_code& ec);
 
+  executor_type ex_;  // kept after close(): a closed handle's operations complete through it
   std::shared_ptr<impl> impl_;
 };
 

@@ -30,10 +30,10 @@ struct broadcast_buffer::impl {
   }
 
   template <class Attempt, class Handler>
-  static void start(const std::shared_ptr<impl>& im, broadcast_role needed, Attempt&& attempt,
-                    Handler&& handler) {
-    if (!im || im->role != needed) {
-      auto ex = im ? im->waiter->get_executor() : asio::get_associated_executor(handler);
+  static void start(const std::shared_ptr<impl>& im, const executor_type& io_ex,
+                    broadcast_role needed, Attempt&& attempt, Handler&& handler) {
+    if (!im || im->role != needed) {  // closed: still through the handle's executor
+      auto ex = im ? im->waiter->get_executor() : asio::get_associated_executor(handler, io_ex);
       const std::error_code ec = im ? wrong_role() : asio::error::bad_descriptor;
       return detail::deliver<std::size_t>(std::move(handler), ex, {ec, 0}, false);
     }
@@ -92,7 +92,8 @@ std::size_t broadcast_buffer::read_in_place(Use&& use, std::chrono::milliseconds
 template <class CompletionToken>
 auto broadcast_buffer::async_write(asio::const_buffer message, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
-      [](auto handler, const std::shared_ptr<impl>& im, asio::const_buffer msg) {
+      [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex,
+         asio::const_buffer msg) {
         if (im && im->role == broadcast_role::publisher &&
             msg.size() > im->geometry.message_size()) {
           return detail::deliver<std::size_t>(std::move(handler), im->waiter->get_executor(),
@@ -100,7 +101,7 @@ auto broadcast_buffer::async_write(asio::const_buffer message, CompletionToken&&
         }
         impl* raw = im.get();
         impl::start(
-            im, broadcast_role::publisher,
+            im, ex, broadcast_role::publisher,
             [raw, msg] {
               auto copy = [msg](std::span<std::byte> slot) {
                 detail::copy_bytes(slot.data(), msg.data(), msg.size());
@@ -110,29 +111,30 @@ auto broadcast_buffer::async_write(asio::const_buffer message, CompletionToken&&
             },
             std::move(handler));
       },
-      token, impl_, message);
+      token, impl_, ex_, message);
 }
 
 template <class Fill, class CompletionToken>
 auto broadcast_buffer::async_write_in_place(Fill fill, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
-      [](auto handler, const std::shared_ptr<impl>& im, Fill f) {
+      [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex, Fill f) {
         impl* raw = im.get();
         impl::start(
-            im, broadcast_role::publisher,
+            im, ex, broadcast_role::publisher,
             [raw, f = std::move(f)]() mutable { return raw->publisher->attempt_write(f); },
             std::move(handler));
       },
-      token, impl_, std::move(fill));
+      token, impl_, ex_, std::move(fill));
 }
 
 template <class CompletionToken>
 auto broadcast_buffer::async_read(asio::mutable_buffer buffer, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
-      [](auto handler, const std::shared_ptr<impl>& im, asio::mutable_buffer buf) {
+      [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex,
+         asio::mutable_buffer buf) {
         impl* raw = im.get();
         impl::start(
-            im, broadcast_role::subscriber,
+            im, ex, broadcast_role::subscriber,
             [raw, buf] {
               auto copy = [buf](std::span<const std::byte> msg) {
                 detail::copy_bytes(buf.data(), msg.data(), msg.size());
@@ -141,22 +143,22 @@ auto broadcast_buffer::async_read(asio::mutable_buffer buffer, CompletionToken&&
             },
             std::move(handler));
       },
-      token, impl_, buffer);
+      token, impl_, ex_, buffer);
 }
 
 template <class Use, class CompletionToken>
 auto broadcast_buffer::async_read_in_place(Use use, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
-      [](auto handler, const std::shared_ptr<impl>& im, Use u) {
+      [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex, Use u) {
         impl* raw = im.get();
         impl::start(
-            im, broadcast_role::subscriber,
+            im, ex, broadcast_role::subscriber,
             [raw, u = std::move(u)]() mutable {
               return raw->subscriber->attempt_read(u, std::numeric_limits<std::size_t>::max());
             },
             std::move(handler));
       },
-      token, impl_, std::move(use));
+      token, impl_, ex_, std::move(use));
 }
 
 }  // namespace shmio

@@ -19,10 +19,10 @@ struct circular_buffer::impl {
   }
 
   template <class Attempt, class Handler>
-  static void start(const std::shared_ptr<impl>& im, std::size_t queue, Attempt&& attempt,
-                    Handler&& handler) {
-    if (!im) {
-      auto ex = asio::get_associated_executor(handler);
+  static void start(const std::shared_ptr<impl>& im, const executor_type& io_ex, std::size_t queue,
+                    Attempt&& attempt, Handler&& handler) {
+    if (!im) {  // closed: still through the executor the handle was made with
+      auto ex = asio::get_associated_executor(handler, io_ex);
       return detail::deliver<std::size_t>(std::move(handler), ex, {asio::error::bad_descriptor, 0},
                                           false);
     }
@@ -71,14 +71,15 @@ std::size_t circular_buffer::read_in_place(Use&& use, std::chrono::milliseconds 
 template <class CompletionToken>
 auto circular_buffer::async_write(asio::const_buffer message, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
-      [](auto handler, const std::shared_ptr<impl>& im, asio::const_buffer msg) {
+      [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex,
+         asio::const_buffer msg) {
         if (im && msg.size() > im->ring.node_size()) {
           return detail::deliver<std::size_t>(std::move(handler), im->waiter->get_executor(),
                                               {errc::message_too_large, 0}, false);
         }
         impl* raw = im.get();
         impl::start(
-            im, detail::writers_queue,
+            im, ex, detail::writers_queue,
             [raw, msg] {
               auto copy = [msg](std::span<std::byte> node) {
                 detail::copy_bytes(node.data(), msg.data(), msg.size());
@@ -88,16 +89,17 @@ auto circular_buffer::async_write(asio::const_buffer message, CompletionToken&& 
             },
             std::move(handler));
       },
-      token, impl_, message);
+      token, impl_, ex_, message);
 }
 
 template <class CompletionToken>
 auto circular_buffer::async_read(asio::mutable_buffer buffer, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
-      [](auto handler, const std::shared_ptr<impl>& im, asio::mutable_buffer buf) {
+      [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex,
+         asio::mutable_buffer buf) {
         impl* raw = im.get();
         impl::start(
-            im, detail::readers_queue,
+            im, ex, detail::readers_queue,
             [raw, buf] {
               auto copy = [buf](std::span<const std::byte> msg) {
                 detail::copy_bytes(buf.data(), msg.data(), msg.size());
@@ -106,35 +108,35 @@ auto circular_buffer::async_read(asio::mutable_buffer buffer, CompletionToken&& 
             },
             std::move(handler));
       },
-      token, impl_, buffer);
+      token, impl_, ex_, buffer);
 }
 
 template <class Fill, class CompletionToken>
 auto circular_buffer::async_write_in_place(Fill fill, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
-      [](auto handler, const std::shared_ptr<impl>& im, Fill f) {
+      [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex, Fill f) {
         impl* raw = im.get();
         impl::start(
-            im, detail::writers_queue,
+            im, ex, detail::writers_queue,
             [raw, f = std::move(f)]() mutable { return detail::attempt_write(raw->ring, f); },
             std::move(handler));
       },
-      token, impl_, std::move(fill));
+      token, impl_, ex_, std::move(fill));
 }
 
 template <class Use, class CompletionToken>
 auto circular_buffer::async_read_in_place(Use use, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
-      [](auto handler, const std::shared_ptr<impl>& im, Use u) {
+      [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex, Use u) {
         impl* raw = im.get();
         impl::start(
-            im, detail::readers_queue,
+            im, ex, detail::readers_queue,
             [raw, u = std::move(u)]() mutable {
               return detail::attempt_read(raw->ring, u, std::numeric_limits<std::size_t>::max());
             },
             std::move(handler));
       },
-      token, impl_, std::move(use));
+      token, impl_, ex_, std::move(use));
 }
 
 }  // namespace shmio

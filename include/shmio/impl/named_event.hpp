@@ -20,9 +20,10 @@ struct named_event::impl {
 };
 
 template <class Handler>
-void named_event::start_wait(const std::shared_ptr<impl>& im, Handler&& handler) {
-  if (!im) {
-    auto ex = asio::get_associated_executor(handler);
+void named_event::start_wait(const std::shared_ptr<impl>& im, const executor_type& io_ex,
+                             Handler&& handler) {
+  if (!im) {  // closed: still through the executor the handle was made with
+    auto ex = asio::get_associated_executor(handler, io_ex);
     detail::deliver<detail::no_value>(std::move(handler), ex, {asio::error::bad_descriptor, {}},
                                       false);
     return;
