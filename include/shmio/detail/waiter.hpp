@@ -277,8 +277,13 @@ auto waiter::wait(std::size_t q, Attempt attempt, std::chrono::nanoseconds timeo
                          : std::min<std::chrono::nanoseconds>(deadline - now, rescue_interval);
     sleeper s(*queues_[q]);
     if (auto r = attempt()) return r;  // the re-check after announcing ourselves
+    const auto parked = clock::now();
     s.sleep(slice);
-    if (auto r = attempt()) return r;
+    if (auto r = attempt()) {
+      // As for async waits: woken soon after parking means a longer spin would have caught it.
+      spin_.woken_after(clock::now() - parked);
+      return r;
+    }
   }
 }
 
