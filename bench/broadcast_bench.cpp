@@ -84,6 +84,26 @@ std::int64_t now_ns() {
   ::_exit(0);
 }
 
+// Reads each subscriber's report from its pipe, reaps it, and sets the latency counters.
+void report_subscribers(benchmark::State& state, const std::vector<pid_t>& children,
+                        const std::vector<int>& pipes) {
+  double mean_sum = 0, worst = 0, received = 0;
+  for (std::size_t i = 0; i < children.size(); ++i) {
+    subscriber_report r;
+    if (::read(pipes[i], &r, sizeof r) != sizeof r) state.SkipWithError("no report");
+    ::close(pipes[i]);
+    ::waitpid(children[i], nullptr, 0);
+    const double mean = r.received ? static_cast<double>(r.latency_sum_ns) / r.received : 0;
+    mean_sum += mean;
+    worst = std::max(worst, mean);
+    received += static_cast<double>(r.received);
+  }
+  const auto n = static_cast<double>(children.size());
+  state.counters["latency_mean_ns"] = mean_sum / n;
+  state.counters["latency_worst_mean_ns"] = worst;
+  state.counters["received_per_sub"] = received / n;
+}
+
 void BM_broadcast(benchmark::State& state) {
   const int subscribers = static_cast<int>(state.range(0));
   const bool lossy = state.range(1) != 0;
@@ -132,20 +152,7 @@ void BM_broadcast(benchmark::State& state) {
     pub.write(asio::buffer(&m, sizeof m), 1'000ms);
     std::this_thread::sleep_for(100us);
   }
-  double mean_sum = 0, worst = 0, received = 0;
-  for (int i = 0; i < subscribers; ++i) {
-    subscriber_report r;
-    if (::read(pipes[i], &r, sizeof r) != sizeof r) state.SkipWithError("no report");
-    ::close(pipes[i]);
-    ::waitpid(children[i], nullptr, 0);
-    const double mean = r.received ? static_cast<double>(r.latency_sum_ns) / r.received : 0;
-    mean_sum += mean;
-    worst = std::max(worst, mean);
-    received += static_cast<double>(r.received);
-  }
-  state.counters["latency_mean_ns"] = mean_sum / subscribers;
-  state.counters["latency_worst_mean_ns"] = worst;
-  state.counters["received_per_sub"] = received / subscribers;
+  report_subscribers(state, children, pipes);
 }
 
 // A baseline subscriber process: reads 64-byte messages from its socket until the end message.
@@ -204,20 +211,7 @@ void BM_broadcast_local_stream(benchmark::State& state) {
   m.seq = 0;
   for (auto& w : writers)
     asio::write(w, asio::buffer(&m, sizeof m));
-  double mean_sum = 0, worst = 0, received = 0;
-  for (int i = 0; i < subscribers; ++i) {
-    subscriber_report r;
-    if (::read(pipes[i], &r, sizeof r) != sizeof r) state.SkipWithError("no report");
-    ::close(pipes[i]);
-    ::waitpid(children[i], nullptr, 0);
-    const double mean = r.received ? static_cast<double>(r.latency_sum_ns) / r.received : 0;
-    mean_sum += mean;
-    worst = std::max(worst, mean);
-    received += static_cast<double>(r.received);
-  }
-  state.counters["latency_mean_ns"] = mean_sum / subscribers;
-  state.counters["latency_worst_mean_ns"] = worst;
-  state.counters["received_per_sub"] = received / subscribers;
+  report_subscribers(state, children, pipes);
 }
 
 BENCHMARK(BM_broadcast_local_stream)

@@ -43,20 +43,9 @@ void drive_subscriber(broadcast_buffer& sub, std::size_t rounds) {
     std::error_code ec;
     switch (i % 4) {
       case 0:
-        sub.read(asio::buffer(buf), 0ms, ec);
-        break;
       case 1:
-        sub.read(asio::buffer(small), 0ms, ec);
-        break;
       case 2:
-        sub.read_in_place(
-            [](std::span<const std::byte> m) {
-              unsigned sum = 0;
-              for (std::byte b : m)
-                sum += static_cast<unsigned>(b);
-              shmio::fuzz::sink = sum;
-            },
-            0ms, ec);
+        shmio::fuzz::read_one_way(sub, i % 4, buf, small, ec);
         break;
       case 3:
         sub.heartbeat();

@@ -23,20 +23,9 @@ void drive(shmio::circular_buffer& ring, std::size_t rounds) {
     std::error_code ec;
     switch (i % 4) {
       case 0:
-        ring.read(asio::buffer(buf), 0ms, ec);
-        break;
       case 1:
-        ring.read(asio::buffer(small), 0ms, ec);
-        break;
       case 2:
-        ring.read_in_place(
-            [](std::span<const std::byte> m) {
-              unsigned sum = 0;
-              for (std::byte b : m)
-                sum += static_cast<unsigned>(b);
-              shmio::fuzz::sink = sum;
-            },
-            0ms, ec);
+        shmio::fuzz::read_one_way(ring, i % 4, buf, small, ec);
         break;
       case 3:
         ring.write(asio::buffer(buf.data(), i % (buf.size() + 1)), 0ms, ec);

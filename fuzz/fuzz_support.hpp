@@ -10,11 +10,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <system_error>
+#include <vector>
+
+#include <asio/buffer.hpp>
 
 #include "shmio/segment.hpp"
 
@@ -22,6 +26,31 @@ namespace shmio::fuzz {
 
 /// Bytes read are summed into this, so the reads cannot be optimised away.
 inline volatile unsigned sink = 0;
+
+/// One zero-timeout read of the kind picked by `round` (0: whole buffer, 1: a buffer too small
+/// for most messages, 2: in place), from anything with circular_buffer's read calls.
+template <class Reader>
+void read_one_way(Reader& r, std::size_t round, std::vector<std::byte>& buf,
+                  std::vector<std::byte>& small, std::error_code& ec) {
+  using namespace std::chrono_literals;
+  switch (round % 3) {
+    case 0:
+      r.read(asio::buffer(buf), 0ms, ec);
+      break;
+    case 1:
+      r.read(asio::buffer(small), 0ms, ec);
+      break;
+    default:
+      r.read_in_place(
+          [](std::span<const std::byte> m) {
+            unsigned sum = 0;
+            for (std::byte b : m)
+              sum += static_cast<unsigned>(b);
+            sink = sum;
+          },
+          0ms, ec);
+  }
+}
 
 inline std::string fuzz_name(const char* what) {
   return std::string("shmio-fuzz.") + what + "." + std::to_string(::getpid());
