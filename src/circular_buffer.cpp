@@ -1,5 +1,7 @@
 #include "shmio/circular_buffer.hpp"
 
+#include <algorithm>
+
 #include "shmio/detail/platform.hpp"
 
 namespace shmio {
@@ -178,6 +180,56 @@ std::size_t circular_buffer::read(asio::mutable_buffer buffer, std::chrono::mill
 std::size_t circular_buffer::read(asio::mutable_buffer buffer, std::chrono::milliseconds timeout) {
   std::error_code ec;
   const std::size_t n = read(buffer, timeout, ec);
+  return detail::size_or_throw(n, ec, "read from circular buffer", name());
+}
+
+std::size_t circular_buffer::write_batch(std::span<const asio::const_buffer> messages,
+                                         std::chrono::milliseconds timeout, std::error_code& ec) {
+  if (!impl_) return ec = asio::error::bad_descriptor, 0;
+  impl& im = *impl_;
+  for (const asio::const_buffer& m : messages) {
+    if (m.size() > im.ring.node_size()) {
+      ec = errc::message_too_large;
+      return 0;
+    }
+  }
+  auto r = im.waiter->wait(
+      detail::writers_queue, [&] { return detail::attempt_write_batch(im.ring, messages); },
+      detail::wait_limit(timeout));
+  return detail::finish_blocking(r, ec);
+}
+
+std::size_t circular_buffer::write_batch(std::span<const asio::const_buffer> messages,
+                                         std::chrono::milliseconds timeout) {
+  std::error_code ec;
+  const std::size_t n = write_batch(messages, timeout, ec);
+  return detail::size_or_throw(n, ec, "write to circular buffer", name());
+}
+
+std::size_t circular_buffer::read_batch(std::span<const asio::mutable_buffer> buffers,
+                                        std::span<std::size_t> sizes,
+                                        std::chrono::milliseconds timeout, std::error_code& ec) {
+  if (!impl_) return ec = asio::error::bad_descriptor, 0;
+  impl& im = *impl_;
+  auto capacity = [buffers](std::size_t i) { return buffers[i].size(); };
+  auto copy = [buffers, sizes](std::size_t i, std::span<const std::byte> msg) {
+    detail::copy_bytes(buffers[i].data(), msg.data(), msg.size());
+    sizes[i] = msg.size();
+  };
+  const std::size_t max = std::min(buffers.size(), sizes.size());
+  std::size_t done = 0;
+  auto r = im.waiter->wait(
+      detail::readers_queue,
+      [&] { return detail::attempt_read_batch(im.ring, max, capacity, copy, done); },
+      detail::wait_limit(timeout));
+  return detail::finish_blocking(r, ec);
+}
+
+std::size_t circular_buffer::read_batch(std::span<const asio::mutable_buffer> buffers,
+                                        std::span<std::size_t> sizes,
+                                        std::chrono::milliseconds timeout) {
+  std::error_code ec;
+  const std::size_t n = read_batch(buffers, sizes, timeout, ec);
   return detail::size_or_throw(n, ec, "read from circular buffer", name());
 }
 

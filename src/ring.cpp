@@ -141,7 +141,8 @@ void ring_view::abandon(const write_claim& c) noexcept {
   notify_one(state_->writers);
 }
 
-claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity) noexcept {
+claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
+                                       bool skip_corrupted) noexcept {
   auto& head = state_->head;
   std::uint64_t pos = head.position.load(std::memory_order_relaxed);
   for (;;) {
@@ -157,6 +158,7 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity) no
       const std::uint32_t length =
           std::atomic_ref<std::uint32_t>(n.length).load(std::memory_order_relaxed);
       if (length > size_) {
+        if (!skip_corrupted) return claim_status::corrupted;
         // Corrupted: skip it, so that one bad node cannot wedge every reader.
         if (n.word.compare_exchange_strong(w, make_word(pos + count_, 0),
                                            std::memory_order_acq_rel)) {
@@ -209,6 +211,14 @@ void ring_view::release(const read_claim& c) noexcept {
   // notify's read of `parked`.
   c.node->word.store(make_word(c.position + count_, 0), std::memory_order_seq_cst);
   notify_one(state_->writers);
+}
+
+void ring_view::prefetch(std::uint64_t position) const noexcept {
+  // The header line (whose word the claim CASes, hence the write intent) and the next one, which
+  // holds the first bytes of the message; node strides are whole cache lines.
+  const auto* p = reinterpret_cast<const char*>(&node_at(position));
+  __builtin_prefetch(p, 1);
+  if (stride_ > layout::cache_line) __builtin_prefetch(p + layout::cache_line, 1);
 }
 
 void ring_view::recover_own_nodes() noexcept {

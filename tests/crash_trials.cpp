@@ -1,6 +1,6 @@
 // Crash trials: kill -9 a ring writer, a ring reader, an rpc owner or an rpc opener at a random
-// moment (or while it holds a node inside an in-place callback), and check what the survivor
-// sees:
+// moment (or while it holds a node inside an in-place callback, a batch read's included), and
+// check what the survivor sees (the ring victims mix single calls and batches):
 //
 //   - it never stalls: after the kill it drains what is left and pushes 2 x node_count fresh
 //     messages through the ring within 1 s (so the dead party's node was skipped or freed);
@@ -51,6 +51,9 @@ using clock_type = std::chrono::steady_clock;
 using shmio::circular_buffer;
 
 constexpr std::uint64_t marker_holding = ~std::uint64_t{0};  // "I am inside the callback now"
+// "A write batch of (this & 0xffff) messages starts now": they may be published but not reported.
+constexpr std::uint64_t batch_marker = std::uint64_t{0xfffe} << 48;
+constexpr std::size_t batch_max = 8;
 // SHMIO_CRASH_TIME_SCALE multiplies both bounds, for sanitizer builds (several times slower).
 long time_scale() {
   const char* v = std::getenv("SHMIO_CRASH_TIME_SCALE");
@@ -129,13 +132,33 @@ bool collect(int fd, std::vector<std::uint64_t>& out, int timeout_ms) {
     ::pause();
 }
 
-// Writes seq 0, 1, ... as writer 1, alternating copy and in-place writes, reporting each
-// completed one. At seq `hold_at`, fills half the node inside write_in_place and stays there.
+// Writes seq 0, 1, ... as writer 1, in turn with write, write_in_place and write_batch (up to
+// batch_max messages), reporting each completed one (a batch's in one pipe write, which a kill
+// cannot split, after a batch_marker record naming how many it tries). At seq `hold_at`, fills
+// half the node inside write_in_place and stays there.
 int victim_writer(const std::string& name, int fd, long hold_at) {
   asio::io_context io;
   circular_buffer ring(io.get_executor(), shmio::open_only, name);
   message m{};
-  for (std::uint32_t seq = 0;; ++seq) {
+  message batch[batch_max];
+  asio::const_buffer buffers[batch_max];
+  for (std::uint32_t seq = 0;;) {
+    if (seq % 3 == 2 && seq != hold_at) {
+      // Never past hold_at: the hold is a write_in_place of its own.
+      std::size_t k = batch_max;
+      if (hold_at > static_cast<long>(seq))
+        k = std::min<std::size_t>(k, static_cast<std::size_t>(hold_at - seq));
+      for (std::size_t i = 0; i < k; ++i)
+        buffers[i] = asio::buffer(&batch[i], make_message(batch[i], 1, seq + std::uint32_t(i)));
+      report(fd, batch_marker | k);
+      const std::size_t n = ring.write_batch(std::span(buffers, k), 10s);
+      std::uint64_t done[batch_max];
+      for (std::size_t i = 0; i < n; ++i)
+        done[i] = std::uint64_t{1} << 32 | (seq + i);
+      if (n > 0 && ::write(fd, done, n * sizeof done[0]) != static_cast<ssize_t>(n * 8)) _exit(90);
+      seq += static_cast<std::uint32_t>(n);
+      continue;
+    }
     const std::size_t n = make_message(m, 1, seq);
     if (seq == hold_at) {
       ring.write_in_place(
@@ -145,7 +168,7 @@ int victim_writer(const std::string& name, int fd, long hold_at) {
             hold_forever();
           },
           10s);
-    } else if (seq % 2) {
+    } else if (seq % 3 == 1) {
       ring.write_in_place(
           [&](std::span<std::byte> node) {
             std::memcpy(node.data(), &m, n);
@@ -156,34 +179,41 @@ int victim_writer(const std::string& name, int fd, long hold_at) {
       ring.write(asio::buffer(&m, n), 10s);
     }
     report(fd, std::uint64_t{1} << 32 | seq);
+    ++seq;
   }
 }
 
-// Reads messages, alternating copy and in-place reads, reporting each one it got. At its
-// `hold_at`-th read it reports the message inside read_in_place and stays there.
+// Reads messages, in turn with read, read_in_place and read_batch_in_place (up to batch_max),
+// reporting each one it got (inside the in-place calls, before the node is released). At its
+// `hold_at`-th message it reports the message inside read_in_place, or inside the batch it falls
+// in, and stays there.
 int victim_reader(const std::string& name, int fd, long hold_at) {
   asio::io_context io;
   circular_buffer ring(io.get_executor(), shmio::open_only, name);
   report(fd, marker_holding - 1);  // ready
-  for (long i = 0;; ++i) {
+  auto take = [&](std::span<const std::byte> bytes, bool hold) {
     std::uint64_t key = 0;
-    if (i == hold_at || i % 2) {
-      const bool hold = i == hold_at;
-      ring.read_in_place(
-          [&](std::span<const std::byte> bytes) {
-            if (!check_message(bytes, key)) ::_exit(91);
-            report(fd, key);
-            if (hold) {
-              report(fd, marker_holding);
-              hold_forever();
-            }
-          },
-          10s);
+    if (!check_message(bytes, key)) ::_exit(91);
+    report(fd, key);
+    if (hold) {
+      report(fd, marker_holding);
+      hold_forever();
+    }
+  };
+  long i = 0;  // messages taken so far
+  for (unsigned call = 0;; ++call) {
+    auto one = [&](std::span<const std::byte> bytes) {
+      const bool hold = i++ == hold_at;
+      take(bytes, hold);
+    };
+    if (call % 3 == 2) {
+      ring.read_batch_in_place(one, batch_max, 10s);
+    } else if (i == hold_at || call % 3 == 1) {
+      ring.read_in_place(one, 10s);
     } else {
       message m{};
       const std::size_t n = ring.read(asio::buffer(&m, sizeof m), 10s);
-      if (!check_message(std::as_bytes(std::span(&m, 1)).first(n), key)) ::_exit(91);
-      report(fd, key);
+      one(std::as_bytes(std::span(&m, 1)).first(n));
     }
   }
 }
@@ -326,6 +356,12 @@ void trial_ring_writer(const std::string& self, const std::string& name, std::mt
   }
   ::close(v.fd);
   std::erase(reported, marker_holding);
+  // Published but not reported: the message after the last reported one, or as many as the
+  // batch under way at the kill was writing.
+  auto is_batch_marker = [](std::uint64_t v) { return v >> 48 == batch_marker >> 48; };
+  const std::uint64_t unreported =
+      !reported.empty() && is_batch_marker(reported.back()) ? reported.back() & 0xffff : 1;
+  std::erase_if(reported, is_batch_marker);
   // Drain: every reported message must come out; then the ring must still flow.
   std::set<std::uint64_t> want(reported.begin(), reported.end());
   const auto deadline = killed + stall_bound;
@@ -346,9 +382,9 @@ void trial_ring_writer(const std::string& self, const std::string& name, std::mt
   for (auto& [k, count] : delivered) {
     t.checked += count;
     if (count > 1) t.duplicated += count - 1;
-    // Delivered but not reported: only the one the writer finished just before the kill.
-    if (!want.count(k) && !(reported.empty() ? k == (std::uint64_t{1} << 32) : k == last + 1))
-      ++t.torn;
+    // Delivered but not reported: only what the writer finished just before the kill.
+    const std::uint64_t next = reported.empty() ? std::uint64_t{1} << 32 : last + 1;
+    if (!want.count(k) && !(k >= next && k < next + unreported)) ++t.torn;
   }
   ring.close();
   if (file_exists(path)) ++t.leftover_files;

@@ -4,8 +4,14 @@
 // stress commands (ring-produce, ring-consume) use the checksummed stress_message below; its
 // definition and the mix/checksum functions are repeated in ring_test.cpp, which must agree.
 //
+// The batch modes of ring-produce and ring-consume move up to batch_max messages per call. A batch
+// consumer ends its batch at a stop message by throwing from its `use` (nothing after the stop is
+// consumed), so several consumers still get one stop each; except a "copy-batch" consumer, which
+// copies its whole batch before looking at it, and so must be a ring's only consumer.
+//
 // Exit codes: 0 success, 1 a blocking call timed out, 2 bad arguments, 3 a message was not the
 // one expected, 97 an exception.
+#include <algorithm>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
@@ -15,8 +21,10 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "peer.hpp"
 #include "shmio/circular_buffer.hpp"
@@ -33,6 +41,8 @@ constexpr int exit_wrong_message = 3;
 // A blocking call that takes longer than this counts as lost: every test bounds its run far
 // below.
 constexpr auto wait_bound = std::chrono::milliseconds(10'000);
+
+constexpr std::size_t batch_max = 32;
 
 std::string numbered(unsigned long n) {
   return "m" + std::to_string(n);
@@ -165,8 +175,59 @@ SHMIO_PEER_COMMAND("ring-read", args) {
   return 0;
 }
 
+// Writes `count` stress messages as `producer` in batches of up to batch_max, resubmitting what a
+// batch did not take, with write_batch or (async) co_await async_write_batch.
+int produce_batches(circular_buffer& ring, asio::io_context& io, std::uint32_t producer,
+                    std::uint32_t count, std::uint64_t& rng, bool async) {
+  std::vector<stress_message> batch(batch_max);
+  std::vector<asio::const_buffer> buffers(batch_max);
+  int rc = 0;
+  auto next_batch = [&](std::uint32_t seq) {
+    const std::size_t n = std::min<std::size_t>(batch_max, count - seq);
+    for (std::size_t i = 0; i < n; ++i)
+      buffers[i] = asio::buffer(
+          &batch[i],
+          make_stress_message(batch[i], producer, seq + static_cast<std::uint32_t>(i), rng));
+    return std::span<const asio::const_buffer>(buffers.data(), n);
+  };
+  if (!async) {
+    for (std::uint32_t seq = 0; seq < count;) {
+      auto rest = next_batch(seq);
+      while (!rest.empty()) {
+        std::error_code ec;
+        const std::size_t n = ring.write_batch(rest, wait_bound, ec);
+        if (ec == shmio::errc::timed_out) return exit_timed_out;
+        if (ec) throw std::system_error(ec, "ring-produce");
+        rest = rest.subspan(n);
+        seq += static_cast<std::uint32_t>(n);
+      }
+    }
+    return 0;
+  }
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        for (std::uint32_t seq = 0; seq < count;) {
+          auto rest = next_batch(seq);
+          while (!rest.empty()) {
+            const std::size_t n = co_await ring.async_write_batch(rest, asio::use_awaitable);
+            if (n == 0) throw std::runtime_error("an async write batch wrote nothing");
+            rest = rest.subspan(n);
+            seq += static_cast<std::uint32_t>(n);
+          }
+        }
+      },
+      [&](std::exception_ptr e) {
+        if (e) rc = 97;
+      });
+  io.run_for(3 * wait_bound);
+  if (!io.stopped()) return exit_timed_out;
+  return rc;
+}
+
 // ring-produce NAME PRODUCER COUNT HOW: writes COUNT stress messages as producer PRODUCER (1 or
-// 2), with write ("copy") or write_in_place ("in-place").
+// 2), with write ("copy"), write_in_place ("in-place"), write_batch ("batch") or
+// async_write_batch ("async-batch").
 SHMIO_PEER_COMMAND("ring-produce", args) {
   if (args.size() != 4) return exit_usage;
   asio::io_context io;
@@ -175,6 +236,8 @@ SHMIO_PEER_COMMAND("ring-produce", args) {
   const auto count = static_cast<std::uint32_t>(std::stoul(args[2]));
   const bool in_place = args[3] == "in-place";
   std::uint64_t rng = 0x2545f4914f6cdd1dull * producer;
+  if (args[3] == "batch" || args[3] == "async-batch")
+    return produce_batches(ring, io, producer, count, rng, args[3] == "async-batch");
   stress_message m{};
   for (std::uint32_t seq = 0; seq < count; ++seq) {
     std::error_code ec;
@@ -197,8 +260,9 @@ SHMIO_PEER_COMMAND("ring-produce", args) {
 }
 
 // ring-consume NAME RESULTS CONSUMER HOW: reads stress messages until a stop message, with read
-// ("sync"), read_in_place ("in-place") or co_await async_read ("async"), then writes its
-// consumer_result to the ring RESULTS.
+// ("sync"), read_in_place ("in-place"), co_await async_read ("async"), read_batch_in_place
+// ("batch"), read_batch ("copy-batch") or co_await async_read_batch_in_place ("async-batch"),
+// then writes its consumer_result to the ring RESULTS.
 SHMIO_PEER_COMMAND("ring-consume", args) {
   if (args.size() != 4) return exit_usage;
   asio::io_context io;
@@ -210,7 +274,56 @@ SHMIO_PEER_COMMAND("ring-consume", args) {
   bool seen[2] = {};
   const std::string& how = args[3];
   int rc = 0;
-  if (how == "async") {
+  struct stop_seen {};  // thrown from a batch's `use`: ends the batch right after the stop
+  auto use = [&](std::span<const std::byte> msg) {
+    if (!consume(r, last, seen, msg)) throw stop_seen{};
+  };
+  if (how == "batch" || how == "copy-batch") {
+    std::vector<stress_message> batch(batch_max);
+    std::vector<asio::mutable_buffer> buffers;
+    for (auto& m : batch)
+      buffers.push_back(asio::buffer(&m, sizeof m));
+    std::vector<std::size_t> sizes(batch_max);
+    try {
+      for (;;) {
+        std::error_code ec;
+        if (how == "batch") {
+          ring.read_batch_in_place(use, batch_max, wait_bound, ec);
+        } else {
+          const std::size_t n = ring.read_batch(buffers, sizes, wait_bound, ec);
+          for (std::size_t i = 0; i < n; ++i)
+            use(std::as_bytes(std::span(&batch[i], 1)).first(sizes[i]));
+        }
+        if (ec == shmio::errc::timed_out) return exit_timed_out;
+        if (ec) throw std::system_error(ec, "ring-consume");
+      }
+    } catch (const stop_seen&) {
+    }
+  } else if (how == "async-batch") {
+    bool stopped = false;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          auto use_async = [&](std::span<const std::byte> msg) {
+            if (!consume(r, last, seen, msg)) {
+              stopped = true;
+              throw stop_seen{};
+            }
+          };
+          while (!stopped) {
+            try {
+              co_await ring.async_read_batch_in_place(use_async, batch_max, asio::use_awaitable);
+            } catch (const std::system_error& e) {
+              if (!stopped || e.code() != shmio::errc::callback_failed) throw;
+            }
+          }
+        },
+        [&](std::exception_ptr e) {
+          if (e) rc = 97;
+        });
+    io.run_for(3 * wait_bound);
+    if (!io.stopped()) return exit_timed_out;
+  } else if (how == "async") {
     asio::co_spawn(
         io,
         [&]() -> asio::awaitable<void> {

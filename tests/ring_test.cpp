@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/bind_executor.hpp>
 #include <asio/cancellation_signal.hpp>
@@ -38,6 +39,7 @@
 #include <thread>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "shmio/circular_buffer.hpp"
@@ -1694,4 +1696,472 @@ TEST_CASE(
     CHECK_FALSE(read.ec);
     CHECK(buf.substr(0, read.size) == "w");
   }
+}
+
+// ---- batches -------------------------------------------------------------------------------
+
+namespace {
+
+// Messages "m<first>" ... "m<first + count - 1>", and one const_buffer per message over them
+// (the strings must outlive the buffers).
+struct numbered_batch {
+  std::vector<std::string> texts;
+  std::vector<asio::const_buffer> buffers;
+  numbered_batch(unsigned long first, std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i)
+      texts.push_back(numbered(first + i));
+    for (const auto& t : texts)
+      buffers.push_back(asio::buffer(t));
+  }
+  std::span<const asio::const_buffer> span() const { return buffers; }
+};
+
+// read_batch_in_place with at most `max` messages, as text.
+std::vector<std::string> take_batch(circular_buffer& ring, std::size_t max,
+                                    std::chrono::milliseconds timeout = 0ms) {
+  std::vector<std::string> got;
+  std::error_code ec;
+  const std::size_t n = ring.read_batch_in_place(
+      [&](std::span<const std::byte> m) { got.push_back(text(m)); }, max, timeout, ec);
+  if (ec && ec != shmio::errc::timed_out) throw std::system_error(ec, "take_batch");
+  if (n != got.size()) throw test_failure("read_batch_in_place miscounted");
+  return got;
+}
+
+std::vector<std::string> numbered_range(unsigned long first, std::size_t count) {
+  return numbered_batch(first, count).texts;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a write batch of 10 into a ring with 4 free nodes writes the first 4, and the rest go in "
+    "when resubmitted",
+    "[ring][batch]") {
+  const bool ec_form = GENERATE(false, true);
+  CAPTURE(ec_form);
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 6, 16);
+  put(ring, "a");
+  put(ring, "b");
+  numbered_batch batch(0, 10);
+  auto write = [&](std::span<const asio::const_buffer> messages) {
+    if (!ec_form) return ring.write_batch(messages, 0ms);
+    std::error_code ec;
+    const std::size_t n = ring.write_batch(messages, 0ms, ec);
+    CHECK_FALSE(ec);
+    return n;
+  };
+  CHECK(write(batch.span()) == 4);
+  CHECK(take_batch(ring, 3) == std::vector<std::string>{"a", "b", "m0"});
+  CHECK(write(batch.span().subspan(4)) == 3);
+  CHECK(take_batch(ring, 100) == numbered_range(1, 6));
+  CHECK(write(batch.span().subspan(7)) == 3);
+  CHECK(take_batch(ring, 100) == numbered_range(7, 3));
+  CHECK(take_batch(ring, 100).empty());
+}
+
+TEST_CASE(
+    "a write batch on a full ring and a read batch on an empty one: 0 at once with a 0 ms "
+    "timeout, 0 after a finite one, errc::timed_out in the error_code form",
+    "[ring][batch]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 2, 16);
+  std::error_code ec;
+  auto nothing = [](std::span<const std::byte>) { FAIL("a message on an empty ring"); };
+
+  CHECK(ring.read_batch_in_place(nothing, 8, 0ms) == 0);
+  CHECK(ring.read_batch_in_place(nothing, 8, 0ms, ec) == 0);
+  CHECK(ec == shmio::errc::timed_out);
+  auto start = steady::now();
+  CHECK(ring.read_batch_in_place(nothing, 8, 40ms, ec) == 0);
+  CHECK(steady::now() - start >= 40ms);
+  CHECK(ec == shmio::errc::timed_out);
+
+  numbered_batch batch(0, 3);
+  CHECK(ring.write_batch(batch.span(), 0ms) == 2);
+  CHECK(ring.write_batch(batch.span().subspan(2), 0ms) == 0);
+  CHECK(ring.write_batch(batch.span().subspan(2), 0ms, ec) == 0);
+  CHECK(ec == shmio::errc::timed_out);
+  start = steady::now();
+  CHECK(ring.write_batch(batch.span().subspan(2), 40ms, ec) == 0);
+  CHECK(steady::now() - start >= 40ms);
+  CHECK(ec == shmio::errc::timed_out);
+
+  // Empty batches do nothing and succeed at once.
+  CHECK(ring.write_batch({}, bound, ec) == 0);
+  CHECK_FALSE(ec);
+  CHECK(ring.read_batch_in_place(nothing, 0, bound, ec) == 0);
+  CHECK_FALSE(ec);
+  CHECK(take_batch(ring, 8) == numbered_range(0, 2));
+}
+
+TEST_CASE("a blocking write batch on a full ring waits for the first node, then writes",
+          "[ring][batch][process]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 3, 16);
+  numbered_batch batch(0, 5);
+  REQUIRE(ring.write_batch(batch.span(), 0ms) == 3);
+  child reader({peer_path(), "ring-read", name.str(), "0", "2"});
+  // Woken by the reader's first read; takes at least that node, at most both.
+  const std::size_t n = ring.write_batch(batch.span().subspan(3), bound);
+  CHECK(n >= 1);
+  CHECK(reader.wait() == 0);
+  if (n == 1) CHECK(ring.write_batch(batch.span().subspan(4), 0ms) == 1);
+  CHECK(take_batch(ring, 8) == numbered_range(2, 3));
+}
+
+TEST_CASE(
+    "a batch with one message larger than node_size fails with message_too_large and "
+    "writes nothing",
+    "[ring][batch]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 8, 16);
+  const std::string fits = "ok", big(17, 'x');
+  const asio::const_buffer messages[] = {asio::buffer(fits), asio::buffer(fits), asio::buffer(big),
+                                         asio::buffer(fits)};
+  SECTION("throwing form") {
+    try {
+      ring.write_batch(messages, 0ms);
+      FAIL("wrote a batch with an oversize message");
+    } catch (const shmio::error& e) {
+      CHECK(e.code() == shmio::errc::message_too_large);
+    }
+  }
+  SECTION("error_code form") {
+    std::error_code ec;
+    CHECK(ring.write_batch(messages, bound, ec) == 0);
+    CHECK(ec == shmio::errc::message_too_large);
+  }
+  SECTION("async_write_batch") {
+    completions done;
+    ring.async_write_batch(messages, done.handler());
+    CHECK(done.calls == 0);
+    REQUIRE(run_until_idle(io));
+    CHECK(done.calls == 1);
+    CHECK(done.ec == shmio::errc::message_too_large);
+    CHECK(done.size == 0);
+  }
+  CHECK(take_batch(ring, 8).empty());
+}
+
+TEST_CASE(
+    "read batches take at most max_messages, and messages keep their order across batches "
+    "and laps",
+    "[ring][batch]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer writer(io.get_executor(), shmio::create_only, name, 7, 16);
+  circular_buffer reader(io.get_executor(), shmio::open_only, name);
+  numbered_batch first(0, 7);
+  REQUIRE(writer.write_batch(first.span(), 0ms) == 7);
+  CHECK(take_batch(reader, 3) == numbered_range(0, 3));
+  CHECK(take_batch(reader, 1) == numbered_range(3, 1));
+  CHECK(take_batch(reader, 3) == numbered_range(4, 3));
+  CHECK(take_batch(reader, 3).empty());
+
+  // Batches of varying sizes on both sides, over many laps of the 7-node ring.
+  unsigned long written = 7, read = 7;
+  for (int round = 0; round < 300; ++round) {
+    numbered_batch batch(written, 1 + round % 9);
+    written += writer.write_batch(batch.span(), 0ms);
+    const auto got = take_batch(reader, 1 + (round * 5) % 8);
+    REQUIRE(got == numbered_range(read, got.size()));
+    read += got.size();
+  }
+  const auto rest = take_batch(reader, 100);
+  CHECK(rest == numbered_range(read, rest.size()));
+  CHECK(read + rest.size() == written);
+  CHECK(written > 700);
+}
+
+TEST_CASE(
+    "an exception from a read batch's use consumes exactly the messages seen so far, and the "
+    "rest stay readable",
+    "[ring][batch]") {
+  const std::string form = GENERATE("sync", "sync ec", "async");
+  CAPTURE(form);
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 8, 16);
+  numbered_batch batch(0, 6);
+  REQUIRE(ring.write_batch(batch.span(), 0ms) == 6);
+  std::vector<std::string> seen;
+  auto use = [&seen](std::span<const std::byte> m) {
+    seen.push_back(text(m));
+    if (seen.size() == 3) throw test_failure("third");
+  };
+  if (form == "async") {
+    completions done;
+    ring.async_read_batch_in_place(use, 10, done.handler());
+    REQUIRE(run_until_idle(io));
+    CHECK(done.calls == 1);
+    CHECK(done.ec == shmio::errc::callback_failed);
+    CHECK(done.size == 3);
+  } else {
+    std::error_code ec;
+    CHECK_THROWS_AS(form == "sync" ? ring.read_batch_in_place(use, 10, 0ms)
+                                   : ring.read_batch_in_place(use, 10, 0ms, ec),
+                    test_failure);
+  }
+  CHECK(seen == numbered_range(0, 3));
+  CHECK(take_batch(ring, 10) == numbered_range(3, 3));
+}
+
+TEST_CASE(
+    "read_batch copies messages and their sizes; one too big for its buffer ends the batch "
+    "before it, or fails the batch if it comes first",
+    "[ring][batch]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 8, 16);
+  for (std::string_view m : {"one", "two", "three!", "four"})
+    put(ring, m);
+  std::string a(8, '\0'), b(8, '\0'), c(4, '\0'), d(8, '\0');
+  const asio::mutable_buffer buffers[] = {asio::buffer(a), asio::buffer(b), asio::buffer(c),
+                                          asio::buffer(d)};
+  std::size_t sizes[4] = {};
+  CHECK(ring.read_batch(buffers, sizes, 0ms) == 2);  // "three!" does not fit c
+  CHECK(a.substr(0, sizes[0]) == "one");
+  CHECK(b.substr(0, sizes[1]) == "two");
+  const asio::mutable_buffer small[] = {asio::buffer(c), asio::buffer(d)};
+  std::error_code ec;
+  CHECK(ring.read_batch(small, sizes, 0ms, ec) == 0);
+  CHECK(ec == shmio::errc::message_too_large);  // the first one: as read, it stays
+  try {
+    ring.read_batch(small, sizes, 0ms);
+    FAIL("read a message into a buffer too small for it");
+  } catch (const shmio::error& e) {
+    CHECK(e.code() == shmio::errc::message_too_large);
+  }
+  // Fewer sizes than buffers: the sizes bound the batch.
+  CHECK(ring.read_batch(buffers, std::span(sizes, 1), 0ms) == 1);
+  CHECK(a.substr(0, sizes[0]) == "three!");
+  CHECK(take_batch(ring, 8) == std::vector<std::string>{"four"});
+}
+
+TEST_CASE(
+    "a corrupted node in the middle of a read batch ends the batch without an error; the next "
+    "read batch reports it, and the messages after it still arrive",
+    "[ring][batch]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  constexpr std::size_t node_size = 16;
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 8, node_size);
+  raw_map raw(name);
+  numbered_batch batch(0, 5);
+  REQUIRE(ring.write_batch(batch.span(), 0ms) == 5);
+  raw.node(2, node_size).length = 17;
+  std::error_code ec;
+  std::vector<std::string> got;
+  auto use = [&](std::span<const std::byte> m) { got.push_back(text(m)); };
+  CHECK(ring.read_batch_in_place(use, 8, 0ms, ec) == 2);
+  CHECK_FALSE(ec);
+  CHECK(got == numbered_range(0, 2));
+  CHECK(ring.read_batch_in_place(use, 8, 0ms, ec) == 0);
+  CHECK(ec == shmio::errc::corrupted);
+  CHECK(got.size() == 2);
+  CHECK(take_batch(ring, 8) == numbered_range(3, 2));
+}
+
+TEST_CASE(
+    "async batches complete callbacks with their counts, and never inside the initiating "
+    "call",
+    "[ring][batch][async]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 4, 16);
+  std::vector<std::string> got;
+  completions r, w1, w2;
+  ring.async_read_batch_in_place([&](std::span<const std::byte> m) { got.push_back(text(m)); }, 3,
+                                 r.handler());  // waits: the ring is empty
+  io.poll();
+  CHECK(r.calls == 0);
+  numbered_batch batch(0, 6);
+  ring.async_write_batch(batch.span(), w1.handler());
+  CHECK(w1.calls == 0);
+  REQUIRE(run_until_idle(io));
+  CHECK(w1.calls == 1);
+  CHECK_FALSE(w1.ec);
+  CHECK(r.calls == 1);
+  CHECK_FALSE(r.ec);
+  CHECK(r.size >= 1);  // it may have woken after the first message or later
+  CHECK(got == numbered_range(0, r.size));
+  ring.async_write_batch(batch.span().subspan(w1.size), w2.handler());
+  REQUIRE(run_until_idle(io));
+  CHECK(w2.calls == 1);
+  CHECK(w1.size + w2.size <= 6);
+  const auto rest = take_batch(ring, 8);
+  CHECK(rest == numbered_range(r.size, w1.size + w2.size - r.size));
+}
+
+TEST_CASE("async batches with use_awaitable move 500 messages between coroutines in order",
+          "[ring][batch][async]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 8, 16);
+  constexpr std::size_t total = 500;
+  std::vector<std::string> received;
+  bool reader_done = false;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        while (received.size() < total) {
+          const std::size_t n = co_await ring.async_read_batch_in_place(
+              [&](std::span<const std::byte> m) { received.push_back(text(m)); }, 5,
+              asio::use_awaitable);
+          if (n == 0 || n > 5) throw test_failure("read batch count out of range");
+        }
+      },
+      [&](std::exception_ptr e) { reader_done = !e; });
+  numbered_batch all(0, total);
+  run_coroutine(io, [&]() -> asio::awaitable<void> {
+    for (auto rest = all.span(); !rest.empty();) {
+      const std::size_t n = co_await ring.async_write_batch(
+          rest.first(std::min<std::size_t>(rest.size(), 13)), asio::use_awaitable);
+      if (n == 0) throw test_failure("an async write batch wrote nothing");
+      rest = rest.subspan(n);
+    }
+  });
+  REQUIRE(run_until(io, [&] { return reader_done; }));
+  CHECK(received == all.texts);
+}
+
+TEST_CASE("async batches with use_future complete their futures", "[ring][batch][async]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 4, 16);
+  auto work = asio::make_work_guard(io);
+  std::thread runner([&] { io.run_for(bound); });
+  std::vector<std::string> got;  // touched only by the io thread until the future is ready
+  std::future<std::size_t> read = ring.async_read_batch_in_place(
+      [&](std::span<const std::byte> m) { got.push_back(text(m)); }, 8, asio::use_future);
+  CHECK(read.wait_for(20ms) == std::future_status::timeout);  // nothing written yet
+  numbered_batch batch(0, 3);
+  std::future<std::size_t> write = ring.async_write_batch(batch.span(), asio::use_future);
+  REQUIRE(write.wait_for(bound) == std::future_status::ready);
+  REQUIRE(read.wait_for(bound) == std::future_status::ready);
+  const std::size_t written = write.get();
+  const std::size_t n = read.get();
+  work.reset();
+  runner.join();
+  CHECK(written == 3);
+  CHECK(n >= 1);
+  CHECK(got == numbered_range(0, n));
+  CHECK(take_batch(ring, 8) == numbered_range(n, 3 - n));
+}
+
+TEST_CASE(
+    "a waiting async batch cancelled through its slot completes once with operation_aborted and "
+    "loses nothing",
+    "[ring][batch][async]") {
+  const auto type = GENERATE(asio::cancellation_type::terminal, asio::cancellation_type::partial,
+                             asio::cancellation_type::total);
+  const std::string op = GENERATE("read", "write");
+  CAPTURE(type_name(type), op);
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 2, 16);
+  asio::cancellation_signal signal;
+  completions done;
+  bool used = false;
+  numbered_batch batch(0, 4);
+  if (op == "read") {
+    ring.async_read_batch_in_place([&](std::span<const std::byte>) { used = true; }, 8,
+                                   asio::bind_cancellation_slot(signal.slot(), done.handler()));
+  } else {
+    REQUIRE(ring.write_batch(batch.span(), 0ms) == 2);  // full
+    ring.async_write_batch(batch.span().subspan(2),
+                           asio::bind_cancellation_slot(signal.slot(), done.handler()));
+  }
+  io.poll();
+  CHECK(done.calls == 0);
+  signal.emit(type);
+  REQUIRE(run_until_idle(io));
+  CHECK(done.calls == 1);
+  CHECK(done.ec == asio::error::operation_aborted);
+  CHECK(done.size == 0);
+  signal.emit(type);  // finds nothing to cancel
+  if (op == "read") {
+    REQUIRE(ring.write_batch(batch.span(), 0ms) == 2);
+    REQUIRE(run_until_idle(io));  // a read that was not really cancelled would take them now
+    CHECK_FALSE(used);
+  } else {
+    REQUIRE(run_until_idle(io));
+  }
+  CHECK(done.calls == 1);
+  CHECK(take_batch(ring, 8) == numbered_range(0, 2));
+  REQUIRE(run_until_idle(io));  // a write that was not really cancelled would go in now
+  CHECK(take_batch(ring, 8).empty());
+}
+
+TEST_CASE(
+    "a writer process and a reader process pass 20 000 checksummed messages in batches through "
+    "an 8-node ring: each exactly once, in order",
+    "[ring][batch][process]") {
+  using modes = std::pair<std::string, std::string>;  // how the writer writes, the reader reads
+  const modes how = GENERATE(modes{"batch", "batch"}, modes{"async-batch", "async-batch"},
+                             modes{"batch", "copy-batch"});
+  const std::string& produce = how.first;
+  const std::string& consume = how.second;
+  CAPTURE(produce, consume);
+  constexpr std::uint32_t count = 20'000;
+  asio::io_context io;
+  scoped_name name("ring"), results_name("ring-results");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 8, sizeof(stress_message));
+  circular_buffer results(io.get_executor(), shmio::create_only, results_name, 2,
+                          sizeof(consumer_result));
+  child reader({peer_path(), "ring-consume", name.str(), results_name.str(), "1", consume});
+  child writer({peer_path(), "ring-produce", name.str(), "1", std::to_string(count), produce});
+  REQUIRE(writer.wait(30s) == 0);
+  stress_message stop{};
+  stop.producer = stop_producer;
+  REQUIRE(ring.write(asio::buffer(&stop, stress_header), bound) == stress_header);
+  REQUIRE(reader.wait(30s) == 0);
+  consumer_result r{};
+  REQUIRE(results.read(asio::buffer(&r, sizeof r), 0ms) == sizeof r);
+  std::uint64_t sum = 0, xors = 0;
+  for (std::uint32_t seq = 0; seq < count; ++seq) {
+    sum += mix(1, seq);
+    xors ^= mix(1, seq);
+  }
+  CHECK(r.bad == 0);
+  CHECK(r.out_of_order == 0);
+  CHECK(r.count[0] == count);
+  CHECK(r.count[1] == 0);
+  CHECK(r.sum[0] == sum);
+  CHECK(r.xors[0] == xors);
+  CHECK(take(ring, 0ms) == "<timed out>");
+}
+
+TEST_CASE("a closed ring's batch calls fail with bad_descriptor", "[ring][batch]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 2, 16);
+  ring.close();
+  numbered_batch batch(0, 2);
+  std::string buf(16, '\0');
+  const asio::mutable_buffer buffers[] = {asio::buffer(buf)};
+  std::size_t sizes[1] = {};
+  auto nothing = [](std::span<const std::byte>) { FAIL("a message from a closed ring"); };
+  std::error_code ec;
+  CHECK(ring.write_batch(batch.span(), 0ms, ec) == 0);
+  CHECK(ec == asio::error::bad_descriptor);
+  CHECK(ring.read_batch_in_place(nothing, 4, 0ms, ec) == 0);
+  CHECK(ec == asio::error::bad_descriptor);
+  CHECK(ring.read_batch(buffers, sizes, 0ms, ec) == 0);
+  CHECK(ec == asio::error::bad_descriptor);
+  CHECK_THROWS_AS(ring.write_batch(batch.span(), 0ms), shmio::error);
+  completions w, r;
+  ring.async_write_batch(batch.span(), w.handler());
+  ring.async_read_batch_in_place(nothing, 4, r.handler());
+  REQUIRE(run_until_idle(io));
+  CHECK(w.calls == 1);
+  CHECK(w.ec == asio::error::bad_descriptor);
+  CHECK(r.calls == 1);
+  CHECK(r.ec == asio::error::bad_descriptor);
 }

@@ -106,8 +106,56 @@ class circular_buffer {
   template <class Use>
   std::size_t read_in_place(Use&& use, std::chrono::milliseconds timeout, std::error_code& ec);
 
+  // ---- batches --------------------------------------------------------------------------
+  // Many messages per call, for small messages whose per-call cost (the wait machinery, one
+  // completion each) would otherwise bound the rate. A batch waits only for its first message
+  // or node and then takes what is there without waiting, so it never holds back messages that
+  // could move. Each message is still claimed, copied and published (or used and released) on
+  // its own, with every guarantee of the single calls: FIFO, each message to exactly one
+  // reader, a participant killed mid-batch loses at most the one message it held. A batch is
+  // not atomic: other writers' messages may interleave with a batch's, and other readers may
+  // take messages between those of a batch.
+
+  /// Writes `messages` in order, one message per buffer: waits (as write) until the first can
+  /// be written, then writes as many of the rest as there are free nodes for, without waiting.
+  /// Returns how many were written (a prefix of `messages`: resubmit the rest), 0 if no node
+  /// came free within `timeout` (or `messages` is empty). Throws shmio::error with
+  /// errc::message_too_large, before writing anything, if any message exceeds node_size().
+  std::size_t write_batch(std::span<const asio::const_buffer> messages,
+                          std::chrono::milliseconds timeout);
+  /// As above; a timeout sets errc::timed_out.
+  std::size_t write_batch(std::span<const asio::const_buffer> messages,
+                          std::chrono::milliseconds timeout, std::error_code& ec);
+
+  /// Zero-copy batch read: waits (as read_in_place) for the first message, then takes up to
+  /// `max_messages` - 1 more that are already published, calling
+  /// `use(std::span<const std::byte> message)` for each in order (valid only during the call).
+  /// Returns the count, 0 on timeout (or if `max_messages` is 0). If `use` throws, that message
+  /// counts as read, nothing after it is consumed, and the exception propagates. A corrupted
+  /// first message throws errc::corrupted (skipped, as read does); a corrupted one after it
+  /// ends the batch without an error, and the next call reports it.
+  template <class Use>
+  std::size_t read_batch_in_place(Use&& use, std::size_t max_messages,
+                                  std::chrono::milliseconds timeout);
+  /// As above; a timeout sets errc::timed_out. Exceptions from `use` still propagate.
+  template <class Use>
+  std::size_t read_batch_in_place(Use&& use, std::size_t max_messages,
+                                  std::chrono::milliseconds timeout, std::error_code& ec);
+
+  /// Copying batch read: message i goes into `buffers[i]` and its size into `sizes[i]`, for up
+  /// to min(buffers.size(), sizes.size()) messages, with read_batch_in_place's waiting rule.
+  /// Returns the count, 0 on timeout. A first message larger than buffers[0] throws
+  /// errc::message_too_large and stays in the ring (as read); a later message larger than its
+  /// buffer ends the batch before it, without an error.
+  std::size_t read_batch(std::span<const asio::mutable_buffer> buffers,
+                         std::span<std::size_t> sizes, std::chrono::milliseconds timeout);
+  /// As above; a timeout sets errc::timed_out.
+  std::size_t read_batch(std::span<const asio::mutable_buffer> buffers,
+                         std::span<std::size_t> sizes, std::chrono::milliseconds timeout,
+                         std::error_code& ec);
+
   // ---- asynchronous ---------------------------------------------------------------------
-  // Completion signature of all four: void(std::error_code, std::size_t).
+  // Completion signature of all six: void(std::error_code, std::size_t).
   // None completes inside the initiating call.
   // Per-operation cancellation: terminal, partial and total. A cancelled operation completes
   // once with asio::error::operation_aborted and has done nothing: a read consumed no message,
@@ -127,6 +175,21 @@ class circular_buffer {
   /// As read_in_place, when a message is published; the same rule for `use`.
   template <class Use, class CompletionToken>
   auto async_read_in_place(Use use, CompletionToken&& token);
+
+  /// As write_batch, when a node is free for the first message; completes with the count
+  /// written (>= 1, unless `messages` is empty). errc::message_too_large, with nothing written,
+  /// if any message exceeds node_size(). The span and the bytes it points to must stay valid
+  /// until the completion. Cancellation takes effect only while the operation waits for its
+  /// first node: a cancelled batch has written nothing.
+  template <class CompletionToken>
+  auto async_write_batch(std::span<const asio::const_buffer> messages, CompletionToken&& token);
+  /// As read_batch_in_place, when a message is published; completes with the count read (>= 1,
+  /// unless `max_messages` is 0), `use` running as for async_read_in_place. If `use` throws, it
+  /// completes with errc::callback_failed and the count read, the throwing message included.
+  /// Cancellation takes effect only while it waits for its first message: a cancelled batch has
+  /// read nothing.
+  template <class Use, class CompletionToken>
+  auto async_read_batch_in_place(Use use, std::size_t max_messages, CompletionToken&& token);
 
   /// Closes this handle: pending operations are aborted; the last handle on the machine
   /// removes the ring's segment.

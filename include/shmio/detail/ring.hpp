@@ -39,8 +39,9 @@ enum class claim_status {
   claimed,
   would_block,  // full (write) or empty (read)
   too_small,    // read: the next message is larger than the caller can take; it stays
-  corrupted,    // read: the next message's length is out of range (it was skipped); read or
-                // write: the head or tail is damaged (more than two laps behind a node)
+  corrupted,    // read: the next message's length is out of range (it was skipped, unless the
+                // caller asked to leave it); read or write: the head or tail is damaged (more
+                // than two laps behind a node)
 };
 
 class ring_view {
@@ -61,10 +62,17 @@ class ring_view {
   void abandon(const write_claim& c) noexcept;
 
   /// `capacity` is the most the caller can take; a longer message is reported (too_small, with
-  /// its length in `out.data.size()`) and left in place.
-  claim_status try_claim_read(read_claim& out, std::size_t capacity) noexcept;
+  /// its length in `out.data.size()`) and left in place. A message whose length is out of range
+  /// is skipped and reported (corrupted); with `skip_corrupted` false it is only reported and
+  /// left in place, for the next read to skip and report (a batch ends before it).
+  claim_status try_claim_read(read_claim& out, std::size_t capacity,
+                              bool skip_corrupted = true) noexcept;
   /// Frees the node for the writers of the next lap and wakes a parked writer.
   void release(const read_claim& c) noexcept;
+
+  /// A hint that this participant is about to claim the node at `position` (a batch's next
+  /// message): starts loading its lines into this core's cache while the current one is used.
+  void prefetch(std::uint64_t position) const noexcept;
 
   /// Frees or skips every node a previous holder of our participant number left claimed.
   void recover_own_nodes() noexcept;

@@ -7,8 +7,11 @@
 #include <cstddef>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <system_error>
+
+#include <asio/buffer.hpp>
 
 #include "shmio/detail/ring.hpp"
 #include "shmio/detail/waiter.hpp"
@@ -76,6 +79,74 @@ size_outcome attempt_read(ring_view& ring, Use& use, std::size_t capacity) {
   } guard{ring, c};
   use(c.data);
   return outcome<std::size_t>{{}, c.data.size()};
+}
+
+/// One try at a batch write: empty if not even the first message has a free node (the caller
+/// waits for one); otherwise the count written, in order, as many as there were free nodes for.
+/// Each message is claimed, copied and published on its own, so a writer killed mid-batch leaves
+/// at most one node half-written (skipped by the readers), as a single write does. Every message
+/// must fit a node (the caller checked). A damaged tail is errc::corrupted if nothing was written;
+/// after the first message it only ends the batch, and the next call reports it.
+inline size_outcome attempt_write_batch(ring_view& ring,
+                                        std::span<const asio::const_buffer> messages) {
+  std::size_t done = 0;
+  write_claim c;
+  for (const asio::const_buffer& m : messages) {
+    const claim_status s = ring.try_claim_write(c);
+    if (s != claim_status::claimed) {
+      if (done != 0) break;
+      if (s == claim_status::corrupted) return outcome<std::size_t>{errc::corrupted, 0};
+      return std::nullopt;
+    }
+    if (done + 1 < messages.size()) ring.prefetch(c.position + 1);
+    copy_bytes(c.data.data(), m.data(), m.size());
+    ring.publish(c, static_cast<std::uint32_t>(m.size()));
+    ++done;
+  }
+  return outcome<std::size_t>{{}, done};
+}
+
+/// One try at a batch read of at most `max_messages`: empty if no message is published (the
+/// caller waits for one); otherwise the count read, in order, as many as were already published.
+/// Message i may be at most `capacity(i)` bytes; `use(i, bytes)` sees it. Each node is claimed,
+/// used and released before the next is claimed: a claim given back unused would sit behind the
+/// head, where no reader looks again, and a node is never held longer than a single read holds
+/// it (what kill -9 recovery relies on). `done` counts the messages handed to `use`, so that a
+/// caller catching an exception from it knows how many were consumed (the throwing one too).
+///
+/// The first message is reported as a single read reports it (message_too_large, left in
+/// place; corrupted, skipped). After it, a message that does not fit, a corrupted one or a
+/// damaged head ends the batch with what was read, no error, and the message left in place for
+/// the next call to report.
+template <class Capacity, class Use>
+size_outcome attempt_read_batch(ring_view& ring, std::size_t max_messages, Capacity& capacity,
+                                Use& use, std::size_t& done) {
+  done = 0;
+  read_claim c;
+  while (done < max_messages) {
+    const bool first = done == 0;
+    const claim_status s = ring.try_claim_read(c, capacity(done), first);
+    if (s != claim_status::claimed) {
+      if (!first) break;
+      switch (s) {
+        case claim_status::corrupted:
+          return outcome<std::size_t>{errc::corrupted, 0};
+        case claim_status::too_small:
+          return outcome<std::size_t>{errc::message_too_large, 0};
+        default:
+          return std::nullopt;
+      }
+    }
+    if (done + 1 < max_messages) ring.prefetch(c.position + 1);
+    struct release_on_exit {
+      ring_view& ring;
+      const read_claim& claim;
+      ~release_on_exit() { ring.release(claim); }
+    } guard{ring, c};
+    ++done;  // counts as read even if `use` throws: it is released either way
+    use(done - 1, c.data);
+  }
+  return outcome<std::size_t>{{}, done};
 }
 
 /// Wraps an attempt so that an exception from a user callback completes the operation with

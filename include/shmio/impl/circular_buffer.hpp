@@ -68,6 +68,30 @@ std::size_t circular_buffer::read_in_place(Use&& use, std::chrono::milliseconds 
   return detail::size_or_throw(n, ec, "read from circular buffer", name());
 }
 
+template <class Use>
+std::size_t circular_buffer::read_batch_in_place(Use&& use, std::size_t max_messages,
+                                                 std::chrono::milliseconds timeout,
+                                                 std::error_code& ec) {
+  if (!impl_) return ec = asio::error::bad_descriptor, 0;
+  impl& im = *impl_;
+  auto any_size = [](std::size_t) { return std::numeric_limits<std::size_t>::max(); };
+  auto each = [&use](std::size_t, std::span<const std::byte> m) { use(m); };
+  std::size_t done = 0;
+  auto r = im.waiter->wait(
+      detail::readers_queue,
+      [&] { return detail::attempt_read_batch(im.ring, max_messages, any_size, each, done); },
+      detail::wait_limit(timeout));
+  return detail::finish_blocking(r, ec);
+}
+
+template <class Use>
+std::size_t circular_buffer::read_batch_in_place(Use&& use, std::size_t max_messages,
+                                                 std::chrono::milliseconds timeout) {
+  std::error_code ec;
+  const std::size_t n = read_batch_in_place(std::forward<Use>(use), max_messages, timeout, ec);
+  return detail::size_or_throw(n, ec, "read from circular buffer", name());
+}
+
 template <class CompletionToken>
 auto circular_buffer::async_write(asio::const_buffer message, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
@@ -137,6 +161,52 @@ auto circular_buffer::async_read_in_place(Use use, CompletionToken&& token) {
             std::move(handler));
       },
       token, impl_, ex_, std::move(use));
+}
+
+template <class CompletionToken>
+auto circular_buffer::async_write_batch(std::span<const asio::const_buffer> messages,
+                                        CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
+      [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex,
+         std::span<const asio::const_buffer> msgs) {
+        if (im) {
+          for (const asio::const_buffer& m : msgs)
+            if (m.size() > im->ring.node_size())
+              return detail::deliver<std::size_t>(std::move(handler), im->waiter->get_executor(),
+                                                  {errc::message_too_large, 0}, false);
+        }
+        impl* raw = im.get();
+        impl::start(
+            im, ex, detail::writers_queue,
+            [raw, msgs] { return detail::attempt_write_batch(raw->ring, msgs); },
+            std::move(handler));
+      },
+      token, impl_, ex_, messages);
+}
+
+template <class Use, class CompletionToken>
+auto circular_buffer::async_read_batch_in_place(Use use, std::size_t max_messages,
+                                                CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
+      [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex, Use u,
+         std::size_t max) {
+        impl* raw = im.get();
+        // Not detail::catching: a throwing `use` still reports how many messages it consumed.
+        impl::start(
+            im, ex, detail::readers_queue,
+            [raw, u = std::move(u), max]() mutable -> detail::size_outcome {
+              auto any_size = [](std::size_t) { return std::numeric_limits<std::size_t>::max(); };
+              auto each = [&u](std::size_t, std::span<const std::byte> m) { u(m); };
+              std::size_t done = 0;
+              try {
+                return detail::attempt_read_batch(raw->ring, max, any_size, each, done);
+              } catch (...) {
+                return detail::outcome<std::size_t>{errc::callback_failed, done};
+              }
+            },
+            std::move(handler));
+      },
+      token, impl_, ex_, std::move(use), max_messages);
 }
 
 }  // namespace shmio
