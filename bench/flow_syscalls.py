@@ -20,7 +20,8 @@ import re
 import subprocess
 import sys
 
-DEFAULT = r"^BM_ring_throughput/(shmio_sync|shmio_async|asio_local_stream)/"
+DEFAULT = (r"^BM_ring_throughput/"
+           r"(shmio_sync|shmio_async|shmio_sync_batch|shmio_async_batch|asio_local_stream)/")
 
 
 def run(binary, name):

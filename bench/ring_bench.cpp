@@ -13,7 +13,10 @@
 //     consumer processes, as fast as they go. One timed iteration moves `messages` messages;
 //     items_per_second = messages per second. spin_ring and asio_local_stream only run 1p1c
 //     (one byte stream or an SPSC ring has one reader). 1p1c pins the producer to CPU 0 and the
-//     consumer to CPU 1; more processes are left to the scheduler on the two CPUs.
+//     consumer to CPU 1; more processes are left to the scheduler on the two CPUs. Two more
+//     families run only here:
+//       shmio_sync_batch   write_batch() / read_batch_in_place(), batch_messages per call
+//       shmio_async_batch  co_await async_write_batch() / async_read_batch_in_place()
 // BM_ring_bandwidth/<family>: 1 MiB messages, one producer process to one consumer process;
 //     bytes_per_second. Every family copies each message in and out once.
 // BM_ring_local/<sync|async>: one thread writes a 64-byte message and reads it back: the ring's
@@ -26,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
@@ -36,6 +40,8 @@
 #include <cstring>
 #include <limits>
 #include <shmio/shmio.hpp>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -52,8 +58,17 @@ constexpr std::size_t big_message = 1 << 20;
 /// Round trips at split placement run at each size (for latency against size); same only 64.
 constexpr std::size_t roundtrip_sizes[] = {64, 1024, 16 * 1024, 256 * 1024};
 constexpr auto forever = std::chrono::milliseconds::max();
+/// Messages per call of the batch families.
+constexpr std::size_t batch_messages = 32;
 
-enum class family { spin_ring, asio_local_stream, shmio_sync, shmio_async };
+enum class family {
+  spin_ring,
+  asio_local_stream,
+  shmio_sync,
+  shmio_async,
+  shmio_sync_batch,
+  shmio_async_batch
+};
 
 const char* name_of(family f) {
   switch (f) {
@@ -65,6 +80,10 @@ const char* name_of(family f) {
       return "shmio_sync";
     case family::shmio_async:
       return "shmio_async";
+    case family::shmio_sync_batch:
+      return "shmio_sync_batch";
+    case family::shmio_async_batch:
+      return "shmio_async_batch";
   }
   return "?";
 }
@@ -234,6 +253,9 @@ void bm_roundtrip(benchmark::State& state, family f, placement p, std::size_t si
         return roundtrip_shmio(state, s, false, size);
       case family::shmio_async:
         return roundtrip_shmio(state, s, true, size);
+      case family::shmio_sync_batch:
+      case family::shmio_async_batch:
+        throw std::logic_error("no round trip for batch families");
     }
   });
   state.SetItemsProcessed(state.iterations());
@@ -402,7 +424,11 @@ void flow_stream(benchmark::State& state, session& s, const flow& fl) {
   s.stop_children({});
 }
 
-void flow_shmio(benchmark::State& state, session& s, const flow& fl, bool async) {
+/// Ends a consumer's read batch at the empty message that stops it, so that it does not take
+/// another consumer's.
+struct stop_batch {};
+
+void flow_shmio(benchmark::State& state, session& s, const flow& fl, bool async, bool batch) {
   const std::string name = s.segment_name("flow");
   shared_counters received(fl.consumers);
   control_block& c = s.ctl();
@@ -417,16 +443,28 @@ void flow_shmio(benchmark::State& state, session& s, const flow& fl, bool async)
           asio::io_context cio;
           shmio::circular_buffer r(cio.get_executor(), shmio::open_only, name);
           std::vector<std::byte> msg(fl.message_size, std::byte{1});
+          const std::vector<asio::const_buffer> msgs(batch_messages, asio::buffer(msg));
           const std::uint64_t mine = share(fl, p);
+          auto next_batch = [&](std::uint64_t left) {
+            return std::span(msgs).first(std::min<std::uint64_t>(left, batch_messages));
+          };
           ready();
           await_go(c);
-          if (!async) {
+          if (!async && !batch) {
             for (std::uint64_t i = 0; i < mine; ++i)
               r.write(asio::buffer(msg), forever);
+          } else if (!async) {
+            for (std::uint64_t left = mine; left > 0;)
+              left -= r.write_batch(next_batch(left), forever);
           } else {
             run_child_coroutine(cio, [&]() -> asio::awaitable<void> {
-              for (std::uint64_t i = 0; i < mine; ++i)
-                co_await r.async_write(asio::buffer(msg), asio::use_awaitable);
+              if (!batch) {
+                for (std::uint64_t i = 0; i < mine; ++i)
+                  co_await r.async_write(asio::buffer(msg), asio::use_awaitable);
+              } else {
+                for (std::uint64_t left = mine; left > 0;)
+                  left -= co_await r.async_write_batch(next_batch(left), asio::use_awaitable);
+              }
             }());
           }
           linger(c);
@@ -440,15 +478,47 @@ void flow_shmio(benchmark::State& state, session& s, const flow& fl, bool async)
           asio::io_context cio;
           shmio::circular_buffer r(cio.get_executor(), shmio::open_only, name);
           std::vector<std::byte> msg(fl.message_size);
+          std::uint64_t got = 0;
+          bool stopped = false;
+          auto count = [&](std::span<const std::byte> m) {
+            if (m.empty()) {
+              stopped = true;
+              throw stop_batch{};
+            }
+            ++got;
+          };
           ready();
-          if (!async) {
+          if (!async && !batch) {
             while (r.read(asio::buffer(msg), forever) != 0)
               received.add(k, 1);
             return;
           }
+          if (!async) {
+            while (!stopped) {
+              got = 0;
+              try {
+                r.read_batch_in_place(count, batch_messages, forever);
+              } catch (const stop_batch&) {
+              }
+              received.add(k, got);
+            }
+            return;
+          }
           run_child_coroutine(cio, [&]() -> asio::awaitable<void> {
-            while (co_await r.async_read(asio::buffer(msg), asio::use_awaitable) != 0)
-              received.add(k, 1);
+            if (!batch) {
+              while (co_await r.async_read(asio::buffer(msg), asio::use_awaitable) != 0)
+                received.add(k, 1);
+              co_return;
+            }
+            while (!stopped) {
+              got = 0;
+              try {
+                co_await r.async_read_batch_in_place(count, batch_messages, asio::use_awaitable);
+              } catch (const std::system_error& e) {
+                if (!stopped) throw;  // errc::callback_failed from our stop_batch is the end
+              }
+              received.add(k, got);
+            }
           }());
         },
         false);
@@ -474,9 +544,13 @@ void bm_flow(benchmark::State& state, family f, flow fl) {
       case family::asio_local_stream:
         return flow_stream(state, s, fl);
       case family::shmio_sync:
-        return flow_shmio(state, s, fl, false);
+        return flow_shmio(state, s, fl, false, false);
       case family::shmio_async:
-        return flow_shmio(state, s, fl, true);
+        return flow_shmio(state, s, fl, true, false);
+      case family::shmio_sync_batch:
+        return flow_shmio(state, s, fl, false, true);
+      case family::shmio_async_batch:
+        return flow_shmio(state, s, fl, true, true);
     }
   });
   state.SetItemsProcessed(static_cast<std::int64_t>(fl.messages) * state.iterations());
@@ -542,7 +616,10 @@ void register_all() {
     int producers, consumers;
   };
   const shape shapes[] = {{1, 1}, {2, 2}, {4, 4}};
-  for (family f : all)
+  const family flows[] = {family::spin_ring,        family::asio_local_stream,
+                          family::shmio_sync,       family::shmio_async,
+                          family::shmio_sync_batch, family::shmio_async_batch};
+  for (family f : flows)
     for (const shape& sh : shapes) {
       const bool single = sh.producers == 1 && sh.consumers == 1;
       if (!single && (f == family::spin_ring || f == family::asio_local_stream)) continue;
