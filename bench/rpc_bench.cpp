@@ -9,7 +9,10 @@
 //     one call.
 //       spin_ring          two spin rings (support.hpp), spinning on both sides: the floor
 //       asio_local_stream  a socket pair, a 4-byte length then the bytes, each way, co_await
-//       shmio_rpc          co_await opener.async_request(), the owner's handler echoes
+//       shmio_rpc          co_await opener.async_request(), the owner's handler (a coroutine)
+//                          echoes
+//       shmio_rpc_plain    the same with a plain function as the owner's handler, which the
+//                          channel runs inline as the request arrives
 // BM_rpc_pipelined/<family>: 1 KiB requests (1 KiB echo) from `in_flight` concurrent callers in
 //     the parent's one thread; items_per_second = completed calls per second. The stream family
 //     uses one connection per caller (a connection pool, as a user would without a protocol
@@ -53,7 +56,7 @@ constexpr std::size_t bulk_message = 512 * 1024;
 constexpr int in_flight = 32;
 constexpr std::uint64_t pipelined_calls = 200'000;
 
-enum class family { spin_ring, asio_local_stream, shmio_rpc };
+enum class family { spin_ring, asio_local_stream, shmio_rpc, shmio_rpc_plain };
 enum class reply_kind { echo, empty };
 
 const char* name_of(family f) {
@@ -64,6 +67,8 @@ const char* name_of(family f) {
       return "asio_local_stream";
     case family::shmio_rpc:
       return "shmio_rpc";
+    case family::shmio_rpc_plain:
+      return "shmio_rpc_plain";
   }
   return "?";
 }
@@ -147,17 +152,23 @@ std::vector<int> fork_stream_server(session& s, int n, reply_kind kind) {
 
 // ---- shmio: the child owns the channel and serves -------------------------------------------
 
-void fork_rpc_server(session& s, const std::string& name, reply_kind kind) {
+std::vector<std::byte> reply_to(std::span<const std::byte> in, reply_kind kind) {
+  if (kind == reply_kind::empty) return {};
+  return {in.begin(), in.end()};
+}
+
+/// The owner's handler is a coroutine, or with `plain` a plain function.
+void fork_rpc_server(session& s, const std::string& name, reply_kind kind, bool plain) {
   control_block& c = s.ctl();
   s.fork_child([&](const std::function<void()>& ready) {
     asio::io_context io;
-    shmio::rpc_handler handler =
-        [kind](std::uint64_t,
-               std::span<const std::byte> in) -> asio::awaitable<std::vector<std::byte>> {
-      if (kind == reply_kind::empty) co_return std::vector<std::byte>{};
-      co_return std::vector<std::byte>(in.begin(), in.end());
+    shmio::rpc_handler coroutine = [kind](std::uint64_t, std::span<const std::byte> in)
+        -> asio::awaitable<std::vector<std::byte>> { co_return reply_to(in, kind); };
+    shmio::rpc_sync_handler function = [kind](std::uint64_t, std::span<const std::byte> in) {
+      return reply_to(in, kind);
     };
-    shmio::rpc_buffer owner(io.get_executor(), shmio::create_only, name, handler);
+    auto owner = plain ? shmio::rpc_buffer(io.get_executor(), shmio::create_only, name, function)
+                       : shmio::rpc_buffer(io.get_executor(), shmio::create_only, name, coroutine);
     asio::co_spawn(io, stop_watch(c, io), asio::detached);
     ready();
     io.run();
@@ -226,9 +237,10 @@ void sequential_stream(benchmark::State& state, session& s, std::size_t size, re
   });
 }
 
-void sequential_rpc(benchmark::State& state, session& s, std::size_t size, reply_kind kind) {
+void sequential_rpc(benchmark::State& state, session& s, std::size_t size, reply_kind kind,
+                    bool plain) {
   const std::string name = s.segment_name("rpc");
-  fork_rpc_server(s, name, kind);
+  fork_rpc_server(s, name, kind, plain);
   s.start_children();
   asio::io_context io;
   {
@@ -254,7 +266,9 @@ void bm_roundtrip(benchmark::State& state, family f, placement p) {
       case family::asio_local_stream:
         return sequential_stream(state, s, small_message, reply_kind::echo);
       case family::shmio_rpc:
-        return sequential_rpc(state, s, small_message, reply_kind::echo);
+      case family::shmio_rpc_plain:
+        return sequential_rpc(state, s, small_message, reply_kind::echo,
+                              f == family::shmio_rpc_plain);
     }
   });
   state.SetItemsProcessed(state.iterations());
@@ -267,7 +281,7 @@ void bm_bulk(benchmark::State& state, family f) {
     if (f == family::asio_local_stream)
       sequential_stream(state, s, bulk_message, reply_kind::empty);
     else
-      sequential_rpc(state, s, bulk_message, reply_kind::empty);
+      sequential_rpc(state, s, bulk_message, reply_kind::empty, f == family::shmio_rpc_plain);
   });
   state.SetItemsProcessed(state.iterations());
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(bulk_message));
@@ -337,7 +351,7 @@ void bm_pipelined(benchmark::State& state, family f) {
       return;
     }
     const std::string name = s.segment_name("rpc");
-    fork_rpc_server(s, name, reply_kind::echo);
+    fork_rpc_server(s, name, reply_kind::echo, f == family::shmio_rpc_plain);
     s.start_children();
     {
       shmio::rpc_buffer opener(io.get_executor(), shmio::open_only, name);
@@ -357,7 +371,8 @@ void bm_pipelined(benchmark::State& state, family f) {
 void register_all() {
   const std::pair<placement, const char*> placements[] = {{placement::split, "split"},
                                                           {placement::same, "same"}};
-  for (family f : {family::spin_ring, family::asio_local_stream, family::shmio_rpc})
+  for (family f :
+       {family::spin_ring, family::asio_local_stream, family::shmio_rpc, family::shmio_rpc_plain})
     for (const auto& [p, pname] : placements) {
       if (f == family::spin_ring && p == placement::same) continue;  // measures time slices
       const std::string name = std::string("BM_rpc_roundtrip/") + name_of(f) + "/" + pname;
@@ -366,7 +381,7 @@ void register_all() {
       b->UseRealTime()->Unit(benchmark::kNanosecond);
       if (g_fixed_round_trips > 0) b->Iterations(g_fixed_round_trips);
     }
-  for (family f : {family::asio_local_stream, family::shmio_rpc}) {
+  for (family f : {family::asio_local_stream, family::shmio_rpc, family::shmio_rpc_plain}) {
     const std::string pipelined = std::string("BM_rpc_pipelined/") + name_of(f);
     benchmark::RegisterBenchmark(pipelined.c_str(),
                                  [f](benchmark::State& st) { bm_pipelined(st, f); })

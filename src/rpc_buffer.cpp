@@ -1,53 +1,54 @@
 #include "shmio/rpc_buffer.hpp"
 
 namespace shmio {
+
 namespace {
 
-// A plain function as a handler: the coroutine just returns its result.
-rpc_buffer::handler_type lift(rpc_buffer::sync_handler_type f) {
-  if (!f) return {};
-  return [f = std::move(f)](std::uint64_t id, std::span<const std::byte> payload)
-             -> asio::awaitable<std::vector<std::byte>> { co_return f(id, payload); };
+using detail::rpc_channel;
+using detail::rpc_service;
+
+std::shared_ptr<rpc_channel> create_or_throw(const asio::any_io_executor& ex, std::string_view name,
+                                             rpc_service service, const rpc_options& options) {
+  std::error_code ec;
+  auto ch = rpc_channel::create(ex, name, std::move(service), options, ec);
+  detail::throw_if(ec, "create rpc channel", name);
+  return ch;
+}
+
+std::shared_ptr<rpc_channel> open_or_throw(const asio::any_io_executor& ex, std::string_view name,
+                                           rpc_service service, wait_strategy strategy) {
+  std::error_code ec;
+  auto ch = rpc_channel::open(ex, name, std::move(service), strategy, ec);
+  detail::throw_if(ec, "open rpc channel", name);
+  return ch;
 }
 
 }  // namespace
 
 rpc_buffer::rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
                        handler_type handler, rpc_options options, std::error_code& ec)
-    : ex_(ex) {
-  channel_ = detail::rpc_channel::create(ex, name, std::move(handler), options, ec);
-}
+    : ex_(ex), channel_(rpc_channel::create(ex, name, {std::move(handler), {}}, options, ec)) {}
 
 rpc_buffer::rpc_buffer(const executor_type& ex, open_only_t, std::string_view name,
                        handler_type handler, wait_strategy strategy, std::error_code& ec)
-    : ex_(ex) {
-  channel_ = detail::rpc_channel::open(ex, name, std::move(handler), strategy, ec);
-}
+    : ex_(ex), channel_(rpc_channel::open(ex, name, {std::move(handler), {}}, strategy, ec)) {}
 
-rpc_buffer::rpc_buffer(const executor_type& ex, create_only_t tag, std::string_view name,
+rpc_buffer::rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
                        handler_type handler, rpc_options options)
-    : ex_(ex) {
-  std::error_code ec;
-  channel_ = detail::rpc_channel::create(ex, name, std::move(handler), options, ec);
-  detail::throw_if(ec, "create rpc channel", name);
-  (void)tag;
-}
+    : ex_(ex), channel_(create_or_throw(ex, name, {std::move(handler), {}}, options)) {}
 
-rpc_buffer::rpc_buffer(const executor_type& ex, create_only_t tag, std::string_view name,
+// A plain handler is kept as such: the channel runs it inline as its request arrives.
+rpc_buffer::rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
                        sync_handler_type handler, rpc_options options)
-    : rpc_buffer(ex, tag, name, lift(std::move(handler)), options) {}
+    : ex_(ex), channel_(create_or_throw(ex, name, {{}, std::move(handler)}, options)) {}
 
 rpc_buffer::rpc_buffer(const executor_type& ex, open_only_t, std::string_view name,
                        handler_type handler, wait_strategy strategy)
-    : ex_(ex) {
-  std::error_code ec;
-  channel_ = detail::rpc_channel::open(ex, name, std::move(handler), strategy, ec);
-  detail::throw_if(ec, "open rpc channel", name);
-}
+    : ex_(ex), channel_(open_or_throw(ex, name, {std::move(handler), {}}, strategy)) {}
 
-rpc_buffer::rpc_buffer(const executor_type& ex, open_only_t tag, std::string_view name,
+rpc_buffer::rpc_buffer(const executor_type& ex, open_only_t, std::string_view name,
                        sync_handler_type handler, wait_strategy strategy)
-    : rpc_buffer(ex, tag, name, lift(std::move(handler)), strategy) {}
+    : ex_(ex), channel_(open_or_throw(ex, name, {{}, std::move(handler)}, strategy)) {}
 
 rpc_buffer::rpc_buffer(rpc_buffer&&) noexcept = default;
 

@@ -129,10 +129,10 @@ asio::any_io_executor make_channel_strand(const asio::any_io_executor& ex) {
 
 }  // namespace
 
-rpc_channel::rpc_channel(const asio::any_io_executor& ex, rpc_handler handler)
+rpc_channel::rpc_channel(const asio::any_io_executor& ex, rpc_service service)
     : ex_(ex),
       strand_(make_channel_strand(ex)),
-      handler_(std::move(handler)),
+      service_(std::move(service)),
       next_id_(platform::random_u64() >> 2 | 1),
       outbox_ready_(strand_),
       tick_(strand_),
@@ -146,7 +146,7 @@ rpc_channel::~rpc_channel() {
 }
 
 std::shared_ptr<rpc_channel> rpc_channel::create(const asio::any_io_executor& ex,
-                                                 std::string_view name, rpc_handler handler,
+                                                 std::string_view name, rpc_service service,
                                                  const rpc_options& options, std::error_code& ec) {
   std::uint64_t ring_bytes = 0;
   if (!ring_view::body_size_for(options.node_count, options.node_size, ring_bytes) ||
@@ -177,7 +177,7 @@ std::shared_ptr<rpc_channel> rpc_channel::create(const asio::any_io_executor& ex
   segment seg = segment::create(name, object_kind::rpc, sizeof(layout::rpc_header) + 2 * ring_bytes,
                                 init, ec);
   if (ec) return nullptr;
-  auto ch = std::make_shared<rpc_channel>(ex, std::move(handler));
+  auto ch = std::make_shared<rpc_channel>(ex, std::move(service));
   ch->default_timeout_ = no_timeout ? std::chrono::milliseconds::max() : options.default_timeout;
   ch->reassembler_ = reassembler(options.max_message_size);
   ec = ch->attach(std::move(seg), true, where, options.strategy);
@@ -187,14 +187,14 @@ std::shared_ptr<rpc_channel> rpc_channel::create(const asio::any_io_executor& ex
 }
 
 std::shared_ptr<rpc_channel> rpc_channel::open(const asio::any_io_executor& ex,
-                                               std::string_view name, rpc_handler handler,
+                                               std::string_view name, rpc_service service,
                                                wait_strategy strategy, std::error_code& ec) {
   segment seg = segment::open(name, object_kind::rpc, ec);
   if (ec) return nullptr;
   channel_settings settings;
   ec = validate_channel(seg.body(), settings);
   if (ec) return nullptr;
-  auto ch = std::make_shared<rpc_channel>(ex, std::move(handler));
+  auto ch = std::make_shared<rpc_channel>(ex, std::move(service));
   // The owner's limits, so that both ends agree on them.
   ch->default_timeout_ = settings.default_timeout;
   ch->reassembler_ = reassembler(settings.max_message_size);
@@ -310,7 +310,7 @@ void rpc_channel::on_packet(std::span<const std::byte> bytes) {
         if (h.type == static_cast<std::uint8_t>(packet_type::request))
           send_error(h.message_id, errc::message_too_large, "request larger than max_message_size");
         else if (h.type != static_cast<std::uint8_t>(packet_type::cancel))
-          finish_call(h.response_to, errc::message_too_large, {});
+          finish_call(h.response_to, errc::message_too_large, {}, true);
       }
       return;
   }
@@ -321,7 +321,10 @@ void rpc_channel::on_message(incoming_message m) {
     case packet_type::request: {
       stats_.requests_received.fetch_add(1, std::memory_order_relaxed);
       stats_.bytes_received.fetch_add(m.payload.size(), std::memory_order_relaxed);
-      if (!handler_) return send_error(m.id, errc::no_handler, "no handler at this end");
+      if (!service_) return send_error(m.id, errc::no_handler, "no handler at this end");
+      // A plain handler runs here and now: no coroutine to start, no trip through the
+      // scheduler, nothing to cancel (a cancel packet that comes later finds nothing).
+      if (service_.sync) return serve_now(m);
       const std::uint64_t id = m.id;
       auto call = std::make_shared<serving_call>();
       if (!insert_recycled(serving_, spare_serving_, id, call)) {
@@ -346,7 +349,7 @@ void rpc_channel::on_message(incoming_message m) {
     case packet_type::response:
       stats_.responses_received.fetch_add(1, std::memory_order_relaxed);
       stats_.bytes_received.fetch_add(m.payload.size(), std::memory_order_relaxed);
-      return finish_call(m.response_to, {}, std::move(m.payload));
+      return finish_call(m.response_to, {}, std::move(m.payload), true);
     case packet_type::error: {
       stats_.errors_received.fetch_add(1, std::memory_order_relaxed);
       int value = 0;
@@ -354,7 +357,7 @@ void rpc_channel::on_message(incoming_message m) {
       decode_error(m.payload, value, text);
       const auto* p = reinterpret_cast<const std::byte*>(text.data());
       return finish_call(m.response_to, error_from_wire(value),
-                         std::vector<std::byte>(p, p + text.size()));
+                         std::vector<std::byte>(p, p + text.size()), true);
     }
     case packet_type::cancel:
       if (auto it = serving_.find(m.response_to); it != serving_.end()) {
@@ -370,11 +373,11 @@ void rpc_channel::on_message(incoming_message m) {
 asio::awaitable<void> rpc_channel::serve([[maybe_unused]] std::shared_ptr<rpc_channel> self,
                                          incoming_message request, std::uint64_t session) {
   if (closed_ || session != session_) co_return;  // its caller went before it started
-  outgoing_message reply{packet_type::response, next_id(), request.id, {}};
+  std::vector<std::byte> reply;
   std::error_code failure;
   std::string text;
   try {
-    reply.payload = co_await handler_(request.id, request.payload);
+    reply = co_await service_.async(request.id, request.payload);
   } catch (const std::exception& e) {
     failure = errc::remote_error;
     text = e.what();
@@ -385,14 +388,36 @@ asio::awaitable<void> rpc_channel::serve([[maybe_unused]] std::shared_ptr<rpc_ch
   // Nobody to answer if this end closed or the caller's session ended meanwhile. (The entry in
   // serving_ goes in the completion of this coroutine, not here.)
   if (closed_ || session != session_) co_return;
-  if (!failure && reply.payload.size() > reassembler_max()) {
+  answer(request.id, std::move(reply), failure, text);
+}
+
+void rpc_channel::serve_now(const incoming_message& request) {
+  std::vector<std::byte> reply;
+  std::error_code failure;
+  std::string text;
+  try {
+    reply = service_.sync(request.id, request.payload);
+  } catch (const std::exception& e) {
+    failure = errc::remote_error;
+    text = e.what();
+  } catch (...) {
+    failure = errc::remote_error;
+    text = "unknown exception";
+  }
+  // The handler ran inside this strand's turn: neither a close nor a new session came between.
+  answer(request.id, std::move(reply), failure, text);
+}
+
+void rpc_channel::answer(std::uint64_t request_id, std::vector<std::byte> reply,
+                         std::error_code failure, std::string_view text) {
+  if (!failure && reply.size() > reassembler_max()) {
     failure = errc::message_too_large;
     text = "reply larger than max_message_size";
   }
-  if (failure) co_return send_error(request.id, failure, text);
+  if (failure) return send_error(request_id, failure, text);
   stats_.responses_sent.fetch_add(1, std::memory_order_relaxed);
-  stats_.bytes_sent.fetch_add(reply.payload.size(), std::memory_order_relaxed);
-  send(std::move(reply));
+  stats_.bytes_sent.fetch_add(reply.size(), std::memory_order_relaxed);
+  send({packet_type::response, next_id(), request_id, std::move(reply)});
 }
 
 // ---- writing -----------------------------------------------------------------------------
@@ -480,11 +505,12 @@ void rpc_channel::start_call(std::uint64_t id, std::unique_ptr<pending_call> cal
   // the call inside the initiating function: every completion is posted, see rpc_call.)
   asio::dispatch(strand_, [self = shared_from_this(), id, call = std::move(call),
                            payload = std::move(payload), timeout]() mutable {
-    if (self->closed_) return call->complete(asio::error::operation_aborted, {});
+    // Posted, not dispatched: this may run inside the caller's initiating function.
+    if (self->closed_) return call->complete(asio::error::operation_aborted, {}, false);
     if (payload.size() > self->reassembler_max())
-      return call->complete(errc::message_too_large, {});
+      return call->complete(errc::message_too_large, {}, false);
     if (self->owner_) self->follow_opener();  // address the opener there is now
-    if (!self->peer_attached()) return call->complete(errc::peer_gone, {});
+    if (!self->peer_attached()) return call->complete(errc::peer_gone, {}, false);
     const auto deadline = timeout.count() < 0 || timeout == std::chrono::milliseconds::max()
                               ? std::chrono::steady_clock::time_point::max()
                               : std::chrono::steady_clock::now() + timeout;
@@ -507,7 +533,8 @@ void rpc_channel::cancel_call(std::uint64_t id) {
   });
 }
 
-void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, std::vector<std::byte> reply) {
+void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, std::vector<std::byte> reply,
+                              bool may_dispatch) {
   auto it = calls_.find(id);
   if (it == calls_.end()) {
     stats_.discarded_replies.fetch_add(1, std::memory_order_relaxed);
@@ -516,7 +543,7 @@ void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, std::vector<
   auto call = std::move(it->second.call);
   erase_recycled(calls_, spare_calls_, it);
   stats_.pending.fetch_sub(1, std::memory_order_relaxed);
-  call->complete(ec, std::move(reply));
+  call->complete(ec, std::move(reply), may_dispatch);
 }
 
 // ---- the other end -----------------------------------------------------------------------

@@ -10,6 +10,10 @@
 //     First it calls the owner with "ready" (the owner learns that the opener is there), then
 //     it calls the owner once with each CALL argument, without waiting for the answers.
 //
+//   rpc-serve-plain NAME [CALL...]
+//     The same with a plain function as the handler (the channel runs it inline); "hold" is
+//     echoed, as a plain function cannot wait.
+//
 // Exit codes: 0 closed after "quit" (or after the owner went away during "ready"), 1 the
 // "ready" call failed, 2 bad arguments, 97 an exception (e.g. the open failed).
 #include <asio/co_spawn.hpp>
@@ -51,20 +55,30 @@ std::string_view text(std::span<const std::byte> b) {
   return {reinterpret_cast<const char*>(b.data()), b.size()};
 }
 
-}  // namespace
+std::vector<std::byte> sum_of(std::span<const std::byte> in) {
+  const std::int32_t sum = std::to_integer<int>(in[0]) + std::to_integer<int>(in[1]);
+  std::vector<std::byte> reply(sizeof sum);
+  std::memcpy(reply.data(), &sum, sizeof sum);
+  return reply;
+}
 
-SHMIO_PEER_COMMAND("rpc-serve", args) {
+int serve_channel(const std::vector<std::string>& args, bool plain) {
   if (args.empty()) return exit_usage;
   asio::io_context io;
   std::optional<shmio::rpc_buffer> rpc;
-  auto handler = [&](std::uint64_t,
-                     std::span<const std::byte> in) -> asio::awaitable<std::vector<std::byte>> {
-    if (in.size() == 2) {
-      const std::int32_t sum = std::to_integer<int>(in[0]) + std::to_integer<int>(in[1]);
-      std::vector<std::byte> reply(sizeof sum);
-      std::memcpy(reply.data(), &sum, sizeof sum);
-      co_return reply;
+  auto function = [&](std::uint64_t, std::span<const std::byte> in) -> std::vector<std::byte> {
+    if (in.size() == 2) return sum_of(in);
+    const std::string_view what = text(in);
+    if (what == "fail") throw std::runtime_error("peer handler failed");
+    if (what == "quit") {
+      asio::post(io, [&] { rpc->close(); });
+      return bytes("bye");
     }
+    return {in.begin(), in.end()};
+  };
+  auto coroutine = [&](std::uint64_t,
+                       std::span<const std::byte> in) -> asio::awaitable<std::vector<std::byte>> {
+    if (in.size() == 2) co_return sum_of(in);
     const std::string_view what = text(in);
     if (what == "hold") {
       asio::steady_timer forever(co_await asio::this_coro::executor, 1h);
@@ -79,7 +93,10 @@ SHMIO_PEER_COMMAND("rpc-serve", args) {
     }
     co_return std::vector<std::byte>(in.begin(), in.end());
   };
-  rpc.emplace(io.get_executor(), shmio::open_only, args[0], shmio::rpc_handler(handler));
+  if (plain)
+    rpc.emplace(io.get_executor(), shmio::open_only, args[0], shmio::rpc_sync_handler(function));
+  else
+    rpc.emplace(io.get_executor(), shmio::open_only, args[0], shmio::rpc_handler(coroutine));
 
   int rc = 0;
   asio::co_spawn(
@@ -98,4 +115,14 @@ SHMIO_PEER_COMMAND("rpc-serve", args) {
       asio::detached);
   io.run();
   return rc;
+}
+
+}  // namespace
+
+SHMIO_PEER_COMMAND("rpc-serve", args) {
+  return serve_channel(args, false);
+}
+
+SHMIO_PEER_COMMAND("rpc-serve-plain", args) {
+  return serve_channel(args, true);
 }

@@ -13,9 +13,11 @@
 #include <algorithm>
 #include <array>
 #include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/executor_work_guard.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/experimental/deferred.hpp>
@@ -285,10 +287,12 @@ class peer_session {
   const scoped_name& name() const noexcept { return name_; }
   child& peer() { return *peer_; }
 
-  /// Starts a peer process; `calls` are the calls it makes to us after "ready".
-  void start_peer(const std::vector<std::string>& calls = {}) {
+  /// Starts a peer process; `calls` are the calls it makes to us after "ready". Its handler is
+  /// a coroutine, or with `plain` a plain function.
+  void start_peer(const std::vector<std::string>& calls = {}, bool plain = false) {
     ready_.reset();
-    std::vector<std::string> argv{peer_path(), "rpc-serve", name_.str()};
+    std::vector<std::string> argv{peer_path(), plain ? "rpc-serve-plain" : "rpc-serve",
+                                  name_.str()};
     argv.insert(argv.end(), calls.begin(), calls.end());
     peer_.reset();
     peer_.emplace(argv);
@@ -342,17 +346,71 @@ TEST_CASE("rpc_buffer: the owner calls the opener and gets the handler's reply",
   });
 }
 
+TEST_CASE("rpc_buffer: a reply completes on the executor of the caller's handler", "[rpc]") {
+  // The channel may run a completion where the reply arrives, but only when the handler's own
+  // executor allows it: a handler bound to another io_context runs in that one's thread.
+  scoped_name name("rpc");
+  asio::io_context io, other;
+  auto guard = asio::make_work_guard(other);
+  std::thread other_thread([&] { other.run(); });
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_sync_handler(add_two));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  // Counted here, checked after the join: Catch2's assertions are for one thread.
+  std::atomic<int> calls_in_other{0}, calls_elsewhere{0}, wrong_replies{0};
+  std::function<void(int)> call = [&](int left) {
+    opener.async_request(asio::buffer(two_bytes(left, 1)),
+                         asio::bind_executor(other, [&, left](std::error_code ec, bytes_t r) {
+                           if (ec || r.size() != 4 || as_int(r) != left + 1) ++wrong_replies;
+                           if (other.get_executor().running_in_this_thread())
+                             ++calls_in_other;
+                           else
+                             ++calls_elsewhere;
+                           if (left > 0) return call(left - 1);  // from the other thread
+                           asio::post(io, [&] {
+                             owner.close();
+                             opener.close();
+                           });
+                         }));
+  };
+  asio::post(io, [&] { call(20); });
+  io.run();
+  guard.reset();
+  other_thread.join();
+  CHECK(calls_in_other == 21);
+  CHECK(calls_elsewhere == 0);
+  CHECK(wrong_replies == 0);
+}
+
 TEST_CASE("rpc_buffer: the owner calls an opener in another process and gets 133",
           "[rpc][process]") {
   asio::io_context io;
   peer_session s(io, rpc_options{});
-  s.start_peer();
+  bool plain = false;
+  SECTION("its handler is a coroutine") {}
+  SECTION("its handler is a plain function, run inline") {
+    plain = true;
+  }
+  s.start_peer({}, plain);
   run_until_done(io, [&]() -> asio::awaitable<void> {
     CO_REQUIRE(co_await s.wait_ready());
     auto [ec, reply] =
         co_await s.owner().async_request(asio::buffer(two_bytes(123, 10)), tuple_awaitable);
     CHECK_FALSE(ec);
     CHECK(as_int(reply) == 133);
+    // Many calls in flight at once, each answered with its own sum.
+    std::vector<std::pair<int, int>> sums;
+    for (int i = 0; i < 64; ++i)
+      sums.emplace_back(i, 2 * i);
+    std::size_t answered = 0;
+    async_flag all_answered(co_await asio::this_coro::executor);
+    for (auto [a, b] : sums)
+      s.owner().async_request(asio::buffer(two_bytes(a, b)),
+                              [&, a = a, b = b](std::error_code e, bytes_t r) {
+                                CHECK_FALSE(e);
+                                CHECK((r.size() == 4 && as_int(r) == a + b));
+                                if (++answered == sums.size()) all_answered.set();
+                              });
+    CO_CHECK(co_await all_answered.wait());
     CO_CHECK(co_await s.quit() == 0);
     s.owner().close();
   });
@@ -713,14 +771,16 @@ TEST_CASE("rpc_buffer: a handler's exception reaches the caller as remote_error 
     };
     expected = "no such account";
   }
-  SECTION("a sync handler throws") {
-    shmio::rpc_sync_handler f = [](std::uint64_t, std::span<const std::byte>) -> bytes_t {
+  shmio::rpc_sync_handler plain;
+  SECTION("a plain function handler throws (it runs inline)") {
+    plain = [](std::uint64_t, std::span<const std::byte>) -> bytes_t {
       throw std::out_of_range("index 7");
     };
-    handler = [f](std::uint64_t id, std::span<const std::byte> in) -> asio::awaitable<bytes_t> {
-      co_return f(id, in);
-    };
     expected = "index 7";
+  }
+  SECTION("a plain function handler throws something that is not a std::exception") {
+    plain = [](std::uint64_t, std::span<const std::byte>) -> bytes_t { throw 7; };
+    expected = "unknown exception";
   }
   SECTION("something that is not a std::exception is thrown") {
     handler = [](std::uint64_t, std::span<const std::byte>) -> asio::awaitable<bytes_t> {
@@ -729,7 +789,8 @@ TEST_CASE("rpc_buffer: a handler's exception reaches the caller as remote_error 
     };
     expected = "unknown exception";
   }
-  rpc_buffer owner(io.get_executor(), shmio::create_only, name, handler);
+  rpc_buffer owner = plain ? rpc_buffer(io.get_executor(), shmio::create_only, name, plain)
+                           : rpc_buffer(io.get_executor(), shmio::create_only, name, handler);
   rpc_buffer opener(io.get_executor(), shmio::open_only, name);
   run_until_done(io, [&]() -> asio::awaitable<void> {
     auto [ec, reply] = co_await opener.async_request(asio::buffer(bytes("x")), tuple_awaitable);
@@ -746,7 +807,12 @@ TEST_CASE("rpc_buffer: the exception text of a handler in another process reache
           "[rpc][process]") {
   asio::io_context io;
   peer_session s(io, rpc_options{});
-  s.start_peer();
+  bool plain = false;
+  SECTION("its handler is a coroutine") {}
+  SECTION("its handler is a plain function, run inline") {
+    plain = true;
+  }
+  s.start_peer({}, plain);
   run_until_done(io, [&]() -> asio::awaitable<void> {
     CO_REQUIRE(co_await s.wait_ready());
     auto [ec, reply] =
@@ -1093,13 +1159,12 @@ TEST_CASE("rpc_buffer: a message over max_message_size fails with message_too_la
             co_return bytes_t(in.begin(), in.end());
           }),
       options);
-  rpc_buffer opener(
-      io.get_executor(), shmio::open_only, name,
-      shmio::rpc_handler(
-          [](std::uint64_t, std::span<const std::byte> in) -> asio::awaitable<bytes_t> {
-            if (text(in) == "big reply") co_return bytes_t(1001);
-            co_return bytes_t(in.begin(), in.end());
-          }));
+  // A plain function (run inline) at this end, a coroutine at the owner: both are checked.
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name,
+                    shmio::rpc_sync_handler([](std::uint64_t, std::span<const std::byte> in) {
+                      if (text(in) == "big reply") return bytes_t(1001);
+                      return bytes_t(in.begin(), in.end());
+                    }));
   const int scenario = GENERATE(range(0, 4));
   CAPTURE(scenario);
   run_until_done(io, [&]() -> asio::awaitable<void> {

@@ -32,21 +32,30 @@
 
 namespace shmio::detail {
 
+/// What serves the requests that reach this end: a coroutine handler, a plain one, or neither.
+struct rpc_service {
+  rpc_handler async;
+  rpc_sync_handler sync;
+  explicit operator bool() const noexcept { return async || sync; }
+};
+
 class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
  public:
   /// A caller waiting for its reply; completes exactly once.
   struct pending_call {
     virtual ~pending_call() = default;
-    virtual void complete(std::error_code ec, std::vector<std::byte> reply) = 0;
+    /// `may_dispatch`: we run on an executor thread outside any initiating function, so the
+    /// handler may run here if its executor allows (saves a trip through the scheduler).
+    virtual void complete(std::error_code ec, std::vector<std::byte> reply, bool may_dispatch) = 0;
   };
 
   static std::shared_ptr<rpc_channel> create(const asio::any_io_executor& ex, std::string_view name,
-                                             rpc_handler handler, const rpc_options& options,
+                                             rpc_service service, const rpc_options& options,
                                              std::error_code& ec);
   static std::shared_ptr<rpc_channel> open(const asio::any_io_executor& ex, std::string_view name,
-                                           rpc_handler handler, wait_strategy strategy,
+                                           rpc_service service, wait_strategy strategy,
                                            std::error_code& ec);
-  rpc_channel(const asio::any_io_executor& ex, rpc_handler handler);
+  rpc_channel(const asio::any_io_executor& ex, rpc_service service);
   ~rpc_channel();
 
   const asio::any_io_executor& get_executor() const noexcept { return ex_; }
@@ -92,7 +101,12 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
                               std::uint64_t session);
   void on_packet(std::span<const std::byte> bytes);
   void on_message(incoming_message m);
-  void finish_call(std::uint64_t id, std::error_code ec, std::vector<std::byte> reply);
+  void serve_now(const incoming_message& request);
+  void answer(std::uint64_t request_id, std::vector<std::byte> reply, std::error_code failure,
+              std::string_view text);
+  // `may_dispatch`: see pending_call::complete.
+  void finish_call(std::uint64_t id, std::error_code ec, std::vector<std::byte> reply,
+                   bool may_dispatch = false);
   void send(outgoing_message m);
   void send_failed(const outgoing_message& m, std::error_code ec);
   void send_error(std::uint64_t to, std::error_code ec, std::string_view text);
@@ -111,7 +125,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // a strand<any_io_executor> does not, and then every copy, prefer and require Asio makes of it
   // (several per handler) allocates. See make_channel_strand.
   asio::any_io_executor strand_;
-  rpc_handler handler_;
+  rpc_service service_;
   segment seg_;
   layout::rpc_header* header_ = nullptr;
   ring_view in_;                    // the ring the other end writes

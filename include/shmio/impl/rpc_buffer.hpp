@@ -4,7 +4,10 @@
 #include <asio/associated_allocator.hpp>
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
+#include <asio/dispatch.hpp>
 #include <asio/execution.hpp>
+#include <asio/experimental/append.hpp>
+#include <asio/post.hpp>
 #include <asio/prefer.hpp>
 
 #include "shmio/detail/rpc_channel.hpp"
@@ -25,10 +28,14 @@ class rpc_call final : public rpc_channel::pending_call {
         work_(asio::prefer(asio::get_associated_executor(handler_, ex),
                            asio::execution::outstanding_work.tracked)) {}
 
-  void complete(std::error_code ec, std::vector<std::byte> reply) override {
+  void complete(std::error_code ec, std::vector<std::byte> reply, bool may_dispatch) override {
     auto h = std::move(handler_);
     auto work = std::move(work_);
-    asio::post(work, asio::experimental::append(std::move(h), ec, std::move(reply)));
+    auto bound = asio::experimental::append(std::move(h), ec, std::move(reply));
+    if (may_dispatch)
+      asio::dispatch(work, std::move(bound));
+    else
+      asio::post(work, std::move(bound));
   }
 
  private:
