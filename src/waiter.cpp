@@ -84,27 +84,51 @@ void waiter::enqueue(op_base* o, std::chrono::nanoseconds spin) {
   pending_[q].push_back(o);  // in the list while spinning, so that cancellation finds it
   const auto deadline = std::chrono::steady_clock::now() + spin;
   asio::post(ex_, [self = shared_from_this(), id = o->id, q, deadline] {
-    self->spin_step(id, q, deadline);
+    self->spin_step(id, q, deadline, 1);
   });
 }
 
+namespace {
+// Re-checks per trip through the executor. A trip costs far more than a re-check (Asio's
+// scheduler polls its reactor, a system call, between handlers), so each trip takes several
+// looks, pause-spun: a few hundred nanoseconds in which other handlers of this thread wait.
+constexpr int rechecks_per_step = 16;
+// Trips between two sched_yield calls. A yield lets a peer on this same CPU run (without it our
+// spin could not succeed there), but costs a system call even when nobody else is runnable.
+constexpr std::uint32_t steps_per_yield = 4;
+// A yield that took this long gave the CPU to somebody: this CPU is shared, perhaps with the
+// peer, so yield at every trip and skip the re-checks (they cannot succeed before we yield).
+constexpr auto crowded_yield = std::chrono::microseconds(2);
+}  // namespace
+
 void waiter::spin_step(std::uint64_t id, std::size_t q,
-                       std::chrono::steady_clock::time_point deadline) {
+                       std::chrono::steady_clock::time_point deadline, std::uint32_t step) {
   std::unique_lock lock(mutex_);
   op_base* o = closed_ ? nullptr : find(q, id);
   if (!o) return;  // cancelled, or completed by a ring meanwhile
-  if (o->attempt()) {
-    spin_.spin_succeeded();
-    return complete(lock, o, {}, true);  // we run on the executor, outside any initiator
+  // relaxed: a hint about this CPU, shared by the waits of this object.
+  const bool crowded = crowded_.load(std::memory_order_relaxed);
+  for (int i = 0; i < (crowded ? 1 : rechecks_per_step); ++i) {
+    if (o->attempt()) {
+      spin_.spin_succeeded();
+      return complete(lock, o, {}, true);  // we run on the executor, outside any initiator
+    }
+    platform::cpu_relax();
   }
   if (std::chrono::steady_clock::now() >= deadline) {
     spin_.spin_failed();
     return park(lock, o);
   }
   lock.unlock();
-  platform::yield();  // let a peer that shares this CPU run
-  asio::post(ex_,
-             [self = shared_from_this(), id, q, deadline] { self->spin_step(id, q, deadline); });
+  if (crowded || step % steps_per_yield == 0) {  // let a peer that shares this CPU run
+    const auto before = std::chrono::steady_clock::now();
+    platform::yield();
+    crowded_.store(std::chrono::steady_clock::now() - before >= crowded_yield,
+                   std::memory_order_relaxed);
+  }
+  asio::post(ex_, [self = shared_from_this(), id, q, deadline, step] {
+    self->spin_step(id, q, deadline, step + 1);
+  });
 }
 
 void waiter::park(std::unique_lock<std::mutex>& lock, op_base* o) {

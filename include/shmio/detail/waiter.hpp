@@ -136,7 +136,8 @@ class waiter : public std::enable_shared_from_this<waiter> {
   // Puts `o` in its list; it spins through the executor for `spin` (re-checking between other
   // handlers, so a peer in this very thread can make progress), then parks.
   void enqueue(op_base* o, std::chrono::nanoseconds spin);
-  void spin_step(std::uint64_t id, std::size_t q, std::chrono::steady_clock::time_point deadline);
+  void spin_step(std::uint64_t id, std::size_t q, std::chrono::steady_clock::time_point deadline,
+                 std::uint32_t step);
   void park(std::unique_lock<std::mutex>& lock, op_base* o);
   // Takes `o` out of its list and completes it; passes on a ring it may have swallowed.
   void complete(std::unique_lock<std::mutex>& lock, op_base* o, std::error_code ec,
@@ -174,6 +175,7 @@ class waiter : public std::enable_shared_from_this<waiter> {
   bool rescue_waiting_ = false;
   bool closed_ = false;
   std::atomic<bool> closed_flag_{false};  // closed_, readable without the mutex
+  std::atomic<bool> crowded_{false};      // our last yield gave the CPU away (see spin_step)
   std::chrono::steady_clock::time_point parked_since_{};
 };
 
