@@ -16,10 +16,11 @@
 // BM_rpc_pipelined/<family>: 1 KiB requests (1 KiB echo) from `in_flight` concurrent callers in
 //     the parent's one thread; items_per_second = completed calls per second. The stream family
 //     uses one connection per caller (a connection pool, as a user would without a protocol
-//     with request ids).
+//     with request ids). BM_rpc_pipelined/shmio_rpc_plain/nodes:16: the same over rings of 16
+//     nodes, fewer than the calls in flight, so senders keep waiting for room.
 // BM_rpc_bulk/<family>: sequential 512 KiB requests with an empty reply; bytes_per_second. shmio
-//     cuts each request into node-sized packets (64 KiB nodes: 8 packets) and puts it together
-//     on arrival.
+//     cuts each request into node-sized packets (16 KiB nodes by default: 33 packets) and puts it
+//     together on arrival.
 //
 // Counters: median_ns (round trips; see support.hpp); allocs_per_iter / allocs_per_call: heap
 // allocations in the calling process per call.
@@ -158,7 +159,8 @@ std::vector<std::byte> reply_to(std::span<const std::byte> in, reply_kind kind) 
 }
 
 /// The owner's handler is a coroutine, or with `plain` a plain function.
-void fork_rpc_server(session& s, const std::string& name, reply_kind kind, bool plain) {
+void fork_rpc_server(session& s, const std::string& name, reply_kind kind, bool plain,
+                     const shmio::rpc_options& options = {}) {
   control_block& c = s.ctl();
   s.fork_child([&](const std::function<void()>& ready) {
     asio::io_context io;
@@ -167,8 +169,9 @@ void fork_rpc_server(session& s, const std::string& name, reply_kind kind, bool 
     shmio::rpc_sync_handler function = [kind](std::uint64_t, std::span<const std::byte> in) {
       return reply_to(in, kind);
     };
-    auto owner = plain ? shmio::rpc_buffer(io.get_executor(), shmio::create_only, name, function)
-                       : shmio::rpc_buffer(io.get_executor(), shmio::create_only, name, coroutine);
+    auto owner =
+        plain ? shmio::rpc_buffer(io.get_executor(), shmio::create_only, name, function, options)
+              : shmio::rpc_buffer(io.get_executor(), shmio::create_only, name, coroutine, options);
     asio::co_spawn(io, stop_watch(c, io), asio::detached);
     ready();
     io.run();
@@ -326,7 +329,7 @@ void measure_pipelined(benchmark::State& state, session& s, asio::io_context& io
   }
 }
 
-void bm_pipelined(benchmark::State& state, family f) {
+void bm_pipelined(benchmark::State& state, family f, const shmio::rpc_options& options = {}) {
   guarded(state, [&] {
     session s(placement::split);
     s.pin_parent();
@@ -351,7 +354,7 @@ void bm_pipelined(benchmark::State& state, family f) {
       return;
     }
     const std::string name = s.segment_name("rpc");
-    fork_rpc_server(s, name, reply_kind::echo, f == family::shmio_rpc_plain);
+    fork_rpc_server(s, name, reply_kind::echo, f == family::shmio_rpc_plain, options);
     s.start_children();
     {
       shmio::rpc_buffer opener(io.get_executor(), shmio::open_only, name);
@@ -393,6 +396,15 @@ void register_all() {
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   }
+  benchmark::RegisterBenchmark("BM_rpc_pipelined/shmio_rpc_plain/nodes:16",
+                               [](benchmark::State& st) {
+                                 shmio::rpc_options few;
+                                 few.node_count = 16;
+                                 bm_pipelined(st, family::shmio_rpc_plain, few);
+                               })
+      ->UseManualTime()
+      ->Iterations(1)
+      ->Unit(benchmark::kMillisecond);
 }
 
 }  // namespace

@@ -98,7 +98,7 @@ constexpr int rechecks_per_step = 16;
 constexpr std::uint32_t steps_per_yield = 4;
 // A yield that took this long gave the CPU to somebody: this CPU is shared, perhaps with the
 // peer, so yield at every trip and skip the re-checks (they cannot succeed before we yield).
-constexpr auto crowded_yield = std::chrono::microseconds(2);
+constexpr auto crowded_yield = std::chrono::microseconds(1);
 }  // namespace
 
 void waiter::spin_step(std::uint64_t id, std::size_t q,

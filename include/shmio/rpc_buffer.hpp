@@ -17,7 +17,9 @@
 //                                                                asio::use_awaitable);
 //
 // Handlers run on the channel's strand (on its executor): many requests are served concurrently
-// as coroutines, but a handler that computes for long should move its work elsewhere.
+// as coroutines, but a handler that computes for long should move its work elsewhere. A plain
+// function handler (rpc_sync_handler) is the fast path: it runs inline as its request is read,
+// with no coroutine to start, and holds up the channel while it runs.
 
 #include <chrono>
 #include <cstddef>

@@ -18,7 +18,8 @@ namespace shmio {
 /// out. An exception becomes an errc::remote_error reply that carries its what() text.
 using rpc_handler = std::function<asio::awaitable<std::vector<std::byte>>(
     std::uint64_t request_id, std::span<const std::byte> payload)>;
-/// The same as a plain function, for handlers that do not wait.
+/// The same as a plain function, for handlers that do not wait. Run inline as the request is
+/// read (no coroutine, no trip through the scheduler): the fastest way to serve.
 using rpc_sync_handler = std::function<std::vector<std::byte>(std::uint64_t request_id,
                                                               std::span<const std::byte> payload)>;
 
@@ -26,8 +27,11 @@ using rpc_sync_handler = std::function<std::vector<std::byte>(std::uint64_t requ
 /// the channel's header, and every opener adopts them: both ends agree on the ring sizes, the
 /// default timeout and the largest message.
 struct rpc_options {
-  std::size_t node_count = 16;        ///< nodes per ring (each direction has one ring)
-  std::size_t node_size = 64 * 1024;  ///< bytes per node; a packet carries node_size - 40
+  /// Nodes per ring (each direction has one ring). More packets in flight than nodes make the
+  /// sender wait for room, a wake-up from the other process (tens of µs) every node_count
+  /// packets: keep it above the number of calls you pipeline (see docs/performance.md).
+  std::size_t node_count = 64;
+  std::size_t node_size = 16 * 1024;  ///< bytes per node; a packet carries node_size - 40
   /// For calls made without a timeout, at either end. Negative or max(): no timeout.
   std::chrono::milliseconds default_timeout = std::chrono::seconds(30);
   std::uint64_t max_message_size = 0xFFFF'FFFFull;  ///< larger messages are refused, both ways
