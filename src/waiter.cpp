@@ -89,10 +89,11 @@ void waiter::enqueue(op_base* o, std::chrono::nanoseconds spin) {
 }
 
 namespace {
-// Re-checks per trip through the executor. A trip costs far more than a re-check (Asio's
-// scheduler polls its reactor, a system call, between handlers), so each trip takes several
-// looks, pause-spun: a few hundred nanoseconds in which other handlers of this thread wait.
-constexpr int rechecks_per_step = 16;
+// How long one trip through the executor re-checks, pause-spun. A trip costs far more than a
+// re-check (Asio's scheduler polls its reactor, a system call, between handlers: ~0.3-0.5 µs),
+// so each trip looks for a while; meanwhile other handlers of this thread wait, so not long.
+constexpr auto look_per_step = std::chrono::microseconds(2);
+constexpr int looks_per_clock_read = 4;
 // Trips between two sched_yield calls. A yield lets a peer on this same CPU run (without it our
 // spin could not succeed there), but costs a system call even when nobody else is runnable.
 constexpr std::uint32_t steps_per_yield = 4;
@@ -108,12 +109,15 @@ void waiter::spin_step(std::uint64_t id, std::size_t q,
   if (!o) return;  // cancelled, or completed by a ring meanwhile
   // relaxed: a hint about this CPU, shared by the waits of this object.
   const bool crowded = crowded_.load(std::memory_order_relaxed);
-  for (int i = 0; i < (crowded ? 1 : rechecks_per_step); ++i) {
+  const auto look_until = std::chrono::steady_clock::now() + look_per_step;
+  for (int i = 1;; ++i) {
     if (o->attempt()) {
       spin_.spin_succeeded();
       return complete(lock, o, {}, true);  // we run on the executor, outside any initiator
     }
+    if (crowded) break;
     platform::cpu_relax();
+    if (i % looks_per_clock_read == 0 && std::chrono::steady_clock::now() >= look_until) break;
   }
   if (std::chrono::steady_clock::now() >= deadline) {
     spin_.spin_failed();

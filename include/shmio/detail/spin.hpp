@@ -50,11 +50,7 @@ class spin_policy {
   /// tried again every probe_interval-th time, so that it comes back when the peer moves.
   template <class Attempt>
   auto tight_spin(Attempt& attempt) -> decltype(attempt()) {
-    if (budget_.load(std::memory_order_relaxed) <= 0) return {};
-    // relaxed: like the budget, a per-object hint; a lost update only shifts the next probe.
-    const std::uint32_t misses = tight_misses_.load(std::memory_order_relaxed);
-    tight_misses_.store(misses + 1, std::memory_order_relaxed);
-    if (misses >= misses_before_skipping && misses % probe_interval != 0) return {};
+    if (!tight_spin_pays()) return {};
     for (std::uint32_t i = 0; i < pause_rounds; ++i) {
       if (auto r = attempt()) {
         tight_misses_.store(0, std::memory_order_relaxed);
@@ -63,6 +59,23 @@ class spin_policy {
       platform::cpu_relax();
     }
     return {};
+  }
+
+  /// As tight_spin, for up to `window`: for a caller that expects its condition within a few
+  /// microseconds (an answer to what it just sent) and would otherwise take a trip through its
+  /// executor to wait, which costs more. Skipped like tight_spin while it keeps failing.
+  template <class Attempt>
+  auto tight_spin_for(Attempt& attempt, std::chrono::nanoseconds window) -> decltype(attempt()) {
+    if (!tight_spin_pays()) return {};
+    const auto until = std::chrono::steady_clock::now() + window;
+    for (std::uint32_t i = 1;; ++i) {
+      if (auto r = attempt()) {
+        tight_misses_.store(0, std::memory_order_relaxed);
+        return r;
+      }
+      platform::cpu_relax();
+      if (i % 8 == 0 && std::chrono::steady_clock::now() >= until) return {};
+    }
   }
 
   /// The current spin budget in nanoseconds (0: park at once).
@@ -92,6 +105,15 @@ class spin_policy {
   }
 
  private:
+  // Counts a tight spin as missed until it succeeds; false when it should be skipped.
+  bool tight_spin_pays() noexcept {
+    if (budget_.load(std::memory_order_relaxed) <= 0) return false;
+    // relaxed: like the budget, a per-object hint; a lost update only shifts the next probe.
+    const std::uint32_t misses = tight_misses_.load(std::memory_order_relaxed);
+    tight_misses_.store(misses + 1, std::memory_order_relaxed);
+    return misses < misses_before_skipping || misses % probe_interval == 0;
+  }
+
   static constexpr std::uint32_t pause_rounds = 64;
   static constexpr std::int64_t min_budget = 5000;  // keep sampling: a few executor rounds
   static constexpr std::uint32_t misses_before_skipping = 8;
