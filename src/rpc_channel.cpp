@@ -95,6 +95,17 @@ std::error_code error_from_wire(int value) {
 // Erased nodes kept for reuse, at most this many per table (the vector is reserved up front).
 constexpr std::size_t max_spare_nodes = 64;
 
+// What a handler's exception tells its caller: its what() text, if it has one.
+std::string describe(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
 // Inserts through a node kept from an earlier erase, if there is one. False if `key` is there.
 template <class Map>
 bool insert_recycled(Map& map, std::vector<typename Map::node_type>& spare,
@@ -384,12 +395,9 @@ asio::awaitable<void> rpc_channel::serve([[maybe_unused]] std::shared_ptr<rpc_ch
   std::string text;
   try {
     reply = co_await service_.async(request.id, request.payload);
-  } catch (const std::exception& e) {
-    failure = errc::remote_error;
-    text = e.what();
   } catch (...) {
     failure = errc::remote_error;
-    text = "unknown exception";
+    text = describe(std::current_exception());
   }
   // Nobody to answer if this end closed or the caller's session ended meanwhile. (The entry in
   // serving_ goes in the completion of this coroutine, not here.)
@@ -403,12 +411,9 @@ void rpc_channel::serve_now(const incoming_message& request) {
   std::string text;
   try {
     reply = service_.sync(request.id, request.payload);
-  } catch (const std::exception& e) {
-    failure = errc::remote_error;
-    text = e.what();
   } catch (...) {
     failure = errc::remote_error;
-    text = "unknown exception";
+    text = describe(std::current_exception());
   }
   // The handler ran inside this strand's turn: neither a close nor a new session came between.
   answer(request.id, std::move(reply), failure, text);

@@ -151,6 +151,18 @@ struct completions {
   }
 };
 
+/// Checks that the operation behind `done` is pending, cancels it through `signal` and checks
+/// that it completed once, with operation_aborted.
+void cancel_pending(asio::io_context& io, asio::cancellation_signal& signal,
+                    asio::cancellation_type type, const completions& done) {
+  io.poll();
+  CHECK(done.calls == 0);
+  signal.emit(type);
+  REQUIRE(run_until_idle(io));
+  CHECK(done.calls == 1);
+  CHECK(done.ec == asio::error::operation_aborted);
+}
+
 const char* type_name(asio::cancellation_type t) {
   switch (t) {
     case asio::cancellation_type::terminal:
@@ -1220,12 +1232,7 @@ TEST_CASE(
   asio::cancellation_signal signal;
   completions done;
   ring.async_read(asio::buffer(buf), asio::bind_cancellation_slot(signal.slot(), done.handler()));
-  io.poll();
-  CHECK(done.calls == 0);
-  signal.emit(type);
-  REQUIRE(run_until_idle(io));
-  CHECK(done.calls == 1);
-  CHECK(done.ec == asio::error::operation_aborted);
+  cancel_pending(io, signal, type, done);
   signal.emit(type);  // a second cancellation finds nothing to cancel
   put(ring, "after");
   REQUIRE(run_until_idle(io));
@@ -1292,12 +1299,7 @@ TEST_CASE(
   completions done;
   ring.async_write(asio::buffer("never", 5),
                    asio::bind_cancellation_slot(signal.slot(), done.handler()));
-  io.poll();
-  CHECK(done.calls == 0);
-  signal.emit(type);
-  REQUIRE(run_until_idle(io));
-  CHECK(done.calls == 1);
-  CHECK(done.ec == asio::error::operation_aborted);
+  cancel_pending(io, signal, type, done);
   CHECK(take(ring, 0ms) == "m0");
   CHECK(take(ring, 0ms) == "m1");
   REQUIRE(run_until_idle(io));  // a write that was not really cancelled would go in now
@@ -2078,12 +2080,7 @@ TEST_CASE(
     ring.async_write_batch(batch.span().subspan(2),
                            asio::bind_cancellation_slot(signal.slot(), done.handler()));
   }
-  io.poll();
-  CHECK(done.calls == 0);
-  signal.emit(type);
-  REQUIRE(run_until_idle(io));
-  CHECK(done.calls == 1);
-  CHECK(done.ec == asio::error::operation_aborted);
+  cancel_pending(io, signal, type, done);
   CHECK(done.size == 0);
   signal.emit(type);  // finds nothing to cancel
   if (op == "read") {
