@@ -187,12 +187,7 @@ std::size_t circular_buffer::write_batch(std::span<const asio::const_buffer> mes
                                          std::chrono::milliseconds timeout, std::error_code& ec) {
   if (!impl_) return ec = asio::error::bad_descriptor, 0;
   impl& im = *impl_;
-  for (const asio::const_buffer& m : messages) {
-    if (m.size() > im.ring.node_size()) {
-      ec = errc::message_too_large;
-      return 0;
-    }
-  }
+  if (!detail::all_fit(im.ring, messages)) return ec = errc::message_too_large, 0;
   auto r = im.waiter->wait(
       detail::writers_queue, [&] { return detail::attempt_write_batch(im.ring, messages); },
       detail::wait_limit(timeout));

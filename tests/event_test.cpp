@@ -39,6 +39,7 @@ using namespace asio::experimental::awaitable_operators;
 using shmio::event_mode;
 using shmio::named_event;
 using shmio::test::child;
+using shmio::test::closed_handle_completions;
 using shmio::test::eventually;
 using shmio::test::peer_path;
 using shmio::test::run_until;
@@ -324,19 +325,13 @@ TEST_CASE("a closed event keeps its executor: a plain handler runs inside io.run
   moved.close();
   CHECK(ev.get_executor() == named_event::executor_type(io.get_executor()));
   CHECK(moved.get_executor() == named_event::executor_type(io.get_executor()));
-  int calls = 0;
-  bool on_this_thread = true;
-  const auto me = std::this_thread::get_id();
-  auto handler = [&](std::error_code ec) {
-    CHECK(ec == asio::error::bad_descriptor);
-    on_this_thread &= std::this_thread::get_id() == me;
-    ++calls;
-  };
-  ev.async_wait(handler);
-  moved.async_wait(handler);
-  CHECK(calls == 0);
-  REQUIRE(run_until(io, [&] { return calls == 2; }));
-  CHECK(on_this_thread);
+  closed_handle_completions closed;
+  ev.async_wait(closed.handler());
+  moved.async_wait(closed.handler());
+  CHECK(closed.calls == 0);
+  REQUIRE(run_until(io, [&] { return closed.calls == 2; }));
+  CHECK(closed.other_errors == 0);
+  CHECK(closed.on_this_thread);
 }
 
 // ---- asynchronous waits, one process -------------------------------------------------------

@@ -23,6 +23,7 @@
 #include <system_error>
 #include <vector>
 
+#include <asio/error.hpp>
 #include <asio/io_context.hpp>
 #include <thread>
 
@@ -215,6 +216,22 @@ bool run_until(asio::io_context& io, Pred done, std::chrono::milliseconds limit 
   }
   return true;
 }
+
+/// Completions of a closed handle's operations, which should all report bad_descriptor from
+/// inside io.run() on this thread (through the executor the handle was made with).
+struct closed_handle_completions {
+  int calls = 0;
+  int other_errors = 0;  // completions with an error_code other than bad_descriptor
+  bool on_this_thread = true;
+  std::thread::id me = std::this_thread::get_id();
+  auto handler() {
+    return [this](std::error_code ec, auto&&...) {
+      if (ec != asio::error::bad_descriptor) ++other_errors;
+      on_this_thread &= std::this_thread::get_id() == me;
+      ++calls;
+    };
+  }
+};
 
 /// The path of the peer program (tests/peer.cpp), set by CMake.
 inline std::string peer_path() {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -81,6 +82,14 @@ size_outcome attempt_read(ring_view& ring, Use& use, std::size_t capacity) {
   return outcome<std::size_t>{{}, c.data.size()};
 }
 
+/// True if every message of a batch fits a node: a batch is refused whole, before anything is
+/// written, rather than cut short at its first oversize message.
+inline bool all_fit(const ring_view& ring, std::span<const asio::const_buffer> messages) {
+  for (const asio::const_buffer& m : messages)
+    if (m.size() > ring.node_size()) return false;
+  return true;
+}
+
 /// One try at a batch write: empty if not even the first message has a free node (the caller
 /// waits for one); otherwise the count written, in order, as many as there were free nodes for.
 /// Each message is claimed, copied and published on its own, so a writer killed mid-batch leaves
@@ -147,6 +156,15 @@ size_outcome attempt_read_batch(ring_view& ring, std::size_t max_messages, Capac
     use(done - 1, c.data);
   }
   return outcome<std::size_t>{{}, done};
+}
+
+/// attempt_read_batch for a zero-copy reader: any message size, `use(bytes)` for each.
+template <class Use>
+size_outcome attempt_read_batch_in_place(ring_view& ring, std::size_t max_messages, Use& use,
+                                         std::size_t& done) {
+  auto any_size = [](std::size_t) { return std::numeric_limits<std::size_t>::max(); };
+  auto each = [&use](std::size_t, std::span<const std::byte> m) { use(m); };
+  return attempt_read_batch(ring, max_messages, any_size, each, done);
 }
 
 /// Wraps an attempt so that an exception from a user callback completes the operation with

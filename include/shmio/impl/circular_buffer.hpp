@@ -74,12 +74,10 @@ std::size_t circular_buffer::read_batch_in_place(Use&& use, std::size_t max_mess
                                                  std::error_code& ec) {
   if (!impl_) return ec = asio::error::bad_descriptor, 0;
   impl& im = *impl_;
-  auto any_size = [](std::size_t) { return std::numeric_limits<std::size_t>::max(); };
-  auto each = [&use](std::size_t, std::span<const std::byte> m) { use(m); };
   std::size_t done = 0;
   auto r = im.waiter->wait(
       detail::readers_queue,
-      [&] { return detail::attempt_read_batch(im.ring, max_messages, any_size, each, done); },
+      [&] { return detail::attempt_read_batch_in_place(im.ring, max_messages, use, done); },
       detail::wait_limit(timeout));
   return detail::finish_blocking(r, ec);
 }
@@ -169,12 +167,9 @@ auto circular_buffer::async_write_batch(std::span<const asio::const_buffer> mess
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex,
          std::span<const asio::const_buffer> msgs) {
-        if (im) {
-          for (const asio::const_buffer& m : msgs)
-            if (m.size() > im->ring.node_size())
-              return detail::deliver<std::size_t>(std::move(handler), im->waiter->get_executor(),
-                                                  {errc::message_too_large, 0}, false);
-        }
+        if (im && !detail::all_fit(im->ring, msgs))
+          return detail::deliver<std::size_t>(std::move(handler), im->waiter->get_executor(),
+                                              {errc::message_too_large, 0}, false);
         impl* raw = im.get();
         impl::start(
             im, ex, detail::writers_queue,
@@ -195,11 +190,9 @@ auto circular_buffer::async_read_batch_in_place(Use use, std::size_t max_message
         impl::start(
             im, ex, detail::readers_queue,
             [raw, u = std::move(u), max]() mutable -> detail::size_outcome {
-              auto any_size = [](std::size_t) { return std::numeric_limits<std::size_t>::max(); };
-              auto each = [&u](std::size_t, std::span<const std::byte> m) { u(m); };
               std::size_t done = 0;
               try {
-                return detail::attempt_read_batch(raw->ring, max, any_size, each, done);
+                return detail::attempt_read_batch_in_place(raw->ring, max, u, done);
               } catch (...) {
                 return detail::outcome<std::size_t>{errc::callback_failed, done};
               }
