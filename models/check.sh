@@ -66,6 +66,13 @@ quick_runs=(
   "wake-one 1a+1s 2sig|safety|ok|-DSET_NOTIFY_ONE -DNA=1 -DNS=1 -DNSIG=2"
   "wake-one 2a 2sig|safety|ok|-DSET_NOTIFY_ONE -DNA=2 -DNS=0 -DNSIG=2"
   "wake-one+cancel 2a 1sig|safety|ok|-DSET_NOTIFY_ONE -DCANCEL=1 -DNA=2 -DNS=0 -DNSIG=1"
+  "slot sleeper 1a+1f 2sig|safety|ok|-DNA=1 -DNS=0 -DNF=1 -DNSIG=2"
+  "slot sleeper 1a+1f 2sig|progress|ok|-DNA=1 -DNS=0 -DNF=1 -DNSIG=2"
+  "wake-one 1a+1f+1s 1sig|safety|ok|-DSET_NOTIFY_ONE -DNA=1 -DNS=1 -DNF=1 -DNSIG=1"
+  "wake-one+cancel 1a+1f 1sig|safety|ok|-DSET_NOTIFY_ONE -DCANCEL=1 -DNA=1 -DNS=0 -DNF=1 -DNSIG=1"
+  "wake-one 1a+2f 1sig|safety|ok|-DSET_NOTIFY_ONE -DNA=1 -DNS=0 -DNF=2 -DNSIG=1"
+  "manual 1a+1f 2sig|safety|ok|-DAUTO_RESET=0 -DNA=1 -DNS=0 -DNF=1 -DNSIG=2"
+  "manual 1a+1f+1s 1sig|safety|ok|-DAUTO_RESET=0 -DNA=1 -DNS=1 -DNF=1 -DNSIG=1"
 )
 full_runs=(
   "auto 2a 2sig x2 rounds|safety|ok|-DNA=2 -DNS=0 -DNSIG=2 -DAROUNDS=2"
@@ -77,10 +84,12 @@ full_runs=(
   "auto 1a+2s 2sig|safety|ok|-DNA=1 -DNS=2 -DNSIG=2"
   "auto+cancel 2a+1s 1sig x2 rounds|safety|ok|-DCANCEL=1 -DNA=2 -DNS=1 -DNSIG=1 -DAROUNDS=2"
   "manual+cancel 2a+1s 1sig x2 rounds|safety|ok|-DCANCEL=1 -DAUTO_RESET=0 -DNA=2 -DNS=1 -DNSIG=1 -DAROUNDS=2"
+  "auto+cancel 1a+1f 2sig|safety|ok|-DCANCEL=1 -DNA=1 -DNS=0 -DNF=1 -DNSIG=2"
 )
 mutant_runs=(
   "mutant auto 2a 1sig|safety|$lost|-DMUTANT_NO_RECHECK -DNA=2 -DNS=0 -DNSIG=1"
   "mutant manual 2a+1s 1sig|safety|$lost|-DMUTANT_NO_RECHECK -DAUTO_RESET=0 -DNA=2 -DNS=1 -DNSIG=1"
+  "mutant slot sleeper 1a+1f 1sig|safety|$lost|-DMUTANT_NO_RECHECK -DNA=1 -DNS=0 -DNF=1 -DNSIG=1"
 )
 findings_runs=(
   "F1 arm exchange-then-count: parked dips below 0|safety|(parked_a>=0)|-DSTRICT_NONNEG -DNA=2 -DNS=0 -DNSIG=1"

@@ -28,7 +28,8 @@
  * Configuration (spin -DNAME=value):
  *   AUTO_RESET=1|0  auto-reset event (a wait takes the signal with CAS 1->0) | manual-reset
  *   NA=1..3         async waiters (one slot and one doorbell each)
- *   NS=0..2         blocking waiters (futex)
+ *   NS=0..2         blocking waiters that found no free slot (counted sleepers, futex_seq)
+ *   NF=0..2         blocking waiters with a slot of their own (slot sleepers: futex on `armed`)
  *   NSIG=1..3       signallers, each calls set() once
  *   AROUNDS=1..     waits each async waiter performs one after another (2 exercises stale rings)
  *   CAP=1..         doorbell queue capacity in datagrams (a ring to a full queue is dropped)
@@ -76,10 +77,14 @@
 #ifndef FORWARD
 #define FORWARD 1
 #endif
+#ifndef NF
+#define NF 0
+#endif
+#define SLOTS (NA + NF)   /* slots 0..NA-1: async waiters; NA..SLOTS-1: slot sleepers */
 
 /* ---------------- shared memory ---------------- */
 bit   cond;              /* event_state::signalled */
-bit   armed[NA];         /* wait_queue::slots[i].armed */
+bit   armed[SLOTS];      /* wait_queue::slots[i].armed */
 short parked_a;          /* wait_queue::parked, high half: armed slots */
 short parked_s;          /* wait_queue::parked, low half: futex sleepers */
 byte  seq;               /* wait_queue::futex_seq */
@@ -87,6 +92,7 @@ byte  seq;               /* wait_queue::futex_seq */
 /* ---------------- kernel ---------------- */
 byte  bell[NA];          /* datagrams queued on async waiter i's doorbell socket */
 bit   fsleep[NS + 1];    /* futex wait queue of &futex_seq: blocking waiter j is asleep */
+bit   fslot[SLOTS];      /* futex wait queue of &slots[i].armed: slot sleeper i is asleep */
 
 /* ---------------- ghosts (assertions only) and harness ---------------- */
 byte  sets;              /* set() calls that have published */
@@ -129,8 +135,13 @@ bit   cancel_req[NA];    /* harness: a cancellation was emitted for async wait i
   fi
 #endif
 
-/* platform::ring_doorbell: sendto(MSG_DONTWAIT); EAGAIN (queue full) drops it, a ring is pending */
-#define RING(k)  d_step { if :: bell[k] < CAP -> bell[k]++ :: else -> skip fi }
+/* ring_owner: an async waiter's doorbell, sendto(MSG_DONTWAIT) (EAGAIN, queue full, drops it: a
+   ring is pending); a slot sleeper's futex, FUTEX_WAKE on its `armed` word */
+#define RING(k)  d_step { if                                                       \
+                          :: k >= NA -> fslot[k] = 0                               \
+                          :: k < NA && bell[k] < CAP -> bell[k]++                  \
+                          :: else -> skip                                          \
+                          fi }
 
 /* claim_and_ring: CAS(armed 1 -> 0); the winner does parked -= 1<<32 and rings */
 inline claim_and_ring(k, ok)
@@ -172,7 +183,7 @@ inline notify_all(pa, ps, k, ok)
      :: else ->
         k = 0;
         do
-        :: k < NA -> claim_and_ring(k, ok); k++
+        :: k < SLOTS -> claim_and_ring(k, ok); k++
         :: else -> break
         od
      fi
@@ -206,17 +217,20 @@ inline notify_one(pa, ps, k, ok, n)
   :: else ->
      if
      :: k = 0
-#if NA > 1
+#if SLOTS > 1
      :: k = 1
 #endif
-#if NA > 2
+#if SLOTS > 2
      :: k = 2
+#endif
+#if SLOTS > 3
+     :: k = 3
 #endif
      fi;
      n = 0;
      do
-     :: n < NA ->
-        claim_and_ring((k + n) % NA, ok);
+     :: n < SLOTS ->
+        claim_and_ring((k + n) % SLOTS, ok);
         if
         :: ok -> break                                /* rang one */
         :: else -> n++
@@ -379,6 +393,54 @@ end_asleep:
   fi
 }
 
+/* ---------------- slot sleeper: waiter::wait with a slot (slot_sleeper) ----------------
+   Arms its own slot like an async waiter, but sleeps on the slot's `armed` word with
+   futex_wait(&armed, 1): a signaller's claim (armed 1 -> 0) is the ring and FUTEX_WAKE the
+   doorbell, so after one claim no other signaller finds it armed (one ring per arming). */
+proctype fwaiter(byte i)
+{
+  byte pa, ps, k, n;
+  bit got, ok, old;
+
+  d_step { waiting++; TRY_BODY(got) };                /* attempt() */
+  if
+  :: got -> goto finished
+  :: else
+  fi;
+  ARM;                                                /* arm ... */
+#ifndef MUTANT_NO_RECHECK
+  d_step { TRY_BODY(got) };                           /* ... and re-check */
+  if
+  :: got -> goto withdraw
+  :: else
+  fi;
+#endif
+sleep:                                                /* (atomic, not d_step: a goto target) */
+  atomic {                                            /* futex_wait(&armed, 1) */
+    if
+    :: armed[i] == 1 -> fslot[i] = 1
+    :: else -> skip                                   /* EAGAIN: claimed already */
+    fi
+  };
+end_asleep:
+  fslot[i] == 0;                                      /* asleep until FUTEX_WAKE */
+  ARM;                                                /* re-arm ... */
+  d_step { TRY_BODY(got) };                           /* ... and re-check */
+  if
+  :: got -> goto withdraw
+  :: else -> goto sleep
+  fi;
+
+withdraw:                                             /* ~slot_sleeper: disarm, release */
+  DISARM(ok, skip);
+  if
+  :: !ok -> notify_one(pa, ps, k, ok, n)              /* claimed meanwhile: pass the ring on */
+  :: else
+  fi;
+finished:
+  skip
+}
+
 /* ---------------- signaller: event_view::set ---------------- */
 proctype signaller()
 {
@@ -426,7 +488,7 @@ active proctype monitor()
   d_step {
     x = 0; ma = 0;
     do
-    :: x < NA -> ma = ma + armed[x]; x++
+    :: x < SLOTS -> ma = ma + armed[x]; x++
     :: else -> break
     od
   };
@@ -438,7 +500,7 @@ active proctype monitor()
   assert(completions <= sets);
 #if PACED && !CANCEL
   /* sets that do not coalesce, enough waits, nobody cancelled: exactly NSIG completions */
-  assert(NA * AROUNDS + NS < NSIG || completions == NSIG);
+  assert(NA * AROUNDS + NS + NF < NSIG || completions == NSIG);
 #endif
 #endif
 }
@@ -455,6 +517,11 @@ init
     x = 0;
     do
     :: x < NS -> run swaiter(x); x++
+    :: else -> break
+    od;
+    x = NA;
+    do
+    :: x < SLOTS -> run fwaiter(x); x++
     :: else -> break
     od;
     x = 0;

@@ -106,7 +106,16 @@ wait_queue_info read_queue(const layout::wait_queue& q) {
   out.parked_async = static_cast<std::uint32_t>(parked >> 32);
   out.parked_blocking = static_cast<std::uint32_t>(parked);
   for (const auto& slot : q.slots) {
-    if (slot.doorbell.load(std::memory_order_relaxed) == 0) continue;  // relaxed: as above
+    const std::uint64_t owner = slot.doorbell.load(std::memory_order_relaxed);  // as above
+    if (owner == 0) continue;
+    if ((owner & layout::slot_sleeper_bit) != 0) {
+      // A blocking sleeper in a slot: count it as blocking, not among the async waits.
+      if (slot.armed.load(std::memory_order_relaxed) != 0 && out.parked_async > 0) {
+        --out.parked_async;
+        ++out.parked_blocking;
+      }
+      continue;  // it holds the slot for one call, not for the object's life
+    }
     ++out.registered;
     out.pids.push_back(slot.pid.load(std::memory_order_relaxed));  // relaxed: as above
   }

@@ -14,6 +14,32 @@ using layout::wait_slot_count;
 
 constexpr std::uint64_t sleepers_mask = parked_doorbell_unit - 1;
 
+// A slot's owner is an async waiter (the id of its doorbell socket, top bit clear) or a
+// blocking sleeper: top bit set, then its process id (pids fit in 31 bits) and thread id.
+using layout::slot_sleeper_bit;
+
+bool is_sleeper(std::uint64_t id) noexcept {
+  return (id & slot_sleeper_bit) != 0;
+}
+
+std::uint64_t this_sleeper() noexcept {
+  return slot_sleeper_bit | std::uint64_t{platform::process_id()} << 32 | platform::thread_id();
+}
+
+bool sleeper_alive(std::uint64_t id) noexcept {
+  return platform::thread_alive(static_cast<std::uint32_t>(id >> 32) & 0x7fffffff,
+                                static_cast<std::uint32_t>(id));
+}
+
+// Rings slot s's owner `id`, whose arming we have just claimed.
+platform::ring_result ring_owner(layout::wait_slot& s, std::uint64_t id) noexcept {
+  if (!is_sleeper(id)) return platform::ring_doorbell(id);
+  if (platform::futex_wake(s.armed, 1) > 0) return platform::ring_result::rung;
+  // Nobody asleep on the word: its owner is between arming and sleeping (it will find the word
+  // 0 and not sleep) or dead. Only the second must not count as a ring.
+  return sleeper_alive(id) ? platform::ring_result::already_pending : platform::ring_result::gone;
+}
+
 // Claims slot i's ring (only one signaller or the owner's own disarm wins the CAS) and rings it.
 // Returns true if a live owner was rung.
 bool claim_and_ring(layout::wait_queue& q, std::uint32_t i) noexcept {
@@ -24,7 +50,7 @@ bool claim_and_ring(layout::wait_queue& q, std::uint32_t i) noexcept {
   q.parked.fetch_sub(parked_doorbell_unit, std::memory_order_acq_rel);
   const std::uint64_t id = s.doorbell.load(std::memory_order_acquire);
   if (id == 0) return false;
-  if (platform::ring_doorbell(id) != platform::ring_result::gone) return true;
+  if (ring_owner(s, id) != platform::ring_result::gone) return true;
   // Its owner died while parked: free the slot for someone else.
   std::uint64_t expected = id;
   s.doorbell.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
@@ -67,17 +93,24 @@ void notify_one(layout::wait_queue& q) noexcept {
   }
 }
 
-int claim_slot(layout::wait_queue& q, std::uint64_t id) noexcept {
+int claim_slot(layout::wait_queue& q, std::uint64_t id, bool probe_doorbells) noexcept {
+  auto owner_gone = [probe_doorbells](std::uint64_t owner) {
+    if (is_sleeper(owner)) return !sleeper_alive(owner);
+    return probe_doorbells && platform::ring_doorbell(owner) == platform::ring_result::gone;
+  };
   for (int pass = 0; pass < 2; ++pass) {
     for (std::uint32_t i = 0; i < wait_slot_count; ++i) {
       auto& s = q.slots[i];
-      std::uint64_t expected = 0;
-      if (s.doorbell.compare_exchange_strong(expected, id, std::memory_order_acq_rel)) {
+      // relaxed: only a filter, so that a full scan does not take every slot's line exclusive.
+      std::uint64_t expected = s.doorbell.load(std::memory_order_relaxed);
+      if (expected == 0 &&
+          s.doorbell.compare_exchange_strong(expected, id, std::memory_order_acq_rel)) {
         s.pid.store(platform::process_id(), std::memory_order_relaxed);
         return static_cast<int>(i);
       }
-      // Second pass: a slot whose doorbell nobody answers any more belongs to a dead owner.
-      if (pass == 1 && platform::ring_doorbell(expected) == platform::ring_result::gone &&
+      // Second pass: a slot whose owner is gone (a doorbell nobody answers, a thread that no
+      // longer exists) is free for us.
+      if (pass == 1 && expected != 0 && owner_gone(expected) &&
           s.doorbell.compare_exchange_strong(expected, id, std::memory_order_acq_rel)) {
         // The dead owner may have died armed: take its arming out of the count.
         if (s.armed.exchange(0, std::memory_order_acq_rel) != 0)
@@ -120,19 +153,41 @@ bool disarm(layout::wait_queue& q, int slot) noexcept {
   return true;
 }
 
-sleeper::sleeper(layout::wait_queue& q) noexcept : q_(q) {
-  // seq_cst: our presence must be visible before the caller re-checks its condition.
-  q_.parked.fetch_add(parked_sleeper_unit, std::memory_order_seq_cst);
+sleeper::sleeper(layout::wait_queue& q) noexcept
+    : q_(q), id_(this_sleeper()), slot_(claim_slot(q, id_, false)) {}
+
+sleeper::~sleeper() {
+  if (slot_ == no_slot) {
+    if (announced_) q_.parked.fetch_sub(parked_sleeper_unit, std::memory_order_acq_rel);
+    return;
+  }
+  // A failed disarm means a signaller claimed our slot after our last announce(). A wake-one
+  // signaller rang nobody else, so the ring goes on, as an async waiter's does (waiter.cpp).
+  const bool claimed = announced_ && !disarm(q_, slot_);
+  release_slot(q_, slot_, id_);  // disarmed by now: it only frees the slot
+  if (claimed) notify_one(q_);
+}
+
+void sleeper::announce() noexcept {
+  if (slot_ != no_slot) {
+    arm(q_, slot_);  // seq_cst inside: visible before the caller's re-check
+    announced_ = true;
+    return;
+  }
+  if (!announced_) {
+    // seq_cst: our presence must be visible before the caller re-checks its condition.
+    q_.parked.fetch_add(parked_sleeper_unit, std::memory_order_seq_cst);
+    announced_ = true;
+  }
   // seq_cst: read after announcing; a notify that missed our announcement bumps it after this.
   seq_ = q_.futex_seq.load(std::memory_order_seq_cst);
 }
 
-sleeper::~sleeper() {
-  q_.parked.fetch_sub(parked_sleeper_unit, std::memory_order_acq_rel);
-}
-
 void sleeper::sleep(std::chrono::nanoseconds timeout) noexcept {
-  platform::futex_wait(q_.futex_seq, seq_, timeout);
+  if (slot_ != no_slot)
+    platform::futex_wait(q_.slots[slot_].armed, 1, timeout);  // until a claim makes it 0
+  else
+    platform::futex_wait(q_.futex_seq, seq_, timeout);
 }
 
 }  // namespace shmio::detail

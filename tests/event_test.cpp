@@ -71,13 +71,24 @@ class queue_probe {
   const layout::wait_queue& queue() const {
     return reinterpret_cast<const layout::event_state*>(seg_.body().data())->waiters;
   }
-  std::uint64_t async_parked() const { return queue().parked.load() >> 32; }
-  std::uint64_t blocking_parked() const { return queue().parked.load() & 0xffffffffu; }
+  // Armed slots count in the high half of `parked`, those of async waits and of blocking
+  // sleepers alike; blocking waits that found no slot in the low half.
+  std::uint64_t async_parked() const { return (queue().parked.load() >> 32) - sleepers(true); }
+  std::uint64_t blocking_parked() const {
+    return (queue().parked.load() & 0xffffffffu) + sleepers(true);
+  }
   std::uint64_t parked() const { return async_parked() + blocking_parked(); }
   unsigned held_slots() const {
     unsigned n = 0;
     for (const auto& s : queue().slots)
       n += s.doorbell.load() != 0;
+    return n;
+  }
+  /// Slots held by blocking waits (only the armed ones with `armed_only`).
+  unsigned sleepers(bool armed_only = false) const {
+    unsigned n = 0;
+    for (const auto& s : queue().slots)
+      n += (s.doorbell.load() & layout::slot_sleeper_bit) != 0 && (!armed_only || s.armed.load());
     return n;
   }
 
@@ -300,6 +311,50 @@ TEST_CASE("a wait without a time limit returns when another thread sets the even
   CHECK(parked);
   CHECK(taken);
   CHECK_FALSE(ev.is_set());
+}
+
+TEST_CASE("a blocking wait parks without a slot when every slot is held, and a set still wakes it",
+          "[event]") {
+  asio::io_context io;
+  scoped_name name("event");
+  named_event ev(io.get_executor(), shmio::create_only, name, event_mode::auto_reset);
+  queue_probe probe(name);
+  // Every handle holds one slot for its async waits: these take the rest.
+  std::vector<std::unique_ptr<named_event>> hoarders;
+  while (probe.held_slots() < shmio::detail::layout::wait_slot_count)
+    hoarders.push_back(std::make_unique<named_event>(io.get_executor(), shmio::open_only, name,
+                                                     event_mode::auto_reset));
+  std::atomic<bool> counted{false};
+  std::thread setter([&] {
+    // Counted in the low half of `parked`, the sleepers on futex_seq, and in no slot.
+    counted = eventually([&] { return (probe.queue().parked.load() & 0xffffffffu) == 1; });
+    counted = counted && probe.sleepers() == 0;
+    ev.set();
+  });
+  const bool taken = ev.wait(std::chrono::milliseconds(-1));
+  setter.join();
+  CHECK(counted);
+  CHECK(taken);
+  CHECK(probe.queue().parked.load() == 0);
+}
+
+TEST_CASE("a blocking wait frees its slot when it returns, woken or timed out", "[event]") {
+  asio::io_context io;
+  scoped_name name("event");
+  named_event ev(io.get_executor(), shmio::create_only, name, event_mode::auto_reset);
+  queue_probe probe(name);
+  CHECK_FALSE(ev.wait(std::chrono::milliseconds(20)));  // parks (in a slot), times out
+  CHECK(probe.sleepers() == 0);
+  CHECK(probe.parked() == 0);
+  std::thread setter([&] {
+    if (eventually([&] { return probe.sleepers(true) == 1; })) ev.set();
+  });
+  const bool taken = ev.wait(std::chrono::milliseconds(10'000));
+  setter.join();
+  CHECK(taken);
+  CHECK(probe.sleepers() == 0);
+  CHECK(probe.parked() == 0);
+  CHECK(probe.held_slots() == 1);  // ev's own, for its async waits
 }
 
 TEST_CASE("a closed event reports errors instead of waiting", "[event]") {
@@ -1028,18 +1083,21 @@ TEST_CASE("a waiter killed with kill -9 while parked does not keep a set from an
   queue_probe probe(name);
   child victim({peer_path(), "event-wait", name.str(), "auto", victim_how, "-1"});
   REQUIRE(eventually([&] { return probe.parked() >= 1; }));
+  // A blocking wait parks in a slot of its own, as an async one does.
+  CHECK(probe.sleepers() == (victim_how == "sync" ? 1u : 0u));
   child survivor({peer_path(), "event-wait", name.str(), "auto", "async", "10000"});
   REQUIRE(eventually([&] { return probe.parked() >= 2; }));
   CHECK(victim.kill9() == 128 + SIGKILL);
   ev.set();
   CHECK(survivor.wait() == 0);
   CHECK_FALSE(ev.is_set());
-  if (victim_how == "async") {
-    // The set found the dead doorbell: it disarmed the slot and freed it. Only this process's
-    // own handle still holds a slot (the survivor gave its slot back when it closed).
-    CHECK(probe.async_parked() == 0);
-    CHECK(probe.held_slots() == 1);
-  }
+  // The set found the dead owner (a doorbell nobody answers, or a sleeper's thread that is
+  // gone): it disarmed the slot and freed it. This process's own handle still holds a slot, and
+  // a sync victim's handle its unarmed one (the next claim that runs short of slots reclaims
+  // it); the survivor gave its slot back when it closed.
+  CHECK(probe.parked() == 0);
+  CHECK(probe.sleepers() == 0);
+  CHECK(probe.held_slots() == (victim_how == "sync" ? 2u : 1u));
   // And the event keeps working for the next waiter.
   child next({peer_path(), "event-wait", name.str(), "auto", "async", "10000"});
   REQUIRE(eventually([&] { return probe.async_parked() >= 1; }));

@@ -216,7 +216,8 @@ TEST_CASE("a segment file has mode 0600 and a header with magic, version, kind a
   shmio::detail::layout::segment_header h{};
   with_raw_fd(s.path(), [&](int fd) { REQUIRE(::pread(fd, &h, sizeof h, 0) == sizeof h); });
   CHECK(h.magic == 0x0031304f494d4853ull);  // "SHMIO01\0"
-  CHECK(h.version == 1);
+  CHECK(h.version == shmio::detail::layout::layout_version);
+  CHECK(h.version == 2);
   CHECK(h.kind == static_cast<std::uint32_t>(object_kind::event));
   CHECK(h.total_size == 164);
   CHECK(h.body_offset == 64);
@@ -762,8 +763,12 @@ TEST_CASE("a segment file with a garbage magic or another version is incompatibl
   SECTION("garbage magic") {
     with_raw_fd(s.path(), [](int fd) { REQUIRE(::pwrite(fd, "NOTSHMIO", 8, 0) == 8); });
   }
-  SECTION("another layout version") {
-    const std::uint32_t version = 2;
+  SECTION("a later layout version") {
+    const std::uint32_t version = shmio::detail::layout::layout_version + 1;
+    with_raw_fd(s.path(), [&](int fd) { REQUIRE(::pwrite(fd, &version, 4, 8) == 4); });
+  }
+  SECTION("layout version 1, whose blocking waiters took no wait slots") {
+    const std::uint32_t version = 1;
     with_raw_fd(s.path(), [&](int fd) { REQUIRE(::pwrite(fd, &version, 4, 8) == 4); });
   }
   std::error_code ec;

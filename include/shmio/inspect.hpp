@@ -24,7 +24,7 @@ namespace shmio::inspect {
 /// Who is parked on one wait queue (see docs/protocol.md, "wait queue").
 struct wait_queue_info {
   std::uint32_t parked_async = 0;     ///< armed doorbell slots: async or reactor waits
-  std::uint32_t parked_blocking = 0;  ///< threads asleep on the futex
+  std::uint32_t parked_blocking = 0;  ///< blocking waits parked (in a slot or on futex_seq)
   std::uint32_t registered = 0;       ///< slots owned by an open handle, parked or not
   std::vector<std::uint32_t> pids;    ///< the owners of registered slots
 };

@@ -41,7 +41,8 @@ unique_fd open_doorbell(std::uint64_t& id, std::error_code& ec) {
     return {};
   }
   for (int attempt = 0; attempt < 8; ++attempt) {
-    std::uint64_t candidate = random_u64() | 1;  // never 0: 0 marks a free slot
+    // Never 0 (a free slot), and the top bit clear (it marks a blocking sleeper's slot).
+    std::uint64_t candidate = (random_u64() >> 1) | 1;
     sockaddr_un addr;
     socklen_t len = doorbell_address(candidate, addr);
     if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0) {

@@ -34,9 +34,10 @@ futex_result futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected
   }
 }
 
-void futex_wake(std::atomic<std::uint32_t>& word, int count) noexcept {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, count, nullptr, nullptr,
-            0);
+int futex_wake(std::atomic<std::uint32_t>& word, int count) noexcept {
+  const long woken = ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE,
+                               count, nullptr, nullptr, 0);
+  return woken > 0 ? static_cast<int>(woken) : 0;
 }
 
 }  // namespace shmio::detail::platform

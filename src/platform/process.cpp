@@ -2,6 +2,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,12 +16,23 @@ namespace shmio::detail::platform {
 std::uint32_t process_id() noexcept {
   return static_cast<std::uint32_t>(::getpid());
 }
+std::uint32_t thread_id() noexcept {
+  // Not cached: a child of fork() is a new thread with the same thread_local values.
+  return static_cast<std::uint32_t>(::gettid());
+}
 std::uint32_t user_id() noexcept {
   return static_cast<std::uint32_t>(::geteuid());
 }
 
 bool process_alive(std::uint32_t pid) noexcept {
   return pid != 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
+
+bool thread_alive(std::uint32_t pid, std::uint32_t tid) noexcept {
+  if (pid == 0 || tid == 0) return false;
+  // Signal 0 only asks whether the thread exists; EPERM means it does (another user's).
+  return ::syscall(SYS_tgkill, static_cast<pid_t>(pid), static_cast<pid_t>(tid), 0) == 0 ||
+         errno == EPERM;
 }
 
 std::uint64_t random_u64() noexcept {

@@ -30,7 +30,9 @@ static_assert(shareable_atomic<std::uint32_t> && shareable_atomic<std::uint64_t>
 //  +--------+--------+--------+-----------------+--------+--------+-----------------+--------+
 
 inline constexpr std::uint64_t segment_magic = 0x0031304f494d4853ull;  // "SHMIO01\0"
-inline constexpr std::uint32_t layout_version = 1;
+// 2: blocking waiters take wait slots (sleeper ids, bit 63 set); a version 1 process would ring
+// them as doorbell sockets, find no socket, and free the slot of a live sleeper.
+inline constexpr std::uint32_t layout_version = 2;
 
 struct segment_header {
   std::uint64_t magic;        // segment_magic; anything else is not a shmio segment
@@ -61,12 +63,15 @@ inline constexpr std::uint64_t admin_lock_byte = 1;   // exclusive, briefly, to 
 // A waiting I/O object owns one slot while it exists. It parks by arming its slot (armed = 1,
 // then parked += 1 << 32), re-checking its condition, and waiting on its doorbell. A signaller
 // publishes, reads `parked`, and only if it is non-zero claims armed slots (CAS 1 -> 0) and
-// rings their doorbells. Blocking (non-async) waiters sleep on futex_seq and count themselves
-// in the low half of `parked`.
+// rings their doorbells. A blocking (non-async) wait takes a slot for the call and sleeps on its
+// `armed` word (futex); if none is free it sleeps on futex_seq and counts itself in the low half
+// of `parked`.
 
 inline constexpr std::uint32_t wait_slot_count = 32;
 inline constexpr std::uint64_t parked_doorbell_unit = std::uint64_t{1} << 32;
 inline constexpr std::uint64_t parked_sleeper_unit = 1;
+// A slot owner id with this bit set is a blocking sleeper (pid << 32 | tid), not a doorbell.
+inline constexpr std::uint64_t slot_sleeper_bit = std::uint64_t{1} << 63;
 
 struct wait_slot {
   std::atomic<std::uint64_t> doorbell;  // 0: free; else the owner's doorbell id

@@ -79,13 +79,13 @@ enum class futex_result { woken, value_changed, timed_out, interrupted };
 /// Sleeps while `*word == expected`, for at most `timeout` (negative: no limit).
 futex_result futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
                         std::chrono::nanoseconds timeout) noexcept;
-/// Wakes up to `count` sleepers on `word`, in any process.
-void futex_wake(std::atomic<std::uint32_t>& word, int count) noexcept;
+/// Wakes up to `count` sleepers on `word`, in any process; returns how many it woke.
+int futex_wake(std::atomic<std::uint32_t>& word, int count) noexcept;
 
 // ---- doorbells: datagram sockets in the abstract namespace --------------------------------
 
 /// Binds a new non-blocking doorbell socket named after a fresh random id; returns it and sets
-/// `id`.
+/// `id` (never 0, top bit clear: see wait_queue.cpp for the ids with the top bit set).
 unique_fd open_doorbell(std::uint64_t& id, std::error_code& ec);
 enum class ring_result { rung, already_pending, gone };
 /// Sends one datagram to the doorbell `id` without blocking. `gone` means nobody owns it any more.
@@ -98,8 +98,12 @@ bool wait_readable(int fd, std::chrono::nanoseconds timeout) noexcept;
 // ---- the process -------------------------------------------------------------------------
 
 std::uint32_t process_id() noexcept;
+/// The calling thread's kernel id (gettid).
+std::uint32_t thread_id() noexcept;
 std::uint32_t user_id() noexcept;
 bool process_alive(std::uint32_t pid) noexcept;
+/// True while thread `tid` of process `pid` exists (ids may be reused, like any pid).
+bool thread_alive(std::uint32_t pid, std::uint32_t tid) noexcept;
 std::uint64_t random_u64() noexcept;
 std::uint64_t realtime_ns() noexcept;
 /// CPUs this process may run on.

@@ -23,9 +23,11 @@ void notify_all(layout::wait_queue& q) noexcept;
 void notify_one(layout::wait_queue& q) noexcept;
 
 inline constexpr int no_slot = -1;
-/// Takes a free slot for the doorbell `id` (reclaiming slots of dead owners); no_slot if all
-/// are held by live owners.
-int claim_slot(layout::wait_queue& q, std::uint64_t id) noexcept;
+/// Takes a free slot for the doorbell `id`, reclaiming slots of dead owners; no_slot if all are
+/// held by live owners. Finding a doorbell's owner dead costs a ring to it, which a live owner
+/// takes as a spurious wake-up: with `probe_doorbells` false only blocking sleepers' slots are
+/// probed (that asks the kernel, and wakes nobody).
+int claim_slot(layout::wait_queue& q, std::uint64_t id, bool probe_doorbells = true) noexcept;
 /// Gives back a slot claimed for `id`. Returns true if it was armed and a signaller had claimed
 /// it: that ring is lost with us unless the caller passes it on.
 bool release_slot(layout::wait_queue& q, int slot, std::uint64_t id) noexcept;
@@ -35,19 +37,34 @@ bool arm(layout::wait_queue& q, int slot) noexcept;
 /// ring is on its way to the doorbell).
 bool disarm(layout::wait_queue& q, int slot) noexcept;
 
-/// A blocking waiter's presence on the futex of `q`, for the scope of one sleep.
+/// A blocking wait's presence in `q`, for the length of one wait call.
+///
+/// It takes a slot of its own when one is free, and parks like an async waiter (arm, re-check),
+/// but sleeps on the slot's `armed` word: a signaller's claim (armed 1 -> 0) is the ring, and
+/// FUTEX_WAKE on that word the doorbell. After one claim no other signaller finds it armed, so
+/// a stream of publications costs one system call per sleep, not one each.
+///
+/// With every slot taken it counts itself among the sleepers on `futex_seq` instead, whom every
+/// notify wakes for as long as they are counted.
 class sleeper {
  public:
   explicit sleeper(layout::wait_queue& q) noexcept;
+  /// Withdraws; a ring claimed for us that we did not use goes on to another waiter.
   ~sleeper();
   sleeper(const sleeper&) = delete;
   sleeper& operator=(const sleeper&) = delete;
-  /// Sleeps until a notify after construction, or `timeout`.
+  /// Makes the wait visible to signallers. The caller re-checks its condition next, and sleeps
+  /// only if that fails.
+  void announce() noexcept;
+  /// Sleeps until a signaller rings after the last announce(), or `timeout`.
   void sleep(std::chrono::nanoseconds timeout) noexcept;
 
  private:
   layout::wait_queue& q_;
-  std::uint32_t seq_;
+  std::uint64_t id_;
+  int slot_;
+  bool announced_ = false;
+  std::uint32_t seq_ = 0;  // futex_seq as of announce(), without a slot
 };
 
 }  // namespace shmio::detail

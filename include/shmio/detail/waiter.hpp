@@ -272,20 +272,22 @@ auto waiter::wait(std::size_t q, Attempt attempt, std::chrono::nanoseconds timeo
   const auto deadline = forever ? clock::time_point::max() : clock::now() + timeout;
   if (timeout.count() != 0)
     if (auto r = spin_.spin(attempt)) return r;
+  std::optional<sleeper> s;  // made at the first park: a poll or a spin that succeeds needs none
+  std::optional<clock::time_point> slept_at;
   for (;;) {
     const auto now = clock::now();
     if (!forever && now >= deadline) return attempt();
     auto slice = forever ? std::chrono::nanoseconds(rescue_interval)
                          : std::min<std::chrono::nanoseconds>(deadline - now, rescue_interval);
-    sleeper s(*queues_[q]);
-    if (auto r = attempt()) return r;  // the re-check after announcing ourselves
-    const auto parked = clock::now();
-    s.sleep(slice);
-    if (auto r = attempt()) {
+    if (!s) s.emplace(*queues_[q]);
+    s->announce();
+    if (auto r = attempt()) {  // the re-check after announcing ourselves
       // As for async waits: woken soon after parking means a longer spin would have caught it.
-      spin_.woken_after(clock::now() - parked);
+      if (slept_at) spin_.woken_after(clock::now() - *slept_at);
       return r;
     }
+    slept_at = clock::now();
+    s->sleep(slice);
   }
 }
 
