@@ -57,6 +57,12 @@ bool waiter::any_parked(std::size_t q) const noexcept {
   return false;
 }
 
+bool waiter::any_parked() const noexcept {
+  for (std::size_t i = 0; i < queue_count_; ++i)
+    if (any_parked(i)) return true;
+  return false;
+}
+
 bool waiter::nothing_pending() const noexcept {
   for (std::size_t i = 0; i < queue_count_; ++i)
     if (!pending_[i].empty()) return false;
@@ -166,10 +172,10 @@ void waiter::complete(std::unique_lock<std::mutex>& lock, op_base* o, std::error
   const std::size_t q = o->queue;
   pending_[q].remove(o);
   const bool forward = withdraw(q);
-  watch(lock);
   lock.unlock();
   o->finish(ec, may_dispatch);
   if (forward) notify_one(*queues_[q]);
+  settle();
 }
 
 void waiter::cancel(std::uint64_t id) {
@@ -186,15 +192,23 @@ void waiter::cancel(std::uint64_t id) {
   complete(lock, found, asio::error::operation_aborted, false);
 }
 
-void waiter::on_wake(const std::error_code& ec, bool from_bell) {
+void waiter::on_wake(const std::error_code& ec, bool from_bell, std::uint64_t generation) {
   std::unique_lock lock(mutex_);
-  (from_bell ? bell_waiting_ : rescue_waiting_) = false;
+  if (from_bell) {
+    bell_waiting_ = false;
+  } else {
+    // A rescue wait replaced by a sooner one (watch): the newer wait is pending and re-checks.
+    if (generation != rescue_generation_) return;
+    rescue_waiting_ = false;
+  }
   if (closed_) return;
   // A cancelled watch (nothing was pending) saw no ring: skip the drain. A ring that is in the
   // socket all the same makes the next watch's registration report it at once.
   if (from_bell && !ec) {
     platform::drain_doorbell(bell_.native_handle());
-    if (!nothing_pending()) spin_.woken_after(std::chrono::steady_clock::now() - parked_since_);
+    // Only a parked wait was woken: a ring left over from an earlier park says nothing about
+    // how long a spin should be.
+    if (any_parked()) spin_.woken_after(std::chrono::steady_clock::now() - parked_since_);
   }
   recheck(lock);
 }
@@ -224,32 +238,73 @@ void waiter::recheck(std::unique_lock<std::mutex>& lock) {
   }
   for (std::size_t q = 0; q < queue_count_; ++q)
     if (forward[q]) notify_one(*queues_[q]);
+  settle();
 }
 
 void waiter::watch(std::unique_lock<std::mutex>&) {
-  std::error_code ignored;
-  if (nothing_pending()) {
-    // Nothing to wait for: stop watching, so that io_context::run() can return.
-    if (bell_waiting_) bell_.cancel(ignored);
-    if (rescue_waiting_) rescue_.cancel();
-    return;
-  }
+  // Only a parked operation needs the doorbell and the rescue: a spinning one re-checks through
+  // the executor, and a watch started for it alone would mostly be cancelled unused.
+  if (!any_parked()) return;
   if (!bell_waiting_) {
     bell_waiting_ = true;
+    unwatching_ = false;
     bell_.async_wait(
         asio::posix::stream_descriptor::wait_read,
-        [self = shared_from_this()](const std::error_code& ec) { self->on_wake(ec, true); });
+        [self = shared_from_this()](const std::error_code& ec) { self->on_wake(ec, true, 0); });
   }
-  if (!rescue_waiting_) {
-    bool slotless = false;
-    for (std::size_t q = 0; q < queue_count_; ++q)
-      slotless |= !pending_[q].empty() && slots_[q] == no_slot;
-    rescue_waiting_ = true;
-    rescue_.expires_after(slotless ? std::chrono::nanoseconds(slotless_interval)
-                                   : std::chrono::nanoseconds(rescue_interval));
-    rescue_.async_wait(
-        [self = shared_from_this()](const std::error_code& ec) { self->on_wake(ec, false); });
+  bool slotless = false;
+  for (std::size_t q = 0; q < queue_count_; ++q)
+    slotless |= any_parked(q) && slots_[q] == no_slot;
+  const auto interval = slotless ? std::chrono::nanoseconds(slotless_interval)
+                                 : std::chrono::nanoseconds(rescue_interval);
+  // A pending rescue that fires soon enough is kept: setting a timer that becomes the earliest
+  // costs Asio a timerfd_settime, which back-to-back parks would otherwise pay every time. It
+  // fires within `interval` from now, so a lost ring is still re-checked as soon as before.
+  if (rescue_waiting_ && rescue_.expiry() <= asio::steady_timer::clock_type::now() + interval)
+    return;
+  rescue_waiting_ = true;
+  unwatching_ = false;
+  rescue_.expires_after(interval);  // aborts a pending wait, which then finds itself replaced
+  rescue_.async_wait([self = shared_from_this(), generation = ++rescue_generation_](
+                         const std::error_code& ec) { self->on_wake(ec, false, generation); });
+}
+
+void waiter::settle() {
+  std::lock_guard lock(mutex_);
+  // Decided after the completions have run, not before: a handler that starts its next wait
+  // inline keeps the doorbell wait and the rescue timer as they are, rather than having them
+  // cancelled and registered again (an epoll_ctl and a timerfd_settime per park).
+  if (closed_ || !nothing_pending() || !(bell_waiting_ || rescue_waiting_) || unwatching_ ||
+      unwatch_posted_)
+    return;
+  // A completion that was posted rather than run inline starts its next wait from the
+  // executor's queue: decide once it has had its turn.
+  unwatch_posted_ = true;
+  asio::post(ex_, [self = shared_from_this(), seen = started_.load(std::memory_order_relaxed)] {
+    self->unwatch(seen, unwatch_passes);
+  });
+}
+
+void waiter::unwatch(std::uint32_t seen, int passes) {
+  std::lock_guard lock(mutex_);
+  if (closed_ || !nothing_pending()) {
+    unwatch_posted_ = false;
+    return;
   }
+  // Waits were started since (and completed at once): the handlers are still busy with this
+  // object, so look again after their next turn, a few times at most. Nothing started: the
+  // object is idle, and io_context::run() may return after this one trip.
+  const std::uint32_t started = started_.load(std::memory_order_relaxed);
+  if (started != seen && passes > 1) {
+    asio::post(
+        ex_, [self = shared_from_this(), started, passes] { self->unwatch(started, passes - 1); });
+    return;
+  }
+  unwatch_posted_ = false;
+  unwatching_ = true;
+  std::error_code ignored;
+  if (bell_waiting_) bell_.cancel(ignored);
+  if (rescue_waiting_) rescue_.cancel();
 }
 
 void waiter::shutdown() noexcept {

@@ -526,6 +526,56 @@ TEST_CASE("run() keeps running while a wait is pending and returns once it has c
   CHECK(probe.async_parked() == 0);
 }
 
+// Between two parks a handle keeps watching its doorbell while its handlers keep using it;
+// once they stop, nothing may be left to keep run() going. The last wait is cancelled, so no
+// ring completes the doorbell wait for it: the handle has to stop watching by itself.
+TEST_CASE("run() returns after a parked wait, waits that complete at once and a cancelled wait",
+          "[event][async]") {
+  asio::io_context io;
+  scoped_name name("event");
+  named_event ev(io.get_executor(), shmio::create_only, name, event_mode::auto_reset);
+  queue_probe probe(name);
+  constexpr int immediate = 40;  // more trips through the queue than the handle looks back
+  std::atomic<int> completed{0};
+  std::error_code last;
+  std::exception_ptr failure;
+  asio::cancellation_signal stop;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        co_await ev.async_wait(asio::use_awaitable);  // parks: set by the thread below
+        ++completed;
+        for (int i = 0; i < immediate; ++i) {
+          ev.set();
+          co_await ev.async_wait(asio::use_awaitable);
+          ++completed;
+        }
+        // Parks again: cancelled by the thread below.
+        std::tie(last) = co_await ev.async_wait(asio::bind_cancellation_slot(
+            stop.slot(), asio::experimental::as_tuple(asio::use_awaitable)));
+        ++completed;
+      },
+      [&](std::exception_ptr e) { failure = e; });
+  std::atomic<int> steps{0};
+  std::thread driver([&] {
+    if (!eventually([&] { return probe.async_parked() >= 1; })) return;
+    ev.set();
+    ++steps;
+    if (!eventually([&] { return completed == immediate + 1 && probe.async_parked() >= 1; }))
+      return;
+    asio::post(io, [&] { stop.emit(asio::cancellation_type::terminal); });
+    ++steps;
+  });
+  const bool idle = run_until_idle(io);  // false if the handle kept watching
+  driver.join();
+  CHECK(steps == 2);
+  CHECK(idle);
+  CHECK_FALSE(failure);
+  CHECK(completed == immediate + 2);
+  CHECK(last == asio::error::operation_aborted);
+  CHECK(probe.async_parked() == 0);
+}
+
 TEST_CASE("a pending wait keeps its handler's own executor running", "[event][async]") {
   asio::io_context io;   // the event's executor
   asio::io_context io2;  // the handler's

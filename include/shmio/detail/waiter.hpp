@@ -10,6 +10,7 @@
 // under the mutex.
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -139,7 +140,8 @@ class waiter : public std::enable_shared_from_this<waiter> {
   void spin_step(std::uint64_t id, std::size_t q, std::chrono::steady_clock::time_point deadline,
                  std::uint32_t step);
   void park(std::unique_lock<std::mutex>& lock, op_base* o);
-  // Takes `o` out of its list and completes it; passes on a ring it may have swallowed.
+  // Takes `o` out of its list and completes it; passes on a ring it may have swallowed; then
+  // settles. Drops the lock.
   void complete(std::unique_lock<std::mutex>& lock, op_base* o, std::error_code ec,
                 bool may_dispatch);
   // Arms queue q's slot for the parked operations in its list.
@@ -148,11 +150,25 @@ class waiter : public std::enable_shared_from_this<waiter> {
   // must go on.
   bool withdraw(std::size_t q) noexcept;
   bool any_parked(std::size_t q) const noexcept;
+  bool any_parked() const noexcept;
   op_base* find(std::size_t q, std::uint64_t id) const noexcept;
   void cancel(std::uint64_t id);
-  void on_wake(const std::error_code& ec, bool from_bell);
+  // `generation` tells a rescue wait that watch() has since replaced from the current one.
+  void on_wake(const std::error_code& ec, bool from_bell, std::uint64_t generation);
+  // Completes what can proceed, then settles; drops the lock.
   void recheck(std::unique_lock<std::mutex>& lock);
+  // Starts the doorbell wait and the rescue timer if an operation is parked; keeps them if
+  // they run already (the rescue only if it fires soon enough).
   void watch(std::unique_lock<std::mutex>& lock);
+  // After completions have run (takes the mutex): once nothing is pending, has unwatch() run
+  // after the handlers already queued.
+  void settle();
+  // Stops the doorbell wait and the rescue timer if nothing is pending and the object looks
+  // idle: no wait started since `seen` (started_), or `passes` trips through the queue spent.
+  void unwatch(std::uint32_t seen, int passes);
+  // A ping-pong on one CPU starts its next park within a few trips; a long run of waits that
+  // complete at once is not worth a trip each (a park after it pays a timerfd_settime).
+  static constexpr int unwatch_passes = 16;
   bool nothing_pending() const noexcept;
   bool nothing_pending_but(const op_base* o) const noexcept;
 
@@ -173,6 +189,11 @@ class waiter : public std::enable_shared_from_this<waiter> {
   std::uint64_t next_id_ = 1;
   bool bell_waiting_ = false;
   bool rescue_waiting_ = false;
+  std::uint64_t rescue_generation_ = 0;  // of the rescue wait started last
+  bool unwatch_posted_ = false;
+  bool unwatching_ = false;  // unwatch() cancelled the waits; watch() has not started one since
+  // Counts async_wait calls; unwatch() compares two readings.
+  std::atomic<std::uint32_t> started_{0};
   bool closed_ = false;
   std::atomic<bool> closed_flag_{false};  // closed_, readable without the mutex
   std::atomic<bool> crowded_{false};      // our last yield gave the CPU away (see spin_step)
@@ -244,6 +265,9 @@ void waiter::async_wait(std::size_t q, Attempt attempt, Handler&& handler) {
   // An operation started (say, a deferred one launched) after close touches nothing.
   if (closed_flag_.load(std::memory_order_acquire))
     return deliver<R>(std::move(handler), ex_, {asio::error::bad_descriptor, {}}, false);
+  // relaxed, and a load and a store rather than an increment: a hint for unwatch(), which a
+  // count lost to a concurrent call only makes stop watching a trip early.
+  started_.store(started_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   // Fast path: the condition already holds, or holds within a microsecond of pause-spinning.
   // Post, never call inline: the handler must not run inside the initiating function.
   if (auto r = attempt()) return deliver<R>(std::move(handler), ex_, std::move(*r), false);
