@@ -123,11 +123,10 @@ int claim_slot(layout::wait_queue& q, std::uint64_t id, bool probe_doorbells) no
   return no_slot;
 }
 
-bool release_slot(layout::wait_queue& q, int slot, std::uint64_t id) noexcept {
+bool release_slot(layout::wait_queue& q, int slot, std::uint64_t id, bool armed_by_us) noexcept {
   if (slot == no_slot) return false;
-  // An armed slot whose disarm fails was claimed by a signaller: its ring is on the way to us.
-  const bool was_armed = q.slots[slot].armed.load(std::memory_order_acquire) != 0;
-  const bool claimed = was_armed && !disarm(q, slot);
+  // An arming whose disarm fails was claimed by a signaller: its ring is on the way to us.
+  const bool claimed = armed_by_us && !disarm(q, slot);
   std::uint64_t expected = id;
   // release: our last use of the slot happens before its next owner's claim.
   q.slots[slot].doorbell.compare_exchange_strong(expected, 0, std::memory_order_release);
@@ -161,11 +160,9 @@ sleeper::~sleeper() {
     if (announced_) q_.parked.fetch_sub(parked_sleeper_unit, std::memory_order_acq_rel);
     return;
   }
-  // A failed disarm means a signaller claimed our slot after our last announce(). A wake-one
-  // signaller rang nobody else, so the ring goes on, as an async waiter's does (waiter.cpp).
-  const bool claimed = announced_ && !disarm(q_, slot_);
-  release_slot(q_, slot_, id_);  // disarmed by now: it only frees the slot
-  if (claimed) notify_one(q_);
+  // A signaller that claimed our slot after our last announce() rang nobody else if it wakes
+  // one: the ring goes on, as an async waiter's does (waiter.cpp).
+  if (release_slot(q_, slot_, id_, announced_)) notify_one(q_);
 }
 
 void sleeper::announce() noexcept {

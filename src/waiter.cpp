@@ -321,7 +321,8 @@ void waiter::shutdown() noexcept {
       done = o;
     }
     // Going away armed and claimed: pass the ring on, as a cancelled wait does.
-    if (release_slot(*queues_[q], slots_[q], doorbell_id_)) forward[q] = true;
+    if (release_slot(*queues_[q], slots_[q], doorbell_id_, armed_[q])) forward[q] = true;
+    armed_[q] = false;
     slots_[q] = no_slot;
   }
   std::error_code ignored;

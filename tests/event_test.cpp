@@ -78,12 +78,7 @@ class queue_probe {
     return (queue().parked.load() & 0xffffffffu) + sleepers(true);
   }
   std::uint64_t parked() const { return async_parked() + blocking_parked(); }
-  unsigned held_slots() const {
-    unsigned n = 0;
-    for (const auto& s : queue().slots)
-      n += s.doorbell.load() != 0;
-    return n;
-  }
+  unsigned held_slots() const { return shmio::test::held_slots(queue()); }
   /// Slots held by blocking waits (only the armed ones with `armed_only`).
   unsigned sleepers(bool armed_only = false) const {
     unsigned n = 0;

@@ -27,6 +27,7 @@
 #include <asio/io_context.hpp>
 #include <thread>
 
+#include "shmio/detail/layout.hpp"
 #include "shmio/detail/names.hpp"
 #include "shmio/segment.hpp"
 
@@ -55,6 +56,14 @@ class scoped_name {
  private:
   std::string name_;
 };
+
+/// Wait slots of `q` that have an owner (an object's doorbell or a blocking sleeper).
+inline unsigned held_slots(const detail::layout::wait_queue& q) {
+  unsigned n = 0;
+  for (const auto& s : q.slots)
+    n += s.doorbell.load() != 0;
+  return n;
+}
 
 /// A segment's whole file mapped read-write without going through shmio: lets a test look at
 /// (and damage) the shared layout the way another process, or a bug, could.

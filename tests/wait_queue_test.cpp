@@ -13,6 +13,7 @@
 #include "shmio/detail/layout.hpp"
 #include "shmio/detail/platform.hpp"
 #include "shmio/detail/wait_queue.hpp"
+#include "support.hpp"
 
 namespace {
 
@@ -20,6 +21,7 @@ namespace layout = shmio::detail::layout;
 namespace platform = shmio::detail::platform;
 using shmio::detail::notify_one;
 using shmio::detail::sleeper;
+using shmio::test::held_slots;
 
 // A wait queue in private memory, zeroed as a new segment's is.
 std::unique_ptr<layout::wait_queue> fresh_queue() {
@@ -31,12 +33,6 @@ std::uint64_t armed_slots(const layout::wait_queue& q) {
 }
 std::uint64_t counted_sleepers(const layout::wait_queue& q) {
   return q.parked.load() & 0xffffffffu;
-}
-unsigned held_slots(const layout::wait_queue& q) {
-  unsigned n = 0;
-  for (const auto& s : q.slots)
-    n += s.doorbell.load() != 0;
-  return n;
 }
 
 // The slot owner id of thread `tid` of process `pid` (docs/protocol.md, wait queue).

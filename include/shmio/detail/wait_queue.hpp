@@ -28,9 +28,11 @@ inline constexpr int no_slot = -1;
 /// takes as a spurious wake-up: with `probe_doorbells` false only blocking sleepers' slots are
 /// probed (that asks the kernel, and wakes nobody).
 int claim_slot(layout::wait_queue& q, std::uint64_t id, bool probe_doorbells = true) noexcept;
-/// Gives back a slot claimed for `id`. Returns true if it was armed and a signaller had claimed
-/// it: that ring is lost with us unless the caller passes it on.
-bool release_slot(layout::wait_queue& q, int slot, std::uint64_t id) noexcept;
+/// Gives back a slot claimed for `id`, disarming it first if `armed_by_us` (we armed it and have
+/// not disarmed it since). Returns true if a signaller claimed that arming: its ring is lost
+/// with us unless the caller passes it on. (The slot's word alone cannot tell: 0 is both
+/// "never armed" and "claimed".)
+bool release_slot(layout::wait_queue& q, int slot, std::uint64_t id, bool armed_by_us) noexcept;
 /// Marks the slot as wanting a ring. Returns true if it was not armed already.
 bool arm(layout::wait_queue& q, int slot) noexcept;
 /// Withdraws the slot's wish for a ring. Returns false if a signaller claimed it first (then a
