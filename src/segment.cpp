@@ -188,6 +188,24 @@ mapping build_private(const std::string& temp, object_kind kind, std::size_t bod
   return m;
 }
 
+// Last user? Upgrading our shared holder lock succeeds only if nobody else holds one; then
+// the file is removed. Under the admin lock no opener can slip in between that test and the
+// unlink. When it fails, our holder lock is dropped before the admin lock: another closer that
+// takes the admin lock next must not see it, or the two could each find the other still there
+// and neither would remove the file.
+void release_holder_lock(int fd, const std::string& path) noexcept {
+  std::error_code ec;
+  if (!lock_admin(fd, ec)) return;  // closing fd still releases the holder lock
+  if (platform::try_lock_byte(fd, layout::holder_lock_byte, platform::lock_kind::exclusive, ec)) {
+    auto st = platform::status(fd, ec);
+    if (!ec && st.links > 0) platform::unlink(path, ec);
+  } else {
+    std::error_code ignored;
+    platform::try_lock_byte(fd, layout::holder_lock_byte, platform::lock_kind::unlock, ignored);
+  }
+  unlock_admin(fd);
+}
+
 }  // namespace
 
 struct segment_access {
@@ -201,6 +219,7 @@ struct segment_access {
     s.size_ = m.size;
     s.kind_ = kind;
     s.created_ = created;
+    s.opened_by_ = platform::process_id();
     return s;
   }
 
@@ -322,7 +341,8 @@ segment::segment(segment&& o) noexcept
       base_(std::exchange(o.base_, nullptr)),
       size_(std::exchange(o.size_, 0)),
       kind_(o.kind_),
-      created_(o.created_) {}
+      created_(o.created_),
+      opened_by_(o.opened_by_) {}
 
 segment& segment::operator=(segment&& o) noexcept {
   if (this != &o) {
@@ -334,6 +354,7 @@ segment& segment::operator=(segment&& o) noexcept {
     size_ = std::exchange(o.size_, 0);
     kind_ = o.kind_;
     created_ = o.created_;
+    opened_by_ = o.opened_by_;
   }
   return *this;
 }
@@ -345,22 +366,13 @@ segment::~segment() {
 void segment::close() noexcept {
   if (!base_) return;
   platform::unique_fd fd(std::exchange(fd_, -1));
-  std::error_code ec;
-  // Last user? Upgrading our shared holder lock succeeds only if nobody else holds one. Under
-  // the admin lock no opener can slip in between that test and the unlink.
-  if (lock_admin(fd.get(), ec)) {
-    if (platform::try_lock_byte(fd.get(), layout::holder_lock_byte, platform::lock_kind::exclusive,
-                                ec)) {
-      auto st = platform::status(fd.get(), ec);
-      if (!ec && st.links > 0) platform::unlink(path_, ec);
-    }
-    // Explicitly: a child forked without exec shares this open file, and with it our locks.
-    unlock_admin(fd.get());
-  }
+  // A child forked without exec shares our open file description and with it our locks: any
+  // lock it dropped would be dropped for us. It only unmaps; the parent decides the removal.
+  if (platform::process_id() == opened_by_) release_holder_lock(fd.get(), path_);
   platform::unmap(base_, size_);
   base_ = nullptr;
   size_ = 0;
-}  // closing fd releases both locks
+}  // closing fd releases any lock left
 
 std::span<std::byte> segment::body() const noexcept {
   if (!base_) return {};

@@ -928,6 +928,28 @@ TEST_CASE("open_or_create racing from 4 processes ends with one creator and one 
   CHECK_FALSE(exists(path_of(name)));
 }
 
+TEST_CASE("a child forked without exec that closes an inherited segment leaves it to the parent",
+          "[segment][process]") {
+  scoped_name name;
+  const std::string path = path_of(name);
+  segment s(shmio::create_only, name, object_kind::raw, 64);
+  // The child shares the parent's open file and so its holder lock: were it to test that lock
+  // it would find itself the last user and remove the parent's file.
+  child c([&] {
+    s.close();
+    return exists(path) ? 0 : 1;
+  });
+  CHECK(c.wait() == 0);
+  REQUIRE(exists(path));
+  {
+    segment other(shmio::open_only, name, object_kind::raw);  // not taken for stale
+    CHECK(other.body().size() == 64);
+  }
+  CHECK(exists(path));
+  s.close();
+  CHECK_FALSE(exists(path));
+}
+
 TEST_CASE("1000 create and close cycles leave no file and leak no descriptor or mapping",
           "[segment]") {
   scoped_name name;

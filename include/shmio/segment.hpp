@@ -10,7 +10,8 @@
 // last one closes it, the file is removed. A process killed while holding it leaves the file
 // behind, "stale": the next create of the name removes it and succeeds, the next open removes
 // it and fails with errc::not_found. Openers never see a half-initialised segment: a creator
-// builds it under a private name and renames it into place.
+// builds it under a private name and renames it into place. A child forked without exec
+// shares its parent's open file and locks: closing an inherited handle there only unmaps it.
 
 #include <cstddef>
 #include <cstdint>
@@ -94,6 +95,7 @@ class segment {
   std::size_t size_ = 0;
   object_kind kind_ = object_kind::raw;
   bool created_ = false;
+  std::uint32_t opened_by_ = 0;  // process id: a forked child must not touch our locks
 
   friend struct segment_access;
 };
