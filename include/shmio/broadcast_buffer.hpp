@@ -166,7 +166,9 @@ class broadcast_buffer {
 
   // ---- asynchronous ---------------------------------------------------------------------
   // Completion signature of all four: void(std::error_code, std::size_t), with the errors and
-  // sizes of the blocking forms. None completes inside the initiating call.
+  // sizes of the blocking forms. No handler runs inside the initiating call, except that a
+  // use_awaitable coroutine whose operation can finish at once is resumed at once
+  // ("Immediate completion", docs/architecture.md).
   // Per-operation cancellation: terminal, partial and total. A cancelled operation completes
   // once with asio::error::operation_aborted and has done nothing: a read consumed no message
   // (the next read returns it), a write published none.

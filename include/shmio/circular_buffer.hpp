@@ -156,7 +156,9 @@ class circular_buffer {
 
   // ---- asynchronous ---------------------------------------------------------------------
   // Completion signature of all six: void(std::error_code, std::size_t).
-  // None completes inside the initiating call.
+  // No handler runs inside the initiating call, except that a use_awaitable coroutine whose
+  // operation can finish at once is resumed at once ("Immediate completion",
+  // docs/architecture.md).
   // Per-operation cancellation: terminal, partial and total. A cancelled operation completes
   // once with asio::error::operation_aborted and has done nothing: a read consumed no message,
   // a write published none. For a timeout, race the operation against a timer with

@@ -81,7 +81,9 @@ class named_event {
 
   /// Waits asynchronously until the event lets this wait through.
   ///
-  /// Completion signature: `void(std::error_code)`. Never completes inside this call.
+  /// Completion signature: `void(std::error_code)`. A handler never runs inside this call,
+  /// except that a use_awaitable coroutine whose wait can finish at once is resumed at once
+  /// (see "Immediate completion" in docs/architecture.md).
   ///
   /// Per-operation cancellation: terminal, partial and total. A cancelled wait completes once
   /// with asio::error::operation_aborted and has taken nothing: an auto-reset signal it did not

@@ -34,6 +34,7 @@
 #include <asio/recycling_allocator.hpp>
 #include <asio/steady_timer.hpp>
 
+#include "shmio/detail/immediate.hpp"
 #include "shmio/detail/layout.hpp"
 #include "shmio/detail/spin.hpp"
 #include "shmio/detail/wait_queue.hpp"
@@ -66,6 +67,25 @@ void deliver(Handler&& h, const Executor& ex, outcome<R>&& r, bool may_dispatch)
     asio::post(ex, std::move(bound));
 }
 
+/// deliver() for a result ready inside the initiating function: posted, unless the handler
+/// resumes a suspended coroutine and the thread has room for one more nested resumption. Then
+/// it is called here: the initiation runs inside the coroutine, so on its executor already.
+template <class R, class Handler, class Executor>
+void deliver_immediate(Handler&& h, const Executor& ex, outcome<R>&& r) {
+  if constexpr (resumes_coroutine<std::decay_t<Handler>>::value) {
+    if (immediate_depth::available()) {
+      return immediate_depth::run(ex, [&] {
+        std::decay_t<Handler> local(std::forward<Handler>(h));
+        if constexpr (std::is_same_v<R, no_value>)
+          std::move(local)(r.ec);
+        else
+          std::move(local)(r.ec, std::move(r.value));
+      });
+    }
+  }
+  deliver<R>(std::forward<Handler>(h), ex, std::move(r), false);
+}
+
 /// A blocking call's timeout as waiter::wait takes it: negative, max() or anything too long to
 /// count in nanoseconds (centuries) means no limit.
 inline std::chrono::nanoseconds wait_limit(std::chrono::milliseconds timeout) noexcept {
@@ -93,7 +113,8 @@ class waiter : public std::enable_shared_from_this<waiter> {
   spin_policy& spin() noexcept { return spin_; }
 
   /// Starts an async wait on queue `q` for `attempt` (a callable returning
-  /// std::optional<outcome<R>>). Never completes inside this call.
+  /// std::optional<outcome<R>>). Completes inside this call only to resume a suspended coroutine
+  /// (immediate.hpp).
   template <class R, class Attempt, class Handler>
   void async_wait(std::size_t q, Attempt attempt, Handler&& handler);
 
@@ -269,10 +290,10 @@ void waiter::async_wait(std::size_t q, Attempt attempt, Handler&& handler) {
   // count lost to a concurrent call only makes stop watching a trip early.
   started_.store(started_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   // Fast path: the condition already holds, or holds within a microsecond of pause-spinning.
-  // Post, never call inline: the handler must not run inside the initiating function.
-  if (auto r = attempt()) return deliver<R>(std::move(handler), ex_, std::move(*r), false);
+  // Posted: the handler must not run inside the initiating function (but see immediate.hpp).
+  if (auto r = attempt()) return deliver_immediate<R>(std::move(handler), ex_, std::move(*r));
   if (auto r = spin_.tight_spin(attempt))
-    return deliver<R>(std::move(handler), ex_, std::move(*r), false);
+    return deliver_immediate<R>(std::move(handler), ex_, std::move(*r));
 
   auto slot = asio::get_associated_cancellation_slot(handler);
   op_base* o =
