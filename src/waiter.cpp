@@ -135,6 +135,15 @@ void waiter::spin_step(std::uint64_t id, std::size_t q,
     platform::yield();
     crowded_.store(std::chrono::steady_clock::now() - before >= crowded_yield,
                    std::memory_order_relaxed);
+    // A peer on this CPU may have answered while it had the CPU: look before paying a trip.
+    lock.lock();
+    o = closed_ ? nullptr : find(q, id);
+    if (!o) return;
+    if (o->attempt()) {
+      spin_.spin_succeeded();
+      return complete(lock, o, {}, true);
+    }
+    lock.unlock();
   }
   asio::post(ex_, [self = shared_from_this(), id, q, deadline, step] {
     self->spin_step(id, q, deadline, step + 1);
