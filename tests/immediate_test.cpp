@@ -41,8 +41,8 @@ static_assert(
     shmio::detail::resumes_coroutine<asio::async_result<
         asio::use_awaitable_t<>, void(std::error_code, std::size_t)>::handler_type>::value);
 
-// Spawns `coroutine` on `io`, runs `io` until it has no work and returns how many handlers
-// run() ran; rethrows what the coroutine threw.
+// Spawns `coroutine` on `io`, runs `io` until it has no work (or `bound` passes) and returns how
+// many handlers it ran; rethrows what the coroutine threw.
 template <class Fn>
 std::size_t handlers_to_finish(asio::io_context& io, Fn coroutine) {
   std::exception_ptr failure;
@@ -51,7 +51,7 @@ std::size_t handlers_to_finish(asio::io_context& io, Fn coroutine) {
     failure = e;
     finished = true;
   });
-  const std::size_t handlers = io.run();
+  const std::size_t handlers = io.run_for(bound);
   REQUIRE(finished);
   if (failure) std::rethrow_exception(failure);
   return handlers;
@@ -140,7 +140,7 @@ TEST_CASE("a long run of ready waits neither grows the stack nor starves other h
             co_await ev.async_wait(asio::use_awaitable);
         },
         [&](std::exception_ptr e) { failed = e != nullptr; });
-    handlers = io.run();
+    handlers = io.run_for(bound);
   });
   CHECK_FALSE(failed);
   CHECK(waits_done == waits);
@@ -174,10 +174,10 @@ TEST_CASE("an exception thrown after an immediate resumption leaves run(), as af
       [](std::exception_ptr e) {
         if (e) std::rethrow_exception(e);
       });
-  CHECK_THROWS_WITH(io.run(), "from the coroutine");
+  CHECK_THROWS_WITH(io.run_for(bound), "from the coroutine");
   CHECK(waits_done == 1);
   io.restart();
-  CHECK(io.run() == 0);  // nothing else was left behind
+  CHECK(io.run_for(bound) == 0);  // nothing else was left behind
 }
 
 TEST_CASE("a callback for a ready operation still runs only from run()", "[immediate][ring]") {
@@ -190,6 +190,6 @@ TEST_CASE("a callback for a ready operation still runs only from run()", "[immed
   ring.async_read(asio::buffer(buf),
                   [&](std::error_code ec, std::size_t n) { calls += !ec && n == 5; });
   CHECK(calls == 0);
-  CHECK(io.run() == 1);
+  CHECK(io.run_for(bound) == 1);
   CHECK(calls == 1);
 }
