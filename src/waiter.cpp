@@ -117,10 +117,7 @@ void waiter::spin_step(std::uint64_t id, std::size_t q,
   const bool crowded = crowded_.load(std::memory_order_relaxed);
   const auto look_until = std::chrono::steady_clock::now() + look_per_step;
   for (int i = 1;; ++i) {
-    if (o->attempt()) {
-      spin_.spin_succeeded();
-      return complete(lock, o, {}, true);  // we run on the executor, outside any initiator
-    }
+    if (complete_if_ready(lock, o)) return;
     if (crowded) break;
     platform::cpu_relax();
     if (i % looks_per_clock_read == 0 && std::chrono::steady_clock::now() >= look_until) break;
@@ -138,16 +135,19 @@ void waiter::spin_step(std::uint64_t id, std::size_t q,
     // A peer on this CPU may have answered while it had the CPU: look before paying a trip.
     lock.lock();
     o = closed_ ? nullptr : find(q, id);
-    if (!o) return;
-    if (o->attempt()) {
-      spin_.spin_succeeded();
-      return complete(lock, o, {}, true);
-    }
+    if (!o || complete_if_ready(lock, o)) return;
     lock.unlock();
   }
   asio::post(ex_, [self = shared_from_this(), id, q, deadline, step] {
     self->spin_step(id, q, deadline, step + 1);
   });
+}
+
+bool waiter::complete_if_ready(std::unique_lock<std::mutex>& lock, op_base* o) {
+  if (!o->attempt()) return false;
+  spin_.spin_succeeded();
+  complete(lock, o, {}, true);  // we run on the executor, outside any initiator
+  return true;
 }
 
 void waiter::park(std::unique_lock<std::mutex>& lock, op_base* o) {

@@ -75,11 +75,10 @@ void deliver_immediate(Handler&& h, const Executor& ex, outcome<R>&& r) {
   if constexpr (resumes_coroutine<std::decay_t<Handler>>::value) {
     if (immediate_depth::available()) {
       return immediate_depth::run(ex, [&] {
-        std::decay_t<Handler> local(std::forward<Handler>(h));
         if constexpr (std::is_same_v<R, no_value>)
-          std::move(local)(r.ec);
+          std::forward<Handler>(h)(r.ec);
         else
-          std::move(local)(r.ec, std::move(r.value));
+          std::forward<Handler>(h)(r.ec, std::move(r.value));
       });
     }
   }
@@ -161,6 +160,8 @@ class waiter : public std::enable_shared_from_this<waiter> {
   void spin_step(std::uint64_t id, std::size_t q, std::chrono::steady_clock::time_point deadline,
                  std::uint32_t step);
   void park(std::unique_lock<std::mutex>& lock, op_base* o);
+  // A spinning wait's look: if its condition holds, completes it (dropping the lock).
+  bool complete_if_ready(std::unique_lock<std::mutex>& lock, op_base* o);
   // Takes `o` out of its list and completes it; passes on a ring it may have swallowed; then
   // settles. Drops the lock.
   void complete(std::unique_lock<std::mutex>& lock, op_base* o, std::error_code ec,
