@@ -8,6 +8,12 @@
 //
 //   spin_floor         two std::atomic<uint32_t> in a MAP_SHARED anonymous mapping, busy spin
 //   eventfd_blocking   two eventfds, blocking write/read: the bare kernel wake-up
+//   epoll_eventfd      two non-blocking eventfds, each side epoll_wait()s on its own, then reads
+//                      it: the bare wake-up through epoll, with no library at all. Three system
+//                      calls per side (write, epoll_wait, read), the fewest any wait that runs
+//                      in a reactor (an io_context) needs, so the floor for the parked async
+//                      families; Asio adds a fourth, its re-arm (epoll_ctl) or its
+//                      speculative read (see docs/performance.md)
 //   asio_local_stream  a local::stream_protocol socket pair, 64 bytes each way, co_await
 //   shmio_sync         two auto-reset shmio::named_events, blocking wait(), default strategy
 //   shmio_async        the same, parent and child co_await async_wait(), default (hybrid)
@@ -35,6 +41,15 @@
 // --roundtrips=N (ours, for `perf stat`; see bench/syscalls.py) runs exactly N timed round trips
 // after N/10 warm-up ones in every benchmark (spin_floor/same excepted).
 //
+// BM_parked_pairs/<placement> measures the parked comparison a second way. The families above
+// run one after the other, seconds to minutes apart, and on a shared VM the kernel's wake-up
+// latency moves by tens of percent in that time: as much as the ratio being judged. Here one
+// child serves eventfd_blocking, epoll_eventfd and shmio_async_park at once (a thread each), and
+// the parent alternates between them in blocks of pair_block round trips, rotating the order
+// every round. Per round it divides the block medians; the counters are the medians over rounds
+// of those paired ratios (park_over_eventfd, epoll_over_eventfd, park_over_epoll) and of each
+// mechanism's block medians (eventfd_ns, epoll_ns, park_ns).
+//
 // Cleanup: the child gets PR_SET_PDEATHSIG(SIGKILL); teardown asks it to stop, kills it if it
 // has not exited within two seconds, reaps it, and removes the events' segments by name, also
 // when setup or the run failed. Segment names carry the parent's pid. A run killed from outside
@@ -45,6 +60,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -78,6 +94,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -88,6 +105,7 @@ using namespace shmio_bench;
 enum class family {
   spin_floor,
   eventfd_blocking,
+  epoll_eventfd,
   asio_local_stream,
   shmio_sync,
   shmio_async,
@@ -168,6 +186,74 @@ void run_eventfd(benchmark::State& state, session& s) {
   warm_up_then_measure(state, [&] {
     efd_signal(ping);
     efd_wait(pong, [] {
+      if (g_child_exited) throw_child_gone();
+    });
+  });
+  s.stop_children([ping] { efd_signal(ping); });
+}
+
+// ---- epoll_eventfd ---------------------------------------------------------------------------
+
+/// An epoll instance watching one non-blocking eventfd, level-triggered (so no re-arm).
+class epoll_bell {
+ public:
+  explicit epoll_bell(int fd) : fd_(fd), ep_(::epoll_create1(EPOLL_CLOEXEC)) {
+    if (ep_ < 0) throw_errno("epoll_create1");
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    if (::epoll_ctl(ep_, EPOLL_CTL_ADD, fd_, &ev) != 0) {
+      ::close(ep_);
+      throw_errno("epoll_ctl");
+    }
+  }
+  ~epoll_bell() { ::close(ep_); }
+  epoll_bell(const epoll_bell&) = delete;
+  epoll_bell& operator=(const epoll_bell&) = delete;
+  /// Sleeps in epoll_wait until the eventfd is signalled, then reads it (resets it to 0).
+  template <class Check>
+  void wait(Check&& check) {
+    epoll_event ev;
+    for (;;) {
+      const int n = ::epoll_wait(ep_, &ev, 1, -1);
+      if (n < 0 && errno != EINTR) throw_errno("epoll_wait");
+      if (n <= 0) {
+        check();
+        continue;
+      }
+      std::uint64_t v;
+      if (::read(fd_, &v, sizeof v) == sizeof v) return;
+      if (errno != EAGAIN && errno != EINTR) throw_errno("eventfd read");
+    }
+  }
+
+ private:
+  int fd_;
+  int ep_;
+};
+
+void run_epoll_eventfd(benchmark::State& state, session& s) {
+  control_block& c = s.ctl();
+  const int ping = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (ping < 0) throw_errno("eventfd");
+  s.own_fd(ping);
+  const int pong = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (pong < 0) throw_errno("eventfd");
+  s.own_fd(pong);
+  s.pin_parent();
+  s.fork_child([&c, ping, pong](const std::function<void()>& ready) {
+    epoll_bell bell(ping);  // the child's own epoll instance, made after the fork
+    ready();
+    for (;;) {
+      bell.wait([] {});
+      if (c.stop.load(std::memory_order_acquire)) return;
+      efd_signal(pong);
+    }
+  });
+  epoll_bell bell(pong);
+  s.start_children();
+  warm_up_then_measure(state, [&] {
+    efd_signal(ping);
+    bell.wait([] {
       if (g_child_exited) throw_child_gone();
     });
   });
@@ -316,6 +402,155 @@ void run_shmio(benchmark::State& state, session& s, shmio_options opt) {
   s.stop_children([&ping] { ping.set(); });
 }
 
+// ---- parked_pairs -----------------------------------------------------------------------------
+
+constexpr int pair_block = 200;  // round trips per block
+constexpr int pair_rounds = 30;  // timed rounds (one block of each mechanism per round)
+enum parked_mechanism { via_eventfd, via_epoll, via_shmio, mechanism_count };
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void run_parked_pairs(benchmark::State& state, session& s) {
+  control_block& c = s.ctl();
+  int fds[4];  // eventfd ping, eventfd pong, epoll ping, epoll pong
+  for (int i = 0; i < 4; ++i) {
+    fds[i] = ::eventfd(0, EFD_CLOEXEC | (i < 2 ? 0 : EFD_NONBLOCK));
+    if (fds[i] < 0) throw_errno("eventfd");
+    s.own_fd(fds[i]);
+  }
+  const std::string ping_name = s.segment_name("ping");
+  const std::string pong_name = s.segment_name("pong");
+  const auto park = shmio::wait_strategy::park_only();
+  s.pin_parent();
+
+  s.fork_child([&](const std::function<void()>& ready) {
+    asio::io_context io;
+    shmio::named_event ping(io.get_executor(), shmio::open_only, ping_name,
+                            shmio::event_mode::auto_reset, park);
+    shmio::named_event pong(io.get_executor(), shmio::open_only, pong_name,
+                            shmio::event_mode::auto_reset, park);
+    // The threads inherit the child's CPU; only the one the parent is using at the time runs.
+    std::thread blocking([&c, &fds] {
+      for (;;) {
+        efd_wait(fds[0], [] {});
+        if (c.stop.load(std::memory_order_acquire)) return;
+        efd_signal(fds[1]);
+      }
+    });
+    std::thread polling([&c, &fds] {
+      epoll_bell bell(fds[2]);
+      for (;;) {
+        bell.wait([] {});
+        if (c.stop.load(std::memory_order_acquire)) return;
+        efd_signal(fds[3]);
+      }
+    });
+    auto echo = [&]() -> asio::awaitable<void> {
+      for (;;) {
+        co_await ping.async_wait(asio::use_awaitable);
+        if (c.stop.load(std::memory_order_acquire)) co_return;
+        pong.set();
+      }
+    };
+    asio::co_spawn(io, echo(), [](std::exception_ptr e) {
+      if (e) std::rethrow_exception(e);
+    });
+    ready();
+    io.run();
+    blocking.join();
+    polling.join();
+  });
+
+  asio::io_context io;
+  shmio::named_event ping(io.get_executor(), shmio::create_only, ping_name,
+                          shmio::event_mode::auto_reset, false, park);
+  shmio::named_event pong(io.get_executor(), shmio::create_only, pong_name,
+                          shmio::event_mode::auto_reset, false, park);
+  epoll_bell bell(fds[3]);
+  s.start_children();
+
+  auto check = [] {
+    if (g_child_exited) throw_child_gone();
+  };
+  std::vector<double> trip(pair_block);
+  // One block of round trips through `m`; returns the median round trip in ns.
+  auto block = [&](parked_mechanism m) {
+    auto timed = [&](int i, auto&& round_trip) {
+      const auto t0 = clock_type::now();
+      round_trip();
+      trip[static_cast<std::size_t>(i)] =
+          std::chrono::duration<double, std::nano>(clock_type::now() - t0).count();
+    };
+    if (m == via_eventfd) {
+      for (int i = 0; i < pair_block; ++i)
+        timed(i, [&] {
+          efd_signal(fds[0]);
+          efd_wait(fds[1], check);
+        });
+    } else if (m == via_epoll) {
+      for (int i = 0; i < pair_block; ++i)
+        timed(i, [&] {
+          efd_signal(fds[2]);
+          bell.wait(check);
+        });
+    } else {
+      run_parent_coroutine(s, io, [&]() -> asio::awaitable<void> {
+        for (int i = 0; i < pair_block; ++i) {
+          const auto t0 = clock_type::now();
+          ping.set();
+          co_await pong.async_wait(asio::use_awaitable);
+          trip[static_cast<std::size_t>(i)] =
+              std::chrono::duration<double, std::nano>(clock_type::now() - t0).count();
+        }
+      }());
+    }
+    return median_of(trip);
+  };
+
+  std::vector<double> medians[mechanism_count];
+  std::vector<double> park_over_eventfd, epoll_over_eventfd, park_over_epoll;
+  for (auto _ : state) {
+    for (int m = 0; m < mechanism_count; ++m)
+      block(static_cast<parked_mechanism>(m));  // warm-up round, not counted
+    for (int round = 0; round < pair_rounds; ++round) {
+      double round_median[mechanism_count];
+      for (int k = 0; k < mechanism_count; ++k) {
+        const auto m = static_cast<parked_mechanism>((round + k) % mechanism_count);
+        round_median[m] = block(m);
+        medians[m].push_back(round_median[m]);
+      }
+      park_over_eventfd.push_back(round_median[via_shmio] / round_median[via_eventfd]);
+      epoll_over_eventfd.push_back(round_median[via_epoll] / round_median[via_eventfd]);
+      park_over_epoll.push_back(round_median[via_shmio] / round_median[via_epoll]);
+    }
+  }
+  state.counters["eventfd_ns"] = median_of(medians[via_eventfd]);
+  state.counters["epoll_ns"] = median_of(medians[via_epoll]);
+  state.counters["park_ns"] = median_of(medians[via_shmio]);
+  state.counters["park_over_eventfd"] = median_of(park_over_eventfd);
+  state.counters["epoll_over_eventfd"] = median_of(epoll_over_eventfd);
+  state.counters["park_over_epoll"] = median_of(park_over_epoll);
+  s.stop_children([&] {
+    efd_signal(fds[0]);
+    efd_signal(fds[2]);
+    ping.set();
+  });
+}
+
+void bm_parked_pairs(benchmark::State& state, placement p) {
+  std::string error;
+  try {
+    session s(p);
+    run_parked_pairs(state, s);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!error.empty()) state.SkipWithError(error.c_str());
+}
+
 // ---- the benchmark --------------------------------------------------------------------------
 
 void bm_roundtrip(benchmark::State& state, family f, placement p) {
@@ -328,6 +563,9 @@ void bm_roundtrip(benchmark::State& state, family f, placement p) {
         break;
       case family::eventfd_blocking:
         run_eventfd(state, s);
+        break;
+      case family::epoll_eventfd:
+        run_epoll_eventfd(state, s);
         break;
       case family::asio_local_stream:
         run_asio_stream(state, s);
@@ -366,6 +604,7 @@ void register_all() {
   const named_family families[] = {
       {family::spin_floor, "spin_floor"},
       {family::eventfd_blocking, "eventfd_blocking"},
+      {family::epoll_eventfd, "epoll_eventfd"},
       {family::asio_local_stream, "asio_local_stream"},
       {family::shmio_sync, "shmio_sync"},
       {family::shmio_async, "shmio_async"},
@@ -386,6 +625,13 @@ void register_all() {
       else if (g_fixed_round_trips > 0)
         b->Iterations(g_fixed_round_trips);
     }
+  for (const auto& [p, pname] : placements) {
+    const std::string name = std::string("BM_parked_pairs/") + pname;
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [p = p](benchmark::State& st) { bm_parked_pairs(st, p); })
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
+  }
 }
 
 }  // namespace

@@ -20,8 +20,8 @@ import sys
 
 SYSCALLS = ["epoll_wait", "epoll_ctl", "timerfd_settime", "sendto", "recvfrom", "recvmmsg",
             "futex", "sched_yield", "read", "write"]
-FAMILIES = ["spin_floor", "eventfd_blocking", "asio_local_stream", "shmio_sync", "shmio_async",
-            "shmio_async_park", "shmio_sync_pinlate", "shmio_async_pinlate"]
+FAMILIES = ["spin_floor", "eventfd_blocking", "epoll_eventfd", "asio_local_stream", "shmio_sync",
+            "shmio_async", "shmio_async_park", "shmio_sync_pinlate", "shmio_async_pinlate"]
 PLACEMENTS = ["split", "same"]
 
 
