@@ -50,6 +50,10 @@
 // of those paired ratios (park_over_eventfd, epoll_over_eventfd, park_over_epoll) and of each
 // mechanism's block medians (eventfd_ns, epoll_ns, park_ns).
 //
+// BM_syscall/<what> (one process, no wake-up) prices the system calls a parked round trip is
+// made of on this machine: on a virtual machine a system call can cost a microsecond, and a
+// parked wait makes four per side where a blocking eventfd makes two.
+//
 // Cleanup: the child gets PR_SET_PDEATHSIG(SIGKILL); teardown asks it to stop, kills it if it
 // has not exited within two seconds, reaps it, and removes the events' segments by name, also
 // when setup or the run failed. Segment names carry the parent's pid. A run killed from outside
@@ -65,6 +69,8 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -551,6 +557,69 @@ void bm_parked_pairs(benchmark::State& state, placement p) {
   if (!error.empty()) state.SkipWithError(error.c_str());
 }
 
+// ---- syscall costs ----------------------------------------------------------------------------
+
+enum class syscall_probe { getppid, eventfd_write_read, epoll_ctl_mod, dgram_sendto_recvmmsg };
+
+void bm_syscall(benchmark::State& state, syscall_probe what) {
+  std::vector<int> fds;
+  auto keep = [&fds](int fd) {
+    if (fd < 0) throw_errno("setup");
+    fds.push_back(fd);
+    return fd;
+  };
+  try {
+    const int efd = keep(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    const int ep = keep(::epoll_create1(EPOLL_CLOEXEC));
+    // A datagram socket bound in the abstract namespace, rung by name from an unbound one: the
+    // shape of shmio's doorbell (src/platform/doorbell_socket.cpp).
+    const int bell = keep(::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    const int sender = keep(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    const int n = std::snprintf(addr.sun_path + 1, sizeof addr.sun_path - 1,
+                                "shmio-bench.%d.syscall", static_cast<int>(::getpid()));
+    const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+    if (::bind(bell, reinterpret_cast<sockaddr*>(&addr), len) != 0) throw_errno("bind");
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLET;
+    if (::epoll_ctl(ep, EPOLL_CTL_ADD, bell, &ev) != 0) throw_errno("epoll_ctl");
+    char byte = 1;
+    char bytes[16];
+    iovec iov[16];
+    mmsghdr msgs[16]{};
+    for (int i = 0; i < 16; ++i) {
+      iov[i] = {&bytes[i], 1};
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    std::uint64_t v = 1;
+    for (auto _ : state) {
+      switch (what) {
+        case syscall_probe::getppid:
+          benchmark::DoNotOptimize(::syscall(SYS_getppid));
+          break;
+        case syscall_probe::eventfd_write_read:
+          benchmark::DoNotOptimize(::write(efd, &v, sizeof v));
+          benchmark::DoNotOptimize(::read(efd, &v, sizeof v));
+          break;
+        case syscall_probe::epoll_ctl_mod:
+          benchmark::DoNotOptimize(::epoll_ctl(ep, EPOLL_CTL_MOD, bell, &ev));
+          break;
+        case syscall_probe::dgram_sendto_recvmmsg:
+          benchmark::DoNotOptimize(::sendto(sender, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL,
+                                            reinterpret_cast<sockaddr*>(&addr), len));
+          benchmark::DoNotOptimize(::recvmmsg(bell, msgs, 16, MSG_DONTWAIT, nullptr));
+          break;
+      }
+    }
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+  for (int fd : fds)
+    ::close(fd);
+}
+
 // ---- the benchmark --------------------------------------------------------------------------
 
 void bm_roundtrip(benchmark::State& state, family f, placement p) {
@@ -625,6 +694,15 @@ void register_all() {
       else if (g_fixed_round_trips > 0)
         b->Iterations(g_fixed_round_trips);
     }
+  const std::pair<syscall_probe, const char*> probes[] = {
+      {syscall_probe::getppid, "getppid"},
+      {syscall_probe::eventfd_write_read, "eventfd_write_read"},
+      {syscall_probe::epoll_ctl_mod, "epoll_ctl_mod"},
+      {syscall_probe::dgram_sendto_recvmmsg, "dgram_sendto_recvmmsg"}};
+  for (const auto& [what, wname] : probes)
+    benchmark::RegisterBenchmark((std::string("BM_syscall/") + wname).c_str(),
+                                 [what = what](benchmark::State& st) { bm_syscall(st, what); })
+        ->Unit(benchmark::kNanosecond);
   for (const auto& [p, pname] : placements) {
     const std::string name = std::string("BM_parked_pairs/") + pname;
     benchmark::RegisterBenchmark(name.c_str(),

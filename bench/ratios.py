@@ -22,7 +22,7 @@ table gives that figure (median over repetitions) and the same ratios computed f
 BM_parked_pairs/<placement> (see bench/event_pingpong.cpp) measures eventfd_blocking,
 epoll_eventfd and shmio_async_park in alternating blocks between the same two processes and
 reports paired ratios; a third table gives them (median over repetitions, and the range), and
-the parked targets are checked with them too.
+the parked targets are checked with them too. BM_syscall/<probe> prices single system calls.
 
 Then it checks the targets, with both figures:
 
@@ -127,6 +127,19 @@ def collect_pairs(doc):
             if c in b:
                 pairs.setdefault(parts[1], {}).setdefault(c, []).append(float(b[c]))
     return pairs
+
+
+def collect_syscalls(doc):
+    """Returns {probe: [ns per call, one per repetition]} for BM_syscall/<probe>."""
+    costs = {}
+    for b in doc.get("benchmarks", []):
+        if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
+            continue
+        parts = (b.get("run_name") or b.get("name", "")).split("/")
+        if len(parts) >= 2 and parts[0] == "BM_syscall":
+            ns = float(b["real_time"]) * UNIT_NS[b.get("time_unit", "ns")]
+            costs.setdefault(parts[1], []).append(ns)
+    return costs
 
 
 def print_pairs(pairs, md):
@@ -242,6 +255,14 @@ def main():
 
     if pairs:
         print_pairs(pairs, md)
+        print()
+    costs = collect_syscalls(doc)
+    if costs:
+        title = "system calls, one process, no wake-up (BM_syscall; median over repetitions)"
+        print(f"**{title}**\n" if md else title)
+        print_table(["probe", "reps", "time"],
+                    [[k, str(len(v)), fmt_time(statistics.median(v))] for k, v in costs.items()],
+                    md)
         print()
 
     print("**Targets** (ratios of medians over repetitions)\n" if md
