@@ -133,6 +133,16 @@ def ring_tables(runs):
         _, fam, shape = n.split("/")
         v = median_of(runs, n, "items_per_second")
         out.append(f"| {fam} | {shape} | {fmt_rate(v, 'msg/s')} | {fmt_ratio(ratio(v, floor))} |")
+    pair = "BM_ring_flow_pairs/1p1c"
+    if median_of(runs, pair, "spin_ring_rate") is not None:
+        out += ["", "### 1p1c flows interleaved (BM_ring_flow_pairs): blocks of 200 000 messages "
+                "through each family in turn, same two processes", "",
+                "| family | messages/s (median block) | / spin_ring, paired (median round) |",
+                "|---|---|---|"]
+        for fam in ("spin_ring", *SHMIO_FLOWS):
+            r = median_of(runs, pair, f"{fam}_over_spin")
+            out.append(f"| {fam} | {fmt_rate(median_of(runs, pair, f'{fam}_rate'), 'msg/s')} | "
+                       f"{'1.00×' if fam == 'spin_ring' else fmt_ratio(r)} |")
     out += ["", "### Ring bandwidth, 1 MiB messages, one producer and one consumer process", "",
             "| family | bytes/s | / spin_ring |", "|---|---|---|"]
     floor_bw = median_of(runs, "BM_ring_bandwidth/spin_ring", "bytes_per_second")
