@@ -329,6 +329,26 @@ void run_asio_stream(benchmark::State& state, session& s) {
 
 // ---- shmio -----------------------------------------------------------------------------------
 
+/// The child's side of an async event ping-pong: answers each `ping` with a `pong` until told to
+/// stop. A coroutine function, not a lambda: a lambda coroutine refers to its closure, which
+/// would be gone once spawn_async_echo returns.
+asio::awaitable<void> async_echo(shmio::named_event& ping, shmio::named_event& pong,
+                                 control_block& c) {
+  for (;;) {
+    co_await ping.async_wait(asio::use_awaitable);
+    if (c.stop.load(std::memory_order_acquire)) co_return;
+    pong.set();
+  }
+}
+
+/// Runs async_echo on `io` (once `io` runs); an exception it throws leaves io.run().
+void spawn_async_echo(asio::io_context& io, shmio::named_event& ping, shmio::named_event& pong,
+                      control_block& c) {
+  asio::co_spawn(io, async_echo(ping, pong, c), [](std::exception_ptr e) {
+    if (e) std::rethrow_exception(e);
+  });
+}
+
 struct shmio_options {
   bool async = false;
   shmio::wait_strategy strategy{};
@@ -357,16 +377,7 @@ void run_shmio(benchmark::State& state, session& s, shmio_options opt) {
             pong.set();
           }
         }
-        auto echo = [&]() -> asio::awaitable<void> {
-          for (;;) {
-            co_await ping.async_wait(asio::use_awaitable);
-            if (c.stop.load(std::memory_order_acquire)) co_return;
-            pong.set();
-          }
-        };
-        asio::co_spawn(io, echo(), [](std::exception_ptr e) {
-          if (e) std::rethrow_exception(e);
-        });
+        spawn_async_echo(io, ping, pong, c);
         ready();
         io.run();
       },
@@ -454,16 +465,7 @@ void run_parked_pairs(benchmark::State& state, session& s) {
         efd_signal(fds[3]);
       }
     });
-    auto echo = [&]() -> asio::awaitable<void> {
-      for (;;) {
-        co_await ping.async_wait(asio::use_awaitable);
-        if (c.stop.load(std::memory_order_acquire)) co_return;
-        pong.set();
-      }
-    };
-    asio::co_spawn(io, echo(), [](std::exception_ptr e) {
-      if (e) std::rethrow_exception(e);
-    });
+    spawn_async_echo(io, ping, pong, c);
     ready();
     io.run();
     blocking.join();

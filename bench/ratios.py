@@ -114,31 +114,31 @@ PAIR_COUNTERS = ["eventfd_ns", "epoll_ns", "park_ns", "park_over_eventfd", "epol
                  "park_over_epoll"]
 
 
-def collect_pairs(doc):
-    """Returns {placement: {counter: [value, one per repetition]}} for BM_parked_pairs."""
-    pairs = {}
+def runs_of(doc, benchmark):
+    """Yields (second name part, entry) for each successful repetition of `benchmark`/..."""
     for b in doc.get("benchmarks", []):
         if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
             continue
         parts = (b.get("run_name") or b.get("name", "")).split("/")
-        if len(parts) < 2 or parts[0] != "BM_parked_pairs":
-            continue
+        if len(parts) >= 2 and parts[0] == benchmark:
+            yield parts[1], b
+
+
+def collect_pairs(doc):
+    """Returns {placement: {counter: [value, one per repetition]}} for BM_parked_pairs."""
+    pairs = {}
+    for placement, b in runs_of(doc, "BM_parked_pairs"):
         for c in PAIR_COUNTERS:
             if c in b:
-                pairs.setdefault(parts[1], {}).setdefault(c, []).append(float(b[c]))
+                pairs.setdefault(placement, {}).setdefault(c, []).append(float(b[c]))
     return pairs
 
 
 def collect_syscalls(doc):
     """Returns {probe: [ns per call, one per repetition]} for BM_syscall/<probe>."""
     costs = {}
-    for b in doc.get("benchmarks", []):
-        if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
-            continue
-        parts = (b.get("run_name") or b.get("name", "")).split("/")
-        if len(parts) >= 2 and parts[0] == "BM_syscall":
-            ns = float(b["real_time"]) * UNIT_NS[b.get("time_unit", "ns")]
-            costs.setdefault(parts[1], []).append(ns)
+    for probe, b in runs_of(doc, "BM_syscall"):
+        costs.setdefault(probe, []).append(float(b["real_time"]) * UNIT_NS[b.get("time_unit", "ns")])
     return costs
 
 
