@@ -103,9 +103,10 @@ constexpr int looks_per_clock_read = 4;
 // Trips between two sched_yield calls. A yield lets a peer on this same CPU run (without it our
 // spin could not succeed there), but costs a system call even when nobody else is runnable.
 constexpr std::uint32_t steps_per_yield = 4;
-// A yield that took this long gave the CPU to somebody: this CPU is shared, perhaps with the
-// peer, so yield at every trip and skip the re-checks (they cannot succeed before we yield).
-constexpr auto crowded_yield = std::chrono::microseconds(1);
+// A yield that gave the CPU to somebody means this CPU is shared, perhaps with the peer: then
+// yield at every trip and skip the re-checks (they cannot succeed before we yield). Which yields
+// did is the gauge's call; one per process, as the cost of a system call is the machine's.
+yield_gauge process_yields;
 }  // namespace
 
 void waiter::spin_step(std::uint64_t id, std::size_t q,
@@ -130,7 +131,7 @@ void waiter::spin_step(std::uint64_t id, std::size_t q,
   if (crowded || step % steps_per_yield == 0) {  // let a peer that shares this CPU run
     const auto before = std::chrono::steady_clock::now();
     platform::yield();
-    crowded_.store(std::chrono::steady_clock::now() - before >= crowded_yield,
+    crowded_.store(process_yields.crowded(std::chrono::steady_clock::now() - before),
                    std::memory_order_relaxed);
     // A peer on this CPU may have answered while it had the CPU: look before paying a trip.
     lock.lock();

@@ -11,6 +11,32 @@
 
 namespace shmio::detail {
 
+/// Tells a sched_yield that gave the CPU to another thread (so this CPU is shared) from one that
+/// only paid for the system call. A fixed threshold cannot: a system call costs 0.1-0.3 µs on
+/// some machines and over a microsecond on some virtual ones, where every yield would look
+/// crowded. A yield counts as crowded if it took at least `floor` and at least `factor` times
+/// the fastest yield this gauge has seen (the bare cost, as nearly as we can know it).
+class yield_gauge {
+ public:
+  static constexpr std::chrono::nanoseconds floor{1000};
+  static constexpr std::int64_t factor = 2;
+
+  bool crowded(std::chrono::nanoseconds took) noexcept {
+    const std::int64_t ns = took.count();
+    // relaxed: an estimate shared by every waiter of the process; a lost update only leaves
+    // a slightly larger minimum for a while.
+    std::int64_t fastest = fastest_ns_.load(std::memory_order_relaxed);
+    if (ns < fastest) {
+      fastest_ns_.store(ns, std::memory_order_relaxed);
+      fastest = ns;
+    }
+    return took >= floor && ns >= factor * fastest;
+  }
+
+ private:
+  std::atomic<std::int64_t> fastest_ns_{INT64_MAX};
+};
+
 class spin_policy {
  public:
   explicit spin_policy(wait_strategy s) noexcept
