@@ -1,6 +1,7 @@
 // Immediate completion for coroutines (detail/immediate.hpp): an operation ready inside its
-// initiating function resumes a use_awaitable coroutine at once, a bounded number of times
-// inside each other, instead of posting; every other kind of handler is still posted.
+// initiating function resumes a use_awaitable coroutine at once instead of posting, one after
+// the other in a chain of bounded length at constant stack depth; every other kind of handler
+// is still posted.
 
 #include <pthread.h>
 
@@ -32,7 +33,7 @@ using namespace std::chrono_literals;
 using shmio::circular_buffer;
 using shmio::event_mode;
 using shmio::named_event;
-using shmio::detail::immediate_depth;
+using shmio::detail::immediate_chain;
 using shmio::test::scoped_name;
 
 constexpr std::chrono::milliseconds bound = shmio::test::default_bound;
@@ -102,8 +103,8 @@ TEST_CASE("a coroutine's reads of messages already in the ring resume it without
     }
   });
   CAPTURE(as_tuple, handlers);
-  // One post per max_depth + 1 reads, a few for co_spawn; a post per read would be 200.
-  CHECK(handlers <= messages / immediate_depth::max_depth + 4);
+  // At most one post per max_resumptions reads, a few for co_spawn; a post per read: 200.
+  CHECK(handlers <= messages / immediate_chain::max_resumptions + 4);
 }
 
 TEST_CASE("a coroutine's waits on a set event resume it without a post each",
@@ -117,7 +118,7 @@ TEST_CASE("a coroutine's waits on a set event resume it without a post each",
       co_await ev.async_wait(asio::use_awaitable);
   });
   CAPTURE(handlers);
-  CHECK(handlers <= waits / immediate_depth::max_depth + 4);
+  CHECK(handlers <= waits / immediate_chain::max_resumptions + 4);
 }
 
 TEST_CASE("a long run of ready waits neither grows the stack nor starves other handlers",
@@ -128,7 +129,7 @@ TEST_CASE("a long run of ready waits neither grows the stack nor starves other h
   int done_when_other_ran = -1;
   std::size_t handlers = 0;
   bool failed = false;
-  // Without a bound each wait would nest a resumption: far more than 512 KiB of stack.
+  // Were each resumption nested in the initiation before it: far more than 512 KiB of stack.
   run_on_small_stack(512 * 1024, [&] {
     asio::io_context io;
     named_event ev(io.get_executor(), shmio::create_only, name, event_mode::manual_reset, true);
@@ -146,8 +147,8 @@ TEST_CASE("a long run of ready waits neither grows the stack nor starves other h
   CHECK(waits_done == waits);
   // The handler posted beside the coroutine ran long before the coroutine's last wait.
   CHECK(done_when_other_ran > 0);
-  CHECK(done_when_other_ran <= immediate_depth::max_depth + 2);
-  CHECK(handlers >= static_cast<std::size_t>(waits / (immediate_depth::max_depth + 1)));
+  CHECK(done_when_other_ran <= immediate_chain::max_resumptions + 2);
+  CHECK(handlers >= static_cast<std::size_t>(waits / (immediate_chain::max_resumptions + 1)));
 }
 
 TEST_CASE("an exception thrown after an immediate resumption leaves run(), as after a post",

@@ -68,17 +68,32 @@ void deliver(Handler&& h, const Executor& ex, outcome<R>&& r, bool may_dispatch)
 }
 
 /// deliver() for a result ready inside the initiating function: posted, unless the handler
-/// resumes a suspended coroutine and the thread has room for one more nested resumption. Then
-/// it is called here: the initiation runs inside the coroutine, so on its executor already.
+/// resumes a suspended coroutine (immediate.hpp). Then it is called here, the first of a chain,
+/// or handed to the chain already running on this thread: the initiation runs inside the
+/// coroutine, so on its executor already.
 template <class R, class Handler, class Executor>
 void deliver_immediate(Handler&& h, const Executor& ex, outcome<R>&& r) {
-  if constexpr (resumes_coroutine<std::decay_t<Handler>>::value) {
-    if (immediate_depth::available()) {
-      return immediate_depth::run(ex, [&] {
+  using handler_type = std::decay_t<Handler>;
+  if constexpr (resumes_coroutine<handler_type>::value) {
+    struct resumption {
+      handler_type handler;
+      outcome<R> result;
+      void operator()() {
         if constexpr (std::is_same_v<R, no_value>)
-          std::forward<Handler>(h)(r.ec);
+          std::move(handler)(result.ec);
         else
-          std::forward<Handler>(h)(r.ec, std::move(r.value));
+          std::move(handler)(result.ec, std::move(result.value));
+      }
+    };
+    if constexpr (immediate_chain::fits<resumption>) {
+      asio::any_io_executor handler_ex = asio::get_associated_executor(h, ex);
+      if (immediate_chain::running()) {
+        resumption p{std::forward<Handler>(h), std::move(r)};
+        if (!immediate_chain::defer(handler_ex, p)) asio::post(handler_ex, std::move(p));
+        return;
+      }
+      return immediate_chain::start(std::move(handler_ex), [&] {
+        resumption{std::forward<Handler>(h), std::move(r)}();
       });
     }
   }
