@@ -191,18 +191,21 @@ def rpc_tables(runs):
                    f"{fmt_ns(median_of(runs, n, 'p99_batch_ns'))} | "
                    f"{fmt_ratio(ratio(v, floor)) if pl == 'split' else '-'} | "
                    f"{fmt_ratio(ratio(v, stream))} | {'-' if allocs is None else f'{allocs:.1f}'} |")
+    def allocs_text(v):
+        return '-' if v is None else f'{v:.1f}'
+
     out += ["", "### RPC pipelined 1 KiB calls and 512 KiB requests", "",
-            "| benchmark | family | rate | allocations per call |", "|---|---|---|---|"]
+            "| benchmark | family | rate | allocations per call | the server's |",
+            "|---|---|---|---|---|"]
     for n in sorted(n for n in runs if n.startswith("BM_rpc_pipelined/")):
         v = median_of(runs, n, "items_per_second")
-        allocs = median_of(runs, n, "allocs_per_call")
         out.append(f"| pipelined, calls/s | {'/'.join(n.split('/')[1:])} | {fmt_rate(v, 'calls/s')} | "
-                   f"{'-' if allocs is None else f'{allocs:.1f}'} |")
+                   f"{allocs_text(median_of(runs, n, 'allocs_per_call'))} | "
+                   f"{allocs_text(median_of(runs, n, 'server_allocs_per_call'))} |")
     for n in sorted(n for n in runs if n.startswith("BM_rpc_bulk/")):
         v = median_of(runs, n, "bytes_per_second")
-        allocs = median_of(runs, n, "allocs_per_iter")
         out.append(f"| 512 KiB requests | {n.split('/')[1]} | {fmt_rate(v, 'B/s')} | "
-                   f"{'-' if allocs is None else f'{allocs:.1f}'} |")
+                   f"{allocs_text(median_of(runs, n, 'allocs_per_iter'))} | - |")
 
     # The owner's handler may be a coroutine (shmio_rpc) or a plain function (shmio_rpc_plain):
     # each target takes the better of the two and names it.

@@ -23,7 +23,8 @@
 //     together on arrival.
 //
 // Counters: median_ns (round trips; see support.hpp); allocs_per_iter / allocs_per_call: heap
-// allocations in the calling process per call.
+// allocations in the calling process per call; server_allocs_per_call (pipelined shmio): in the
+// serving process, the echo's own two (request payload and reply) included.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -164,15 +165,22 @@ void fork_rpc_server(session& s, const std::string& name, reply_kind kind, bool 
   control_block& c = s.ctl();
   s.fork_child([&](const std::function<void()>& ready) {
     asio::io_context io;
-    shmio::rpc_handler coroutine = [kind](std::uint64_t, std::span<const std::byte> in)
-        -> asio::awaitable<std::vector<std::byte>> { co_return reply_to(in, kind); };
-    shmio::rpc_sync_handler function = [kind](std::uint64_t, std::span<const std::byte> in) {
+    // Each handler leaves the server's allocation count in c.count for the parent to read.
+    shmio::rpc_handler coroutine =
+        [kind, &c](std::uint64_t,
+                   std::span<const std::byte> in) -> asio::awaitable<std::vector<std::byte>> {
+      c.count.store(allocations(), std::memory_order_relaxed);
+      co_return reply_to(in, kind);
+    };
+    shmio::rpc_sync_handler function = [kind, &c](std::uint64_t, std::span<const std::byte> in) {
+      c.count.store(allocations(), std::memory_order_relaxed);
       return reply_to(in, kind);
     };
     auto owner =
         plain ? shmio::rpc_buffer(io.get_executor(), shmio::create_only, name, function, options)
               : shmio::rpc_buffer(io.get_executor(), shmio::create_only, name, coroutine, options);
     asio::co_spawn(io, stop_watch(c, io), asio::detached);
+    c.count.store(allocations(), std::memory_order_relaxed);  // the baseline, before any call
     ready();
     io.run();
   });
@@ -293,12 +301,15 @@ void bm_bulk(benchmark::State& state, family f) {
 // ---- pipelined -------------------------------------------------------------------------------
 
 /// Runs `in_flight` caller coroutines until `pipelined_calls` calls completed; reports the time
-/// through SetIterationTime and the allocations per call.
+/// through SetIterationTime and the allocations per call: the caller's, and with
+/// `server_counts` the server's too (which its handler leaves in ctl().count).
 template <class Call>
-void measure_pipelined(benchmark::State& state, session& s, asio::io_context& io, Call call) {
+void measure_pipelined(benchmark::State& state, session& s, asio::io_context& io, Call call,
+                       bool server_counts) {
   for (auto _ : state) {
     std::uint64_t started = 0;
     const std::uint64_t allocations_before = allocations();
+    const std::uint64_t server_before = s.ctl().count.load(std::memory_order_relaxed);
     const auto start = clock_type::now();
     auto caller = [&](int lane) -> asio::awaitable<void> {
       std::vector<std::byte> request(pipelined_message, std::byte{7});
@@ -326,6 +337,12 @@ void measure_pipelined(benchmark::State& state, session& s, asio::io_context& io
     state.SetIterationTime(std::chrono::duration<double>(clock_type::now() - start).count());
     state.counters["allocs_per_call"] = benchmark::Counter(
         static_cast<double>(allocations() - allocations_before) / pipelined_calls);
+    // The server's count as its last handler left it: relaxed is enough, as every reply (and so
+    // the handler's store before it) has reached us through the ring's acquire.
+    if (server_counts)
+      state.counters["server_allocs_per_call"] = benchmark::Counter(
+          static_cast<double>(s.ctl().count.load(std::memory_order_relaxed) - server_before) /
+          pipelined_calls);
   }
 }
 
@@ -340,11 +357,13 @@ void bm_pipelined(benchmark::State& state, family f, const shmio::rpc_options& o
       for (int fd : fds)
         socks.push_back(std::make_unique<stream_socket>(io, asio::local::stream_protocol(), fd));
       s.start_children();
-      measure_pipelined(state, s, io,
-                        [&](int lane, const std::vector<std::byte>& rq,
-                            std::vector<std::byte>& rp) -> asio::awaitable<void> {
-                          co_await stream_call(*socks[static_cast<std::size_t>(lane)], rq, rp);
-                        });
+      measure_pipelined(
+          state, s, io,
+          [&](int lane, const std::vector<std::byte>& rq,
+              std::vector<std::byte>& rp) -> asio::awaitable<void> {
+            co_await stream_call(*socks[static_cast<std::size_t>(lane)], rq, rp);
+          },
+          false);
       s.stop_children([&] {
         for (auto& sock : socks) {
           std::error_code ignored;
@@ -358,11 +377,13 @@ void bm_pipelined(benchmark::State& state, family f, const shmio::rpc_options& o
     s.start_children();
     {
       shmio::rpc_buffer opener(io.get_executor(), shmio::open_only, name);
-      measure_pipelined(state, s, io,
-                        [&](int, const std::vector<std::byte>& rq,
-                            std::vector<std::byte>& rp) -> asio::awaitable<void> {
-                          rp = co_await opener.async_request(asio::buffer(rq), asio::use_awaitable);
-                        });
+      measure_pipelined(
+          state, s, io,
+          [&](int, const std::vector<std::byte>& rq,
+              std::vector<std::byte>& rp) -> asio::awaitable<void> {
+            rp = co_await opener.async_request(asio::buffer(rq), asio::use_awaitable);
+          },
+          true);
     }
     s.stop_children({});
   });

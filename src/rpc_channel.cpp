@@ -1,14 +1,17 @@
 #include "shmio/detail/rpc_channel.hpp"
 
 #include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/dispatch.hpp>
+#include <asio/execution/blocking.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/io_context.hpp>
 #include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 #include <new>
+#include <utility>
 
 #include "shmio/detail/platform.hpp"
 #include "shmio/detail/ring_ops.hpp"
@@ -131,6 +134,21 @@ void erase_recycled(Map& map, std::vector<typename Map::node_type>& spare,
   node.mapped() = {};
   if (spare.size() < max_spare_nodes) spare.push_back(std::move(node));
 }
+
+// Runs what it is given at once, on the calling thread. Only for the completion of a coroutine
+// handler's co_spawn, which drops the handler's entry in serving_ and nothing else: co_spawn
+// posts that completion whenever the coroutine finished without suspending (the usual case),
+// a trip through the strand per request for no purpose. It claims blocking.never because
+// asio::post requires it; for this one completion, which runs no user code and starts nothing,
+// running inline is what the post would have done a moment later on the same strand.
+struct inline_executor {
+  template <class F>
+  void execute(F&& f) const {
+    std::forward<F>(f)();
+  }
+  inline_executor require(asio::execution::blocking_t::never_t) const noexcept { return *this; }
+  bool operator==(const inline_executor&) const noexcept = default;
+};
 
 // The channel's strand. Asio keeps an any_io_executor's target in place only up to 24 bytes
 // (a shared_ptr and a pointer): strand<io_context::executor_type> fits, strand<any_io_executor>
@@ -343,8 +361,8 @@ void rpc_channel::on_message(incoming_message m) {
       // scheduler, nothing to cancel (a cancel packet that comes later finds nothing).
       if (service_.sync) return serve_now(m);
       const std::uint64_t id = m.id;
-      auto call = std::make_shared<serving_call>();
-      if (!insert_recycled(serving_, spare_serving_, id, call)) {
+      serving_call* call = start_serving(id);
+      if (!call) {
         // A sender never reuses an id: this request is forged or garbled. Running it would
         // leave two handlers under one id, one of them beyond the other's cancel.
         stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
@@ -353,14 +371,13 @@ void rpc_channel::on_message(incoming_message m) {
       wake_housekeeping();  // watch the caller while we serve it
       // The signal must outlive the coroutine (its slot holds the coroutine's cancellation
       // state), so the entry goes only when the coroutine has finished: in its completion.
-      asio::co_spawn(
-          strand_, serve(shared_from_this(), std::move(m), session_),
-          asio::bind_cancellation_slot(call->signal.slot(), [self = shared_from_this(), id,
-                                                             call](const std::exception_ptr&) {
-            auto it = self->serving_.find(id);
-            if (it != self->serving_.end() && it->second == call)
-              erase_recycled(self->serving_, self->spare_serving_, it);
-          }));
+      asio::co_spawn(strand_, serve(shared_from_this(), std::move(m), session_),
+                     asio::bind_cancellation_slot(
+                         call->signal.slot(),
+                         asio::bind_executor(inline_executor{}, [self = shared_from_this(), id,
+                                                                 call](const std::exception_ptr&) {
+                           self->end_serving(id, call);
+                         })));
       return;
     }
     case packet_type::response:
@@ -379,7 +396,7 @@ void rpc_channel::on_message(incoming_message m) {
     case packet_type::cancel:
       if (auto it = serving_.find(m.response_to); it != serving_.end()) {
         stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
-        it->second->signal.emit(asio::cancellation_type::terminal);
+        it->second.signal.emit(asio::cancellation_type::terminal);
       }
       return;
     case packet_type::close:
@@ -417,6 +434,32 @@ void rpc_channel::serve_now(const incoming_message& request) {
   }
   // The handler ran inside this strand's turn: neither a close nor a new session came between.
   answer(request.id, std::move(reply), failure, text);
+}
+
+rpc_channel::serving_call* rpc_channel::start_serving(std::uint64_t id) {
+  if (spare_serving_.empty()) {
+    auto [it, inserted] = serving_.try_emplace(id);
+    return inserted ? &it->second : nullptr;
+  }
+  auto node = std::move(spare_serving_.back());
+  spare_serving_.pop_back();
+  node.key() = id;
+  // The signal in a recycled node still holds the finished coroutine's cancellation state; the
+  // next co_spawn replaces it in the same memory.
+  auto r = serving_.insert(std::move(node));
+  if (!r.inserted) {
+    spare_serving_.push_back(std::move(r.node));  // within the capacity it came from
+    return nullptr;
+  }
+  return &r.position->second;
+}
+
+void rpc_channel::end_serving(std::uint64_t id, const serving_call* call) {
+  // The co_spawn has completed: its coroutine no longer uses the signal, which may serve again.
+  auto it = serving_.find(id);
+  if (it == serving_.end() || &it->second != call) return;
+  auto node = serving_.extract(it);
+  if (spare_serving_.size() < max_spare_nodes) spare_serving_.push_back(std::move(node));
 }
 
 void rpc_channel::answer(std::uint64_t request_id, std::vector<std::byte> reply,
@@ -593,12 +636,13 @@ void rpc_channel::end_session() {
 
 void rpc_channel::cancel_serving() {
   // A snapshot: a cancellation handler may run code that changes serving_.
-  std::vector<std::shared_ptr<serving_call>> running;
+  std::vector<std::uint64_t> running;
   running.reserve(serving_.size());
   for (const auto& [id, call] : serving_)
-    running.push_back(call);
-  for (const auto& call : running)
-    call->signal.emit(asio::cancellation_type::terminal);
+    running.push_back(id);
+  for (const std::uint64_t id : running)
+    if (auto it = serving_.find(id); it != serving_.end())
+      it->second.signal.emit(asio::cancellation_type::terminal);
 }
 
 void rpc_channel::wake_housekeeping() {

@@ -599,6 +599,73 @@ TEST_CASE("rpc_buffer: the remote handler of a cancelled call receives cancellat
   });
 }
 
+TEST_CASE("rpc_buffer: the cancellation of a finished handler never reaches a later one", "[rpc]") {
+  // A handler's entry, with the signal that cancels it, is recycled for later requests once its
+  // coroutine has finished. Rounds of cancelled handlers alternate with rounds of handlers that
+  // must run uncancelled through the recycled entries (more of them than the channel keeps).
+  constexpr int per_round = 80;
+  constexpr int rounds = 3;
+  scoped_name name("rpc");
+  asio::io_context io;
+  int held = 0, aborted = 0, clean = 0, dirty = 0;
+  rpc_buffer owner(
+      io.get_executor(), shmio::create_only, name,
+      shmio::rpc_handler(
+          [&](std::uint64_t, std::span<const std::byte> in) -> asio::awaitable<bytes_t> {
+            if (text(in) == "hold") {
+              ++held;
+              try {
+                co_return co_await hold_forever();
+              } catch (const std::system_error& e) {
+                if (e.code() == asio::error::operation_aborted) ++aborted;
+                throw;
+              }
+            }
+            // Suspends once, so that a cancellation aimed at this entry would have a wait to end.
+            const auto state = co_await asio::this_coro::cancellation_state;
+            co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+            ++(state.cancelled() == asio::cancellation_type::none ? clean : dirty);
+            co_return bytes("done");
+          }));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    for (int round = 1; round <= rounds; ++round) {
+      std::vector<std::unique_ptr<asio::cancellation_signal>> signals;
+      std::vector<std::unique_ptr<pending>> held_calls;
+      for (int i = 0; i < per_round; ++i) {
+        signals.push_back(std::make_unique<asio::cancellation_signal>());
+        held_calls.push_back(std::make_unique<pending>(io.get_executor()));
+        opener.async_request(
+            asio::buffer(bytes("hold")),
+            asio::bind_cancellation_slot(signals.back()->slot(), held_calls.back()->handler()));
+      }
+      CO_REQUIRE(co_await wait_until([&] { return held == round * per_round; }));
+      for (auto& signal : signals)
+        signal->emit(asio::cancellation_type::terminal);
+      for (auto& call : held_calls) {
+        CO_REQUIRE(co_await call->done.wait());
+        CHECK(call->ec == asio::error::operation_aborted);
+      }
+      CO_REQUIRE(co_await wait_until([&] { return aborted == round * per_round; }));
+      std::vector<std::unique_ptr<pending>> fresh_calls;
+      for (int i = 0; i < per_round; ++i) {
+        fresh_calls.push_back(std::make_unique<pending>(io.get_executor()));
+        opener.async_request(asio::buffer(bytes("fresh")), fresh_calls.back()->handler());
+      }
+      for (auto& call : fresh_calls) {
+        CO_REQUIRE(co_await call->done.wait());
+        CHECK(!call->ec);
+        CHECK(text(call->reply) == "done");
+      }
+    }
+    CHECK(clean == rounds * per_round);
+    CHECK(dirty == 0);
+    CHECK(owner.statistics().cancellations == rounds * per_round);
+    owner.close();
+    opener.close();
+  });
+}
+
 TEST_CASE("rpc_buffer: the handler of a cancelled call in another process stops",
           "[rpc][process]") {
   // The peer's "hold" handler ends only when cancelled; its error reply then arrives here,

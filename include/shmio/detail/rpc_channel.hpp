@@ -85,6 +85,9 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
         discarded_replies{0}, timeouts{0}, cancellations{0}, pending{0}, send_failures{0};
   };
 
+  // A running handler, in serving_ by request id. Its table node is recycled with the signal in
+  // it, so the memory Asio keeps in the signal for the coroutine's cancellation state is reused
+  // too: a steady flow of requests allocates neither.
   struct serving_call {
     asio::cancellation_signal signal;  // cancels the handler; lives until its coroutine is over
   };
@@ -102,6 +105,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void on_packet(std::span<const std::byte> bytes);
   void on_message(incoming_message m);
   void serve_now(const incoming_message& request);
+  /// The entry of a coroutine handler about to run for request `id`; null if `id` has one.
+  serving_call* start_serving(std::uint64_t id);
+  /// Drops the entry once the handler's co_spawn has completed, keeping its node for reuse.
+  void end_serving(std::uint64_t id, const serving_call* call);
   void answer(std::uint64_t request_id, std::vector<std::byte> reply, std::error_code failure,
               std::string_view text);
   // `may_dispatch`: see pending_call::complete.
@@ -142,7 +149,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
 
   // Strand-only state.
   using call_table = std::unordered_map<std::uint64_t, call_entry>;
-  using serving_table = std::unordered_map<std::uint64_t, std::shared_ptr<serving_call>>;
+  using serving_table = std::unordered_map<std::uint64_t, serving_call>;
   call_table calls_;
   serving_table serving_;  // by request id
   // Nodes of erased entries, for the next insertions: a steady flow of calls allocates none.
