@@ -4,9 +4,10 @@
 #
 #   check.sh [--mutant | --findings | --full] [model.pml]
 #
-#   (default)   the quick suite (the code as it is): every run must pass.  ~20 s (wake), ~60 s (ring)
+#   (default)   the quick suite (the code as it is): every run must pass.  ~2 min (wake), ~60 s (ring)
 #   --full      the quick suite plus larger configurations.                   several minutes
-#   --mutant    broken copies of the protocol (wake: no re-check after arming; ring: skipping a
+#   --mutant    broken copies of the protocol (wake: no re-check after arming, or none after a
+#               drain; ring: skipping a
 #               live writer's node, or plain Vyukov's advance-then-claim): passes only if spin
 #               FINDS the violation (proves the model and the checks can fail).
 #   --findings  (wake) variants behind the findings in models/README.md: each must show its
@@ -58,7 +59,6 @@ quick_runs=(
   "manual 2a+1s 1sig x2 rounds|safety|ok|-DAUTO_RESET=0 -DNA=2 -DNS=1 -DNSIG=1 -DAROUNDS=2"
   "manual 1a+1s 2sig|safety|ok|-DAUTO_RESET=0 -DNA=1 -DNS=1 -DNSIG=2"
   "auto+cancel 2a+1s 1sig|safety|ok|-DCANCEL=1 -DNA=2 -DNS=1 -DNSIG=1"
-  "auto+cancel 2a 2sig|safety|ok|-DCANCEL=1 -DNA=2 -DNS=0 -DNSIG=2"
   "auto+cancel 2a 1sig x2 rounds|safety|ok|-DCANCEL=1 -DNA=2 -DNS=0 -DNSIG=1 -DAROUNDS=2"
   "manual+cancel 2a 2sig|safety|ok|-DCANCEL=1 -DAUTO_RESET=0 -DNA=2 -DNS=0 -DNSIG=2"
   "auto 2a+1s 1sig x2 rounds|progress|ok|-DNA=2 -DNS=1 -DNSIG=1 -DAROUNDS=2"
@@ -75,6 +75,7 @@ quick_runs=(
   "manual 1a+1f+1s 1sig|safety|ok|-DAUTO_RESET=0 -DNA=1 -DNS=1 -DNF=1 -DNSIG=1"
 )
 full_runs=(
+  "auto+cancel 2a 2sig|safety|ok|-DCANCEL=1 -DNA=2 -DNS=0 -DNSIG=2"
   "auto 2a 2sig x2 rounds|safety|ok|-DNA=2 -DNS=0 -DNSIG=2 -DAROUNDS=2"
   "auto 2a 2sig x2 rounds paced (exactly 2 complete)|safety|ok|-DNA=2 -DNS=0 -DNSIG=2 -DAROUNDS=2 -DPACED=1"
   "auto 2a+1s 2sig|safety|ok|-DNA=2 -DNS=1 -DNSIG=2"
@@ -90,6 +91,7 @@ mutant_runs=(
   "mutant auto 2a 1sig|safety|$lost|-DMUTANT_NO_RECHECK -DNA=2 -DNS=0 -DNSIG=1"
   "mutant manual 2a+1s 1sig|safety|$lost|-DMUTANT_NO_RECHECK -DAUTO_RESET=0 -DNA=2 -DNS=1 -DNSIG=1"
   "mutant slot sleeper 1a+1f 1sig|safety|$lost|-DMUTANT_NO_RECHECK -DNA=1 -DNS=0 -DNF=1 -DNSIG=1"
+  "mutant drain without a look after it 1a 2sig x2 rounds|safety|$lost|-DMUTANT_DRAIN_NO_RECHECK -DNA=1 -DNS=0 -DNSIG=2 -DAROUNDS=2"
 )
 findings_runs=(
   "F1 arm exchange-then-count: parked dips below 0|safety|(parked_a>=0)|-DSTRICT_NONNEG -DNA=2 -DNS=0 -DNSIG=1"
@@ -102,6 +104,8 @@ findings_runs=(
   "F5 wake-one needs the cancel forward|safety|$lost|-DSET_NOTIFY_ONE -DCANCEL=1 -DFORWARD=0 -DNA=2 -DNS=0 -DNSIG=1"
   "F5 with forward|safety|ok|-DSET_NOTIFY_ONE -DCANCEL=1 -DNA=2 -DNS=0 -DNSIG=1"
   "F6 wake-all needs no cancel forward|safety|ok|-DCANCEL=1 -DFORWARD=0 -DNA=2 -DNS=0 -DNSIG=2"
+  "F8 a drain after arming needs a re-arm after it|safety|$lost|-DDRAIN_NO_REARM -DNA=1 -DNS=0 -DNF=1 -DNSIG=2"
+  "F8 with the re-arm|safety|ok|-DNA=1 -DNS=0 -DNF=1 -DNSIG=2"
 )
 
 # The protocol as src/ now implements it: count before arming, pass a claimed ring on whenever

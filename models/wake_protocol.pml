@@ -4,7 +4,8 @@
  * Mirrors (by default, the code as it is):
  *   src/wait_queue.cpp            notify_all, notify_one, claim_and_ring, wake_sleepers, arm,
  *                                 disarm, sleeper (the shared-memory side)
- *   src/waiter.cpp                park, recheck/on_wake (drain, re-arm, re-check), cancel (forward)
+ *   src/waiter.cpp                park (drain if due, arm, re-check), on_wake/recheck (re-arm,
+ *                                 re-check; still parked: drain, re-check), cancel (forward)
  *   include/shmio/detail/waiter.hpp     waiter::wait (the blocking loop on the futex)
  *   include/shmio/detail/event_state.hpp  try_take (auto: CAS 1->0, manual: load), set
  * Layout: layout::wait_queue { parked = armed slots << 32 | sleepers; futex_seq; slots[].armed }.
@@ -47,6 +48,9 @@
  *   NOTIFY_ONE_BOTH notify_one wakes one sleeper AND rings one armed slot (sleepers do not shadow
  *                   parked async waiters)
  *   MUTANT_NO_RECHECK  the async waiter parks right after arming, with no re-check (must fail)
+ *   MUTANT_DRAIN_NO_RECHECK  a waiter still parked after a wake drains its doorbell and waits
+ *                   again with no look after the drain (must fail)
+ *   DRAIN_NO_REARM  that waiter looks again after the drain but does not re-arm first
  *   LOST_WAKEUP_ONLY   check only the wake-up properties, not the parked-counter ones
  */
 
@@ -283,6 +287,7 @@ proctype awaiter(byte i)
 {
   byte r, pa, ps, k, n;
   bit got, ok, old;
+  bit due;                                            /* drain_due_: rung since the last drain */
 
   do
   :: r < AROUNDS ->
@@ -300,7 +305,16 @@ proctype awaiter(byte i)
      :: else
      fi;
 #endif
-     ARM;                                             /* park(): arm ... */
+     if                                               /* park(): a drain left from a wake ... */
+     :: due ->
+        do
+        :: bell[i] > 0 -> bell[i]--
+        :: else -> break
+        od;
+        due = 0
+     :: else
+     fi;
+     ARM;                                             /* ... then arm ... */
 #ifndef MUTANT_NO_RECHECK
      d_step { TRY_BODY(got) };                        /* ... and re-check */
      if
@@ -310,17 +324,30 @@ proctype awaiter(byte i)
 #endif
 end_parked:
      if                                               /* watch(): reactor waits on the doorbell */
-     :: bell[i] > 0 ->                                /* on_wake(from_bell) */
-        do                                            /* drain_doorbell: recv until EAGAIN */
-        :: bell[i] > 0 -> bell[i]--
-        :: else -> break
-        od;
+     :: bell[i] > 0 ->                                /* on_wake(from_bell): drain due */
+        due = 1;
         ARM;                                          /* recheck(): re-arm ... */
         d_step { TRY_BODY(got) };                     /* ... and re-check */
         if
+        :: got -> goto withdraw                       /* the drain waits for the next park */
+        :: else
+        fi;
+        do                                            /* still parked: drain_doorbell (recv */
+        :: bell[i] > 0 -> bell[i]--                   /* until EAGAIN), ... */
+        :: else -> break
+        od;
+        due = 0;
+#ifndef MUTANT_DRAIN_NO_RECHECK
+#ifndef DRAIN_NO_REARM
+        ARM;                                          /* ... re-arm (a ring that claimed the */
+#endif                                                /* slot may be what was drained) ... */
+        d_step { TRY_BODY(got) };                     /* ... and look again */
+        if
         :: got -> goto withdraw
-        :: else -> goto end_parked
-        fi
+        :: else
+        fi;
+#endif
+        goto end_parked
      :: cancel_req[i] -> goto cancelled               /* cancel_handler -> waiter::cancel */
      fi;
 

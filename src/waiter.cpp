@@ -155,6 +155,9 @@ void waiter::park(std::unique_lock<std::mutex>& lock, op_base* o) {
   const std::size_t q = o->queue;
   if (nothing_pending_but(o)) parked_since_ = std::chrono::steady_clock::now();
   o->parked = true;
+  // The ring that woke an earlier wait is still in the doorbell (see on_wake): out with it
+  // before arming, or the watch below would report it at once.
+  if (drain_due_) drain();
   arm_for(q);
   // The re-check after arming: from here on a publication either is seen now or rings us.
   if (o->attempt()) return complete(lock, o, {}, false);
@@ -212,10 +215,13 @@ void waiter::on_wake(const std::error_code& ec, bool from_bell, std::uint64_t ge
     rescue_waiting_ = false;
   }
   if (closed_) return;
-  // A cancelled watch (nothing was pending) saw no ring: skip the drain. A ring that is in the
-  // socket all the same makes the next watch's registration report it at once.
+  // A ring is drained only before the doorbell is watched again (recheck, park), not here: the
+  // operations it completes, and the answer their handlers send at once, go first, and the
+  // drain (a system call) comes off the path between a ring and the answer to it. A cancelled
+  // watch (nothing was pending) saw no ring. A ring that is in the socket all the same makes
+  // the next watch's registration report it at once, and that wake drains it.
   if (from_bell && !ec) {
-    platform::drain_doorbell(bell_.native_handle());
+    drain_due_ = true;
     // Only a parked wait was woken: a ring left over from an earlier park says nothing about
     // how long a spin should be.
     if (any_parked()) spin_.woken_after(std::chrono::steady_clock::now() - parked_since_);
@@ -223,9 +229,12 @@ void waiter::on_wake(const std::error_code& ec, bool from_bell, std::uint64_t ge
   recheck(lock);
 }
 
-void waiter::recheck(std::unique_lock<std::mutex>& lock) {
-  op_base* done = nullptr;  // finished operations, linked through `next`
-  std::array<bool, max_queues> forward{};
+void waiter::drain() noexcept {
+  platform::drain_doorbell(bell_.native_handle());
+  drain_due_ = false;
+}
+
+void waiter::attempt_pending(op_base*& done) {
   for (std::size_t q = 0; q < queue_count_; ++q) {
     list& l = pending_[q];
     if (l.empty()) continue;
@@ -236,8 +245,25 @@ void waiter::recheck(std::unique_lock<std::mutex>& lock) {
       o->next = done;
       done = o;
     }
-    forward[q] = withdraw(q);
   }
+}
+
+void waiter::recheck(std::unique_lock<std::mutex>& lock) {
+  op_base* done = nullptr;  // finished operations, linked through `next`
+  std::array<bool, max_queues> had_pending{};
+  for (std::size_t q = 0; q < queue_count_; ++q)
+    had_pending[q] = !pending_[q].empty();
+  attempt_pending(done);
+  if (drain_due_ && any_parked()) {
+    // Still parked, so the doorbell is about to be watched again: drain it, then arm and look
+    // again, as a fresh park does. A ring drained here may have claimed the slot after the
+    // first arming, and stand for a publication after the first look (models/README.md, F8).
+    drain();
+    attempt_pending(done);
+  }
+  std::array<bool, max_queues> forward{};
+  for (std::size_t q = 0; q < queue_count_; ++q)
+    if (had_pending[q]) forward[q] = withdraw(q);
   if (!nothing_pending()) parked_since_ = std::chrono::steady_clock::now();
   watch(lock);
   lock.unlock();

@@ -194,6 +194,10 @@ class waiter : public std::enable_shared_from_this<waiter> {
   void on_wake(const std::error_code& ec, bool from_bell, std::uint64_t generation);
   // Completes what can proceed, then settles; drops the lock.
   void recheck(std::unique_lock<std::mutex>& lock);
+  // Re-arms for the parked operations, then moves those that can proceed to `done`.
+  void attempt_pending(op_base*& done);
+  // Empties the doorbell of rings already acted on.
+  void drain() noexcept;
   // Starts the doorbell wait and the rescue timer if an operation is parked; keeps them if
   // they run already (the rescue only if it fires soon enough).
   void watch(std::unique_lock<std::mutex>& lock);
@@ -225,6 +229,7 @@ class waiter : public std::enable_shared_from_this<waiter> {
   std::array<list, max_queues> pending_;
   std::uint64_t next_id_ = 1;
   bool bell_waiting_ = false;
+  bool drain_due_ = false;  // the doorbell rang since its last drain (see on_wake)
   bool rescue_waiting_ = false;
   std::uint64_t rescue_generation_ = 0;  // of the rescue wait started last
   bool unwatch_posted_ = false;
