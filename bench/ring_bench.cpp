@@ -437,7 +437,40 @@ void flow_stream(benchmark::State& state, session& s, const flow& fl) {
 /// another consumer's.
 struct stop_batch {};
 
-void flow_shmio(benchmark::State& state, session& s, const flow& fl, bool async, bool batch) {
+/// Writes `n` copies of `msg` into `ring` as the shmio family `f` does: one message per call, or
+/// batches of up to batch_messages; the async families run a coroutine on `io` until done.
+void write_messages(family f, std::uint64_t n, shmio::circular_buffer& ring, asio::io_context& io,
+                    const std::vector<std::byte>& msg) {
+  const std::vector<asio::const_buffer> msgs(batch_messages, asio::buffer(msg));
+  auto next_batch = [&](std::uint64_t left) {
+    return std::span(msgs).first(std::min<std::uint64_t>(left, batch_messages));
+  };
+  switch (f) {
+    case family::shmio_sync:
+      for (std::uint64_t i = 0; i < n; ++i)
+        ring.write(asio::buffer(msg), forever);
+      return;
+    case family::shmio_sync_batch:
+      for (std::uint64_t left = n; left > 0;)
+        left -= ring.write_batch(next_batch(left), forever);
+      return;
+    default:
+      io.restart();
+      run_child_coroutine(io, [&]() -> asio::awaitable<void> {
+        if (f == family::shmio_async) {
+          for (std::uint64_t i = 0; i < n; ++i)
+            co_await ring.async_write(asio::buffer(msg), asio::use_awaitable);
+        } else {
+          for (std::uint64_t left = n; left > 0;)
+            left -= co_await ring.async_write_batch(next_batch(left), asio::use_awaitable);
+        }
+      }());
+  }
+}
+
+void flow_shmio(benchmark::State& state, session& s, const flow& fl, family f) {
+  const bool async = f == family::shmio_async || f == family::shmio_async_batch;
+  const bool batch = f == family::shmio_sync_batch || f == family::shmio_async_batch;
   const std::string name = s.segment_name("flow");
   shared_counters received(fl.consumers);
   control_block& c = s.ctl();
@@ -451,31 +484,10 @@ void flow_shmio(benchmark::State& state, session& s, const flow& fl, bool async,
           place(fl, 0);
           asio::io_context cio;
           shmio::circular_buffer r(cio.get_executor(), shmio::open_only, name);
-          std::vector<std::byte> msg(fl.message_size, std::byte{1});
-          const std::vector<asio::const_buffer> msgs(batch_messages, asio::buffer(msg));
-          const std::uint64_t mine = share(fl, p);
-          auto next_batch = [&](std::uint64_t left) {
-            return std::span(msgs).first(std::min<std::uint64_t>(left, batch_messages));
-          };
+          const std::vector<std::byte> msg(fl.message_size, std::byte{1});
           ready();
           await_go(c);
-          if (!async && !batch) {
-            for (std::uint64_t i = 0; i < mine; ++i)
-              r.write(asio::buffer(msg), forever);
-          } else if (!async) {
-            for (std::uint64_t left = mine; left > 0;)
-              left -= r.write_batch(next_batch(left), forever);
-          } else {
-            run_child_coroutine(cio, [&]() -> asio::awaitable<void> {
-              if (!batch) {
-                for (std::uint64_t i = 0; i < mine; ++i)
-                  co_await r.async_write(asio::buffer(msg), asio::use_awaitable);
-              } else {
-                for (std::uint64_t left = mine; left > 0;)
-                  left -= co_await r.async_write_batch(next_batch(left), asio::use_awaitable);
-              }
-            }());
-          }
+          write_messages(f, share(fl, p), r, cio, msg);
           linger(c);
         },
         false);
@@ -555,36 +567,10 @@ constexpr int paired_count = static_cast<int>(std::size(paired_flows));
 /// Moves `n` messages of `msg`'s size from the producer's side of `spin` or `ring` as `f` does.
 void produce_block(family f, std::uint64_t n, spin_ring& spin, shmio::circular_buffer& ring,
                    asio::io_context& io, const std::vector<std::byte>& msg) {
-  const std::vector<asio::const_buffer> msgs(batch_messages, asio::buffer(msg));
-  auto next_batch = [&](std::uint64_t left) {
-    return std::span(msgs).first(std::min<std::uint64_t>(left, batch_messages));
-  };
-  switch (f) {
-    case family::spin_ring:
-      for (std::uint64_t i = 0; i < n; ++i)
-        while (!spin.try_write(msg.data(), msg.size())) {
-        }
-      return;
-    case family::shmio_sync:
-      for (std::uint64_t i = 0; i < n; ++i)
-        ring.write(asio::buffer(msg), forever);
-      return;
-    case family::shmio_sync_batch:
-      for (std::uint64_t left = n; left > 0;)
-        left -= ring.write_batch(next_batch(left), forever);
-      return;
-    default:
-      io.restart();
-      run_child_coroutine(io, [&]() -> asio::awaitable<void> {
-        if (f == family::shmio_async) {
-          for (std::uint64_t i = 0; i < n; ++i)
-            co_await ring.async_write(asio::buffer(msg), asio::use_awaitable);
-        } else {
-          for (std::uint64_t left = n; left > 0;)
-            left -= co_await ring.async_write_batch(next_batch(left), asio::use_awaitable);
-        }
-      }());
-  }
+  if (f != family::spin_ring) return write_messages(f, n, ring, io, msg);
+  for (std::uint64_t i = 0; i < n; ++i)
+    while (!spin.try_write(msg.data(), msg.size())) {
+    }
 }
 
 /// The consumer's side of produce_block: takes `n` messages, counting them in `received`.
@@ -713,13 +699,10 @@ void bm_flow(benchmark::State& state, family f, flow fl) {
       case family::asio_local_stream:
         return flow_stream(state, s, fl);
       case family::shmio_sync:
-        return flow_shmio(state, s, fl, false, false);
       case family::shmio_async:
-        return flow_shmio(state, s, fl, true, false);
       case family::shmio_sync_batch:
-        return flow_shmio(state, s, fl, false, true);
       case family::shmio_async_batch:
-        return flow_shmio(state, s, fl, true, true);
+        return flow_shmio(state, s, fl, f);
     }
   });
   state.SetItemsProcessed(static_cast<std::int64_t>(fl.messages) * state.iterations());

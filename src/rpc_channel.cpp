@@ -109,29 +109,33 @@ std::string describe(const std::exception_ptr& e) {
   }
 }
 
-// Inserts through a node kept from an earlier erase, if there is one. False if `key` is there.
+// Inserts `key` through a node kept from an earlier erase, if there is one, and returns its
+// value: what that erase left in the node (the caller sets what it needs), or a default-made
+// one. Null if `key` is there already.
 template <class Map>
-bool insert_recycled(Map& map, std::vector<typename Map::node_type>& spare,
-                     typename Map::key_type key, typename Map::mapped_type value) {
-  if (spare.empty()) return map.emplace(key, std::move(value)).second;
+typename Map::mapped_type* insert_recycled(Map& map, std::vector<typename Map::node_type>& spare,
+                                           typename Map::key_type key) {
+  if (spare.empty()) {
+    auto [it, inserted] = map.try_emplace(key);
+    return inserted ? &it->second : nullptr;
+  }
   auto node = std::move(spare.back());
   spare.pop_back();
   node.key() = key;
-  node.mapped() = std::move(value);
   auto r = map.insert(std::move(node));
   if (!r.inserted) {
-    r.node.mapped() = {};
     spare.push_back(std::move(r.node));  // within the capacity it came from
+    return nullptr;
   }
-  return r.inserted;
+  return &r.position->second;
 }
 
-// Erases `it`, keeping its node (emptied now: what it held goes at once) for the next insert.
+// Erases `it`, keeping its node, value and all, for the next insert: move out first what must
+// go now.
 template <class Map>
 void erase_recycled(Map& map, std::vector<typename Map::node_type>& spare,
                     typename Map::iterator it) {
   auto node = map.extract(it);
-  node.mapped() = {};
   if (spare.size() < max_spare_nodes) spare.push_back(std::move(node));
 }
 
@@ -437,29 +441,15 @@ void rpc_channel::serve_now(const incoming_message& request) {
 }
 
 rpc_channel::serving_call* rpc_channel::start_serving(std::uint64_t id) {
-  if (spare_serving_.empty()) {
-    auto [it, inserted] = serving_.try_emplace(id);
-    return inserted ? &it->second : nullptr;
-  }
-  auto node = std::move(spare_serving_.back());
-  spare_serving_.pop_back();
-  node.key() = id;
   // The signal in a recycled node still holds the finished coroutine's cancellation state; the
   // next co_spawn replaces it in the same memory.
-  auto r = serving_.insert(std::move(node));
-  if (!r.inserted) {
-    spare_serving_.push_back(std::move(r.node));  // within the capacity it came from
-    return nullptr;
-  }
-  return &r.position->second;
+  return insert_recycled(serving_, spare_serving_, id);
 }
 
 void rpc_channel::end_serving(std::uint64_t id, const serving_call* call) {
   // The co_spawn has completed: its coroutine no longer uses the signal, which may serve again.
   auto it = serving_.find(id);
-  if (it == serving_.end() || &it->second != call) return;
-  auto node = serving_.extract(it);
-  if (spare_serving_.size() < max_spare_nodes) spare_serving_.push_back(std::move(node));
+  if (it != serving_.end() && &it->second == call) erase_recycled(serving_, spare_serving_, it);
 }
 
 void rpc_channel::answer(std::uint64_t request_id, std::vector<std::byte> reply,
@@ -568,7 +558,8 @@ void rpc_channel::start_call(std::uint64_t id, std::unique_ptr<pending_call> cal
     const auto deadline = timeout.count() < 0 || timeout == std::chrono::milliseconds::max()
                               ? std::chrono::steady_clock::time_point::max()
                               : std::chrono::steady_clock::now() + timeout;
-    insert_recycled(self->calls_, self->spare_calls_, id, call_entry{std::move(call), deadline});
+    if (auto* entry = insert_recycled(self->calls_, self->spare_calls_, id))
+      *entry = call_entry{std::move(call), deadline};
     self->stats_.pending.fetch_add(1, std::memory_order_relaxed);
     self->stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
     self->stats_.bytes_sent.fetch_add(payload.size(), std::memory_order_relaxed);
