@@ -6,6 +6,7 @@
 #include <new>
 
 #include "shmio/detail/platform.hpp"
+#include "shmio/detail/stall.hpp"
 #include "shmio/detail/wait_queue.hpp"
 #include "shmio/error.hpp"
 
@@ -159,6 +160,10 @@ bool broadcast_publisher::take_lock(std::error_code& ec) noexcept {
     ec = errc::corrupted;  // no participant has that number
     return false;
   }
+  // This handle's own write, in progress elsewhere (begin_write): wait for it. Our own lock
+  // byte is never "held by another", so the liveness test below would take it over.
+  if (seen == me_) return false;
+  note_stall();  // another writer holds the lock: if it never lets go, look again later
   const std::int64_t now = now_ns();
   if (seen != lock_seen_) {
     lock_seen_ = seen;
@@ -252,6 +257,7 @@ broadcast_publisher::begin_status broadcast_publisher::begin(broadcast_write& w,
       ec = refresh_gate(tail);
     }
     if (ec || full()) {
+      if (!ec) note_stall();  // a subscriber in our way: its lease runs out without a wake-up
       release_lock(false);
       return ec ? begin_status::failed : begin_status::would_block;
     }
@@ -274,6 +280,22 @@ void broadcast_publisher::commit(const broadcast_write& w, std::size_t length) n
   g_.state().tail.position.store(w.position + 1, std::memory_order_seq_cst);
   release_lock(true);
   notify_all(g_.state().readers);
+}
+
+broadcast_publisher::begin_status broadcast_publisher::begin_write(broadcast_write& w,
+                                                                   std::error_code& ec) noexcept {
+  std::lock_guard lock(mutex_);
+  return begin(w, ec);
+}
+
+void broadcast_publisher::commit_write(const broadcast_write& w, std::size_t length) noexcept {
+  std::lock_guard lock(mutex_);
+  commit(w, length);
+}
+
+void broadcast_publisher::abandon_write(const broadcast_write& w) noexcept {
+  std::lock_guard lock(mutex_);
+  abandon(w);
 }
 
 void broadcast_publisher::abandon(const broadcast_write& w) noexcept {
@@ -405,6 +427,30 @@ broadcast_subscriber::begin_status broadcast_subscriber::begin(
   }
   r = {&slot, {g_.slot_data(slot), length}, version};
   return begin_status::ready;
+}
+
+broadcast_subscriber::begin_status broadcast_subscriber::begin_read(
+    broadcast_read& r, std::size_t capacity, outcome<std::size_t>& failure) noexcept {
+  std::lock_guard lock(mutex_);
+  if (reading_) {
+    turned_away_ = true;
+    return begin_status::would_block;
+  }
+  const begin_status s = begin(r, capacity, failure);
+  if (s == begin_status::ready) reading_ = true;
+  return s;
+}
+
+outcome<std::size_t> broadcast_subscriber::finish_read(const broadcast_read& r) noexcept {
+  std::unique_lock lock(mutex_);
+  reading_ = false;
+  const outcome<std::size_t> result = finish(r);
+  if (std::exchange(turned_away_, false)) {
+    lock.unlock();
+    // A read of this handle waited for ours, perhaps parked: the next message may be there.
+    notify_all(g_.state().readers);
+  }
+  return result;
 }
 
 outcome<std::size_t> broadcast_subscriber::finish(const broadcast_read& r) noexcept {

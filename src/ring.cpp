@@ -5,6 +5,7 @@
 #include <new>
 
 #include "shmio/detail/platform.hpp"
+#include "shmio/detail/stall.hpp"
 #include "shmio/detail/wait_queue.hpp"
 #include "shmio/error.hpp"
 
@@ -104,7 +105,11 @@ claim_status ring_view::try_claim_write(write_claim& out) noexcept {
       help_advance(tail, pos);
     } else if (d == 1 - static_cast<std::int64_t>(count_)) {
       // The node still holds the previous lap's message: unread (full), or being read.
-      if (owner == 0 || !owner_is_dead(stuck_[1], w, owner)) return claim_status::would_block;
+      if (owner == 0) return claim_status::would_block;
+      if (!owner_is_dead(stuck_[1], w, owner)) {
+        if (owner != me_) note_stall();  // if its reader never lets go, look again later
+        return claim_status::would_block;
+      }
       // Its reader died holding it: that message is lost with the reader; free the node.
       n.word.compare_exchange_strong(w, make_word(pos, 0), std::memory_order_acq_rel);
       continue;
@@ -184,7 +189,11 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
       help_advance(head, pos);  // another reader has it: move on
     } else if (d == 0) {
       // Empty, or a writer is filling it.
-      if (owner == 0 || !owner_is_dead(stuck_[0], w, owner)) return claim_status::would_block;
+      if (owner == 0) return claim_status::would_block;
+      if (!owner_is_dead(stuck_[0], w, owner)) {
+        if (owner != me_) note_stall();  // if its writer never publishes, look again later
+        return claim_status::would_block;
+      }
       // Its writer died mid-write: a half-written message is never delivered; skip the node.
       if (n.word.compare_exchange_strong(w, make_word(pos + count_, 0), std::memory_order_acq_rel))
         notify_one(state_->writers);

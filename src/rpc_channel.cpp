@@ -11,6 +11,7 @@
 #include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 #include <new>
+#include <tuple>
 #include <utility>
 
 #include "shmio/detail/platform.hpp"
@@ -303,7 +304,15 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
     return attempt_read(in_, copy, in_.node_size());
   };
   for (;;) {
-    auto [ec, n] = co_await async_attempt(waiter_, in_queue, take, as_tuple_awaitable);
+    // A packet that is there already is taken without a trip through the strand's scheduler.
+    std::error_code ec;
+    std::size_t n = 0;
+    if (auto ready = waiter_->try_now(in_queue, take)) {
+      ec = ready->ec;
+      n = ready->value;
+    } else {
+      std::tie(ec, n) = co_await async_attempt(waiter_, in_queue, take, as_tuple_awaitable);
+    }
     for (;;) {
       if (closed_) co_return;
       if (ec == errc::corrupted) {
@@ -520,9 +529,15 @@ asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<
       auto fill = [&m, this](std::span<std::byte> node) {
         return encode_packet(m, m.next_packet, out_.node_size(), node);
       };
-      auto [ec, n] = co_await async_attempt(
-          waiter_, out_queue, [&] { return attempt_write(out_, fill); },
-          asio::bind_cancellation_slot(writer_cancel_.slot(), as_tuple_awaitable));
+      auto write_packet = [&] { return attempt_write(out_, fill); };
+      // A free node is taken without a trip through the strand's scheduler.
+      std::error_code ec;
+      if (auto ready = waiter_->try_now(out_queue, write_packet))
+        ec = ready->ec;
+      else
+        std::tie(ec, std::ignore) = co_await async_attempt(
+            waiter_, out_queue, write_packet,
+            asio::bind_cancellation_slot(writer_cancel_.slot(), as_tuple_awaitable));
       if (!ec) stats_.packets_sent.fetch_add(1, std::memory_order_relaxed);
       if (closed_) co_return;
       // Its reader is gone (the wait may have been cut short for that): drop the rest, so the

@@ -5,6 +5,7 @@
 #include <new>
 
 #include "shmio/detail/platform.hpp"
+#include "shmio/detail/stall.hpp"
 #include "shmio/detail/wait_queue.hpp"
 #include "shmio/error.hpp"
 
@@ -15,7 +16,7 @@ using layout::rw_owner_mask;
 using layout::rw_writer_held;
 
 // A holder that has not moved for this long makes a waiter ask the kernel whether it lives.
-// Parked waiters re-check every waiter::rescue_interval, which bounds recovery at about that.
+// Waits held up by a holder look again on a timer (stall.hpp), which bounds recovery.
 constexpr std::int64_t stuck_patience_ns = 10'000'000;
 
 std::int64_t now_ns() {
@@ -138,6 +139,8 @@ bool rw_lock_view::reclaim_writer(std::uint32_t word, bool for_me) noexcept {
   // Our own handle's writer, in another thread: the only two values it ever stores. Any other
   // word naming us was not written by this handle, and is reclaimed like a dead owner's.
   if (word == me_ || word == (me_ | rw_writer_held)) return false;
+  // Held by another participant: if it never lets go, look again later (stall.hpp).
+  note_stall();
   if (!patience_spent(stuck_[0], std::uint64_t{1} << 32 | word)) return false;
   // A malformed word (damaged memory) has no owner that would ever free it.
   if (well_formed(word) && !participant_dead(word & rw_owner_mask)) return false;
@@ -177,6 +180,7 @@ bool rw_lock_view::shares_gone() noexcept {
     // reader's accesses before its decrement.
     std::uint32_t n = shares.load(std::memory_order_seq_cst);
     if (n == 0) continue;
+    if (i + 1 != me_) note_stall();  // a reader's shares: look again if they never go
     if (i + 1 == me_ || !patience_spent(stuck_[1], std::uint64_t{i} << 32 | n) ||
         !participant_dead(i + 1))
       return false;

@@ -166,9 +166,10 @@ class broadcast_buffer {
 
   // ---- asynchronous ---------------------------------------------------------------------
   // Completion signature of all four: void(std::error_code, std::size_t), with the errors and
-  // sizes of the blocking forms. No handler runs inside the initiating call, except that a
-  // use_awaitable coroutine whose operation can finish at once is resumed at once
-  // ("Immediate completion", docs/architecture.md).
+  // sizes of the blocking forms. No handler runs inside the initiating call: an operation that
+  // can finish at once completes as if by asio::post to the handler's associated executor.
+  // Operations of one handle complete in the order they were started. The handler's
+  // associated executor, allocator and cancellation slot are used.
   // Per-operation cancellation: terminal, partial and total. A cancelled operation completes
   // once with asio::error::operation_aborted and has done nothing: a read consumed no message
   // (the next read returns it), a write published none.
@@ -176,14 +177,18 @@ class broadcast_buffer {
   /// Publishes one message when (reliable) every live subscriber has room for it.
   template <class CompletionToken>
   auto async_write(asio::const_buffer message, CompletionToken&& token);
-  /// As write_in_place; `fill` runs on the executor or inside this call and must not start
-  /// another operation on this handle.
+  /// As write_in_place; `fill` runs in the completion handler's context (its associated
+  /// executor: strand-safe), just before the handler, never inside this call and never under a
+  /// lock of shmio's. This handle holds the writer lock meanwhile: keep it short. If `fill`
+  /// throws, nothing is published and the operation completes with errc::callback_failed.
   template <class Fill, class CompletionToken>
   auto async_write_in_place(Fill fill, CompletionToken&& token);
   /// Reads the next message into `buffer` when one is published.
   template <class CompletionToken>
   auto async_read(asio::mutable_buffer buffer, CompletionToken&& token);
-  /// As read_in_place, when a message is published; the same rule for `use`.
+  /// As read_in_place, when a message is published; `use` runs as `fill` does above. If it
+  /// throws, the message counts as read and the operation completes with
+  /// errc::callback_failed.
   template <class Use, class CompletionToken>
   auto async_read_in_place(Use use, CompletionToken&& token);
 

@@ -28,6 +28,7 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
 #include <asio/buffer.hpp>
 
 #include "shmio/error.hpp"
@@ -156,9 +157,11 @@ class circular_buffer {
 
   // ---- asynchronous ---------------------------------------------------------------------
   // Completion signature of all six: void(std::error_code, std::size_t).
-  // No handler runs inside the initiating call, except that a use_awaitable coroutine whose
-  // operation can finish at once is resumed at once ("Immediate completion",
-  // docs/architecture.md).
+  // No handler runs inside the initiating call: an operation that can finish at once completes
+  // as if by asio::post to the handler's associated executor (for a coroutine that wants the
+  // ready message without that trip, see the co_ forms below). Reads of one handle complete in
+  // the order they were started, and so do writes. The handler's associated executor, allocator
+  // and cancellation slot are used.
   // Per-operation cancellation: terminal, partial and total. A cancelled operation completes
   // once with asio::error::operation_aborted and has done nothing: a read consumed no message,
   // a write published none. For a timeout, race the operation against a timer with
@@ -170,11 +173,15 @@ class circular_buffer {
   /// Reads one message into `buffer` when one is published.
   template <class CompletionToken>
   auto async_read(asio::mutable_buffer buffer, CompletionToken&& token);
-  /// As write_in_place, when a node is free. `fill` runs on the buffer's executor or inside
-  /// this call, and must not start another operation on this circular_buffer.
+  /// As write_in_place, when a node is free. `fill` runs in the completion handler's context
+  /// (its associated executor: a strand's handler gets a strand-safe `fill`), just before the
+  /// handler, never inside this call and never under a lock of shmio's. The node stays claimed
+  /// meanwhile; later writes of this handle wait for it. If `fill` throws, the node is given back
+  /// unpublished and the operation completes with errc::callback_failed.
   template <class Fill, class CompletionToken>
   auto async_write_in_place(Fill fill, CompletionToken&& token);
-  /// As read_in_place, when a message is published; the same rule for `use`.
+  /// As read_in_place, when a message is published; `use` runs as `fill` does above. If it
+  /// throws, the message counts as read and the operation completes with errc::callback_failed.
   template <class Use, class CompletionToken>
   auto async_read_in_place(Use use, CompletionToken&& token);
 
@@ -192,6 +199,23 @@ class circular_buffer {
   /// read nothing.
   template <class Use, class CompletionToken>
   auto async_read_batch_in_place(Use use, std::size_t max_messages, CompletionToken&& token);
+
+  // ---- coroutines: the fast forms -------------------------------------------------------
+  // For a use_awaitable coroutine (asio::awaitable<T>, any_io_executor). Each takes a message
+  // or a node that is ready now, with no trip through the executor's scheduler, and otherwise
+  // co_awaits the async form above. They keep the async forms' order (an operation started
+  // earlier on this handle goes first) and errors, thrown as std::system_error. `use` and `fill`
+  // run in the coroutine; an exception from them propagates (the message counts as read, the
+  // node is given back), as in the blocking forms.
+  //
+  //   std::size_t n = co_await ring.co_read(asio::buffer(buf));
+
+  asio::awaitable<std::size_t> co_read(asio::mutable_buffer buffer);
+  asio::awaitable<std::size_t> co_write(asio::const_buffer message);
+  template <class Use>
+  asio::awaitable<std::size_t> co_read_in_place(Use use);
+  template <class Fill>
+  asio::awaitable<std::size_t> co_write_in_place(Fill fill);
 
   /// Closes this handle: pending operations are aborted; the last handle on the machine
   /// removes the ring's segment.

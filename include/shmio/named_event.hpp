@@ -20,6 +20,8 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/use_awaitable.hpp>
 #include <asio/execution_context.hpp>
 
 #include "shmio/error.hpp"
@@ -81,9 +83,9 @@ class named_event {
 
   /// Waits asynchronously until the event lets this wait through.
   ///
-  /// Completion signature: `void(std::error_code)`. A handler never runs inside this call,
-  /// except that a use_awaitable coroutine whose wait can finish at once is resumed at once
-  /// (see "Immediate completion" in docs/architecture.md).
+  /// Completion signature: `void(std::error_code)`. A handler never runs inside this call: a
+  /// wait that can finish at once is completed as if by asio::post to the handler's executor.
+  /// Waits of one handle complete in the order they were started.
   ///
   /// Per-operation cancellation: terminal, partial and total. A cancelled wait completes once
   /// with asio::error::operation_aborted and has taken nothing: an auto-reset signal it did not
@@ -96,6 +98,13 @@ class named_event {
         },
         token, impl_, ex_);
   }
+
+  /// The fast form for a use_awaitable coroutine: passes at once, without a trip through the
+  /// executor's scheduler, when the event lets it through now and no wait started earlier on
+  /// this handle is pending; otherwise co_awaits async_wait. Errors are thrown as
+  /// std::system_error. (`co_await ev.co_wait();` where `co_await ev.async_wait(use_awaitable)`
+  /// would post a ready result and resume a scheduler pass later.)
+  asio::awaitable<void> co_wait();
 
   /// Closes this handle: pending waits are aborted; the last handle on the machine removes the
   /// event's segment.

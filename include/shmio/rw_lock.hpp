@@ -99,9 +99,8 @@ class rw_lock {
   ///
   /// Completion signature: `void(std::error_code, bool previous_owner_died)`. On success the
   /// lock is held by this handle (release it with unlock()); `previous_owner_died` is true if
-  /// it was reclaimed from a holder that died. A handler never runs inside this call, except
-  /// that a use_awaitable coroutine that can take the lock at once is resumed at once
-  /// ("Immediate completion", docs/architecture.md).
+  /// it was reclaimed from a holder that died. A handler never runs inside this call: a lock
+  /// that can be taken at once completes as if by asio::post to the handler's executor.
   ///
   /// Per-operation cancellation: terminal, partial and total. A cancelled operation completes
   /// once with asio::error::operation_aborted and leaves nothing held or claimed. Closing the

@@ -101,8 +101,15 @@ class broadcast_publisher {
   /// Releases the writer lock if a dead previous holder of our participant number left it held.
   void recover_own_lock() noexcept;
 
- private:
+  /// The halves of attempt_write, for a `fill` that runs elsewhere (and never under our mutex):
+  /// after a ready begin_write this handle holds the writer lock until commit_write or
+  /// abandon_write, and its other writes wait.
   enum class begin_status { ready, would_block, failed };
+  begin_status begin_write(broadcast_write& w, std::error_code& ec) noexcept;
+  void commit_write(const broadcast_write& w, std::size_t length) noexcept;
+  void abandon_write(const broadcast_write& w) noexcept;
+
+ private:
   begin_status begin(broadcast_write& w, std::error_code& ec) noexcept;
   void commit(const broadcast_write& w, std::size_t length) noexcept;
   void abandon(const broadcast_write& w) noexcept;
@@ -159,8 +166,15 @@ class broadcast_subscriber {
   template <class Use>
   size_result attempt_read(Use& use, std::size_t capacity);
 
- private:
+  /// The halves of attempt_read, for a `use` that runs elsewhere (and never under our mutex):
+  /// after a ready begin_read, this handle's other reads wait until finish_read (which counts
+  /// the message as read, or reports it overtaken).
   enum class begin_status { ready, would_block, failed };
+  begin_status begin_read(broadcast_read& r, std::size_t capacity,
+                          outcome<std::size_t>& failure) noexcept;
+  outcome<std::size_t> finish_read(const broadcast_read& r) noexcept;
+
+ private:
   begin_status begin(broadcast_read& r, std::size_t capacity,
                      outcome<std::size_t>& failure) noexcept;
   outcome<std::size_t> finish(const broadcast_read& r) noexcept;
@@ -174,16 +188,17 @@ class broadcast_subscriber {
   std::uint64_t my_state_ = 0;
   std::uint64_t cursor_ = 0;
   std::uint64_t lost_ = 0;
+  bool reading_ = false;      // between a ready begin_read and its finish_read
+  bool turned_away_ = false;  // a read found reading_ set: it waits, and finish_read wakes it
 };
 
 // ---- templates -------------------------------------------------------------------------------
 
 template <class Fill>
 size_result broadcast_publisher::attempt_write(Fill& fill) {
-  std::lock_guard lock(mutex_);
   broadcast_write w;
   std::error_code ec;
-  switch (begin(w, ec)) {
+  switch (begin_write(w, ec)) {
     case begin_status::would_block:
       return std::nullopt;
     case begin_status::failed:
@@ -195,23 +210,22 @@ size_result broadcast_publisher::attempt_write(Fill& fill) {
   try {
     n = fill(w.data);
   } catch (...) {
-    abandon(w);  // nothing half-written is ever published
+    abandon_write(w);  // nothing half-written is ever published
     throw;
   }
   if (n > w.data.size()) {
-    abandon(w);
+    abandon_write(w);
     return outcome<std::size_t>{shmio::errc::message_too_large, 0};
   }
-  commit(w, n);
+  commit_write(w, n);
   return outcome<std::size_t>{{}, n};
 }
 
 template <class Use>
 size_result broadcast_subscriber::attempt_read(Use& use, std::size_t capacity) {
-  std::lock_guard lock(mutex_);
   broadcast_read r;
   outcome<std::size_t> failure;
-  switch (begin(r, capacity, failure)) {
+  switch (begin_read(r, capacity, failure)) {
     case begin_status::would_block:
       return std::nullopt;
     case begin_status::failed:
@@ -222,10 +236,10 @@ size_result broadcast_subscriber::attempt_read(Use& use, std::size_t capacity) {
   try {
     use(r.data);
   } catch (...) {
-    finish(r);  // the message counts as read, as in a circular_buffer
+    finish_read(r);  // the message counts as read, as in a circular_buffer
     throw;
   }
-  return finish(r);
+  return finish_read(r);
 }
 
 }  // namespace shmio::detail

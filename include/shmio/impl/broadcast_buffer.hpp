@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "shmio/detail/broadcast_ring.hpp"
+#include "shmio/detail/in_place.hpp"
 #include "shmio/detail/ring_ops.hpp"
 #include "shmio/detail/waiter.hpp"
 
@@ -25,6 +26,65 @@ struct broadcast_buffer::impl {
 
   static constexpr std::size_t queue = 0;
 
+  using held_write = detail::held_claim<detail::broadcast_publisher, detail::broadcast_write>;
+  using held_read = detail::held_claim<detail::broadcast_subscriber, detail::broadcast_read>;
+  using begin_write_status = detail::broadcast_publisher::begin_status;
+  using begin_read_status = detail::broadcast_subscriber::begin_status;
+
+  static void abandon(detail::broadcast_publisher& p, const detail::broadcast_write& w) noexcept {
+    p.abandon_write(w);  // nothing half-written is ever published
+  }
+  static void finish(detail::broadcast_subscriber& s, const detail::broadcast_read& r) noexcept {
+    s.finish_read(r);  // a message whose reader went away unrun counts as read
+  }
+
+  // The claim-only attempts of the in-place forms: no user code runs in them.
+  static auto claim_write(const std::shared_ptr<impl>& im) {
+    return [im]() -> std::optional<detail::outcome<held_write>> {
+      detail::broadcast_write w;
+      std::error_code ec;
+      switch (im->publisher->begin_write(w, ec)) {
+        case begin_write_status::ready:
+          return detail::outcome<held_write>{
+              {}, held_write(im, *im->publisher, w, &abandon, *im->waiter, queue)};
+        case begin_write_status::failed:
+          return detail::outcome<held_write>{ec, {}};
+        default:
+          return std::nullopt;
+      }
+    };
+  }
+  static auto claim_read(const std::shared_ptr<impl>& im) {
+    return [im]() -> std::optional<detail::outcome<held_read>> {
+      detail::broadcast_read r;
+      detail::outcome<std::size_t> failure;
+      switch (im->subscriber->begin_read(r, std::numeric_limits<std::size_t>::max(), failure)) {
+        case begin_read_status::ready:
+          return detail::outcome<held_read>{
+              {}, held_read(im, *im->subscriber, r, &finish, *im->waiter, queue)};
+        case begin_read_status::failed:
+          return detail::outcome<held_read>{failure.ec, held_read(failure.value)};
+        default:
+          return std::nullopt;
+      }
+    };
+  }
+
+  // An in-place operation: `claim` takes the slot or message, `work` runs the user's callback
+  // on it in the handler's context (in_place.hpp).
+  template <class Held, class Claim, class Work, class Handler>
+  static void start_in_place(const std::shared_ptr<impl>& im, const executor_type& io_ex,
+                             broadcast_role needed, Claim (*claim)(const std::shared_ptr<impl>&),
+                             Work work, Handler&& handler) {
+    if (!im || im->role != needed) {
+      const std::error_code ec = im ? wrong_role() : asio::error::bad_descriptor;
+      return detail::post_result<std::size_t>(std::move(handler), io_ex, {ec, 0});
+    }
+    im->waiter->template async_wait<Held>(
+        queue, claim(im),
+        detail::make_in_place_handler(std::forward<Handler>(handler), std::move(work)));
+  }
+
   static std::error_code wrong_role() noexcept {
     return std::make_error_code(std::errc::operation_not_supported);
   }
@@ -33,9 +93,8 @@ struct broadcast_buffer::impl {
   static void start(const std::shared_ptr<impl>& im, const executor_type& io_ex,
                     broadcast_role needed, Attempt&& attempt, Handler&& handler) {
     if (!im || im->role != needed) {  // closed: still through the handle's executor
-      auto ex = im ? im->waiter->get_executor() : asio::get_associated_executor(handler, io_ex);
       const std::error_code ec = im ? wrong_role() : asio::error::bad_descriptor;
-      return detail::deliver<std::size_t>(std::move(handler), ex, {ec, 0}, false);
+      return detail::post_result<std::size_t>(std::move(handler), io_ex, {ec, 0});
     }
     im->waiter->template async_wait<std::size_t>(queue, detail::catching(std::move(attempt)),
                                                  std::forward<Handler>(handler));
@@ -96,8 +155,8 @@ auto broadcast_buffer::async_write(asio::const_buffer message, CompletionToken&&
          asio::const_buffer msg) {
         if (im && im->role == broadcast_role::publisher &&
             msg.size() > im->geometry.message_size()) {
-          return detail::deliver<std::size_t>(std::move(handler), im->waiter->get_executor(),
-                                              {errc::message_too_large, 0}, false);
+          return detail::post_result<std::size_t>(std::move(handler), ex,
+                                                  {errc::message_too_large, 0});
         }
         impl* raw = im.get();
         impl::start(
@@ -118,11 +177,22 @@ template <class Fill, class CompletionToken>
 auto broadcast_buffer::async_write_in_place(Fill fill, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex, Fill f) {
-        impl* raw = im.get();
-        impl::start(
-            im, ex, broadcast_role::publisher,
-            [raw, f = std::move(f)]() mutable { return raw->publisher->attempt_write(f); },
-            std::move(handler));
+        auto work = [f = std::move(f)](impl::held_write& h) mutable
+            -> detail::outcome<std::size_t> {
+          std::size_t n = 0;
+          try {
+            n = f(h.claim().data);
+          } catch (...) {
+            return {errc::callback_failed, 0};  // the slot is abandoned with `h`
+          }
+          if (n > h.claim().data.size()) return {errc::message_too_large, 0};
+          h.view().commit_write(h.claim(), n);
+          h.consumed();
+          return {{}, n};
+        };
+        impl::start_in_place<impl::held_write>(im, ex, broadcast_role::publisher,
+                                               &impl::claim_write, std::move(work),
+                                               std::move(handler));
       },
       token, impl_, ex_, std::move(fill));
 }
@@ -150,13 +220,22 @@ template <class Use, class CompletionToken>
 auto broadcast_buffer::async_read_in_place(Use use, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex, Use u) {
-        impl* raw = im.get();
-        impl::start(
-            im, ex, broadcast_role::subscriber,
-            [raw, u = std::move(u)]() mutable {
-              return raw->subscriber->attempt_read(u, std::numeric_limits<std::size_t>::max());
-            },
-            std::move(handler));
+        auto work = [u = std::move(u)](impl::held_read& h) mutable
+            -> detail::outcome<std::size_t> {
+          bool threw = false;
+          try {
+            u(h.claim().data);
+          } catch (...) {
+            threw = true;  // the message counts as read, as in read_in_place
+          }
+          const detail::outcome<std::size_t> r = h.view().finish_read(h.claim());
+          h.consumed();
+          if (threw && !r.ec) return {errc::callback_failed, 0};
+          return r;  // overtaken while `use` ran: what it saw may be torn, and is reported so
+        };
+        impl::start_in_place<impl::held_read>(im, ex, broadcast_role::subscriber,
+                                              &impl::claim_read, std::move(work),
+                                              std::move(handler));
       },
       token, impl_, ex_, std::move(use));
 }

@@ -2,8 +2,13 @@
 // The template part of circular_buffer; included by shmio/circular_buffer.hpp.
 
 #include <cstring>
+#include <exception>
 #include <limits>
+#include <system_error>
 
+#include <asio/use_awaitable.hpp>
+
+#include "shmio/detail/in_place.hpp"
 #include "shmio/detail/ring_ops.hpp"
 #include "shmio/detail/waiter.hpp"
 
@@ -18,16 +23,67 @@ struct circular_buffer::impl {
     if (waiter) waiter->shutdown();  // abort operations before the memory they use goes
   }
 
+  using held_write = detail::held_claim<detail::ring_view, detail::write_claim>;
+  using held_read = detail::held_claim<detail::ring_view, detail::read_claim>;
+
+  static void abandon(detail::ring_view& r, const detail::write_claim& c) noexcept {
+    r.abandon(c);  // readers skip it: nothing half-written is ever delivered
+  }
+  static void release(detail::ring_view& r, const detail::read_claim& c) noexcept {
+    r.release(c);  // a message whose reader went away unrun is lost, as with a killed reader
+  }
+
+  // The claim-only attempts of the in-place forms: no user code runs in them.
+  static auto claim_write(const std::shared_ptr<impl>& im) {
+    return [im]() -> std::optional<detail::outcome<held_write>> {
+      detail::write_claim c;
+      switch (im->ring.try_claim_write(c)) {
+        case detail::claim_status::claimed:
+          return detail::outcome<held_write>{
+              {}, held_write(im, im->ring, c, &abandon, *im->waiter, detail::writers_queue)};
+        case detail::claim_status::corrupted:
+          return detail::outcome<held_write>{errc::corrupted, {}};
+        default:
+          return std::nullopt;
+      }
+    };
+  }
+  static auto claim_read(const std::shared_ptr<impl>& im) {
+    return [im]() -> std::optional<detail::outcome<held_read>> {
+      detail::read_claim c;
+      switch (im->ring.try_claim_read(c, std::numeric_limits<std::size_t>::max())) {
+        case detail::claim_status::claimed:
+          return detail::outcome<held_read>{
+              {}, held_read(im, im->ring, c, &release, *im->waiter, detail::readers_queue)};
+        case detail::claim_status::would_block:
+          return std::nullopt;
+        default:  // any size fits: only a corrupted length (skipped) or a damaged head
+          return detail::outcome<held_read>{errc::corrupted, {}};
+      }
+    };
+  }
+
   template <class Attempt, class Handler>
   static void start(const std::shared_ptr<impl>& im, const executor_type& io_ex, std::size_t queue,
                     Attempt&& attempt, Handler&& handler) {
-    if (!im) {  // closed: still through the executor the handle was made with
-      auto ex = asio::get_associated_executor(handler, io_ex);
-      return detail::deliver<std::size_t>(std::move(handler), ex, {asio::error::bad_descriptor, 0},
-                                          false);
-    }
+    if (!im)  // closed: still through the executor the handle was made with
+      return detail::post_result<std::size_t>(std::move(handler), io_ex,
+                                              {asio::error::bad_descriptor, 0});
     im->waiter->template async_wait<std::size_t>(queue, detail::catching(std::move(attempt)),
                                                  std::forward<Handler>(handler));
+  }
+
+  // An in-place operation: `claim` takes the node, `work` runs the user's callback on it in
+  // the handler's context (in_place.hpp).
+  template <class Held, class Claim, class Work, class Handler>
+  static void start_in_place(const std::shared_ptr<impl>& im, const executor_type& io_ex,
+                             std::size_t queue, Claim (*claim)(const std::shared_ptr<impl>&),
+                             Work work, Handler&& handler) {
+    if (!im)
+      return detail::post_result<std::size_t>(std::move(handler), io_ex,
+                                              {asio::error::bad_descriptor, 0});
+    im->waiter->template async_wait<Held>(
+        queue, claim(im), detail::make_in_place_handler(std::forward<Handler>(handler), std::move(work)));
   }
 };
 
@@ -96,8 +152,8 @@ auto circular_buffer::async_write(asio::const_buffer message, CompletionToken&& 
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex,
          asio::const_buffer msg) {
         if (im && msg.size() > im->ring.node_size()) {
-          return detail::deliver<std::size_t>(std::move(handler), im->waiter->get_executor(),
-                                              {errc::message_too_large, 0}, false);
+          return detail::post_result<std::size_t>(std::move(handler), ex,
+                                                  {errc::message_too_large, 0});
         }
         impl* raw = im.get();
         impl::start(
@@ -137,11 +193,21 @@ template <class Fill, class CompletionToken>
 auto circular_buffer::async_write_in_place(Fill fill, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex, Fill f) {
-        impl* raw = im.get();
-        impl::start(
-            im, ex, detail::writers_queue,
-            [raw, f = std::move(f)]() mutable { return detail::attempt_write(raw->ring, f); },
-            std::move(handler));
+        auto work = [f = std::move(f)](impl::held_write& h) mutable
+            -> detail::outcome<std::size_t> {
+          std::size_t n = 0;
+          try {
+            n = f(h.claim().data);
+          } catch (...) {
+            return {errc::callback_failed, 0};  // the node is abandoned with `h`
+          }
+          if (n > h.claim().data.size()) return {errc::message_too_large, 0};
+          h.view().publish(h.claim(), static_cast<std::uint32_t>(n));
+          h.consumed();
+          return {{}, n};
+        };
+        impl::start_in_place<impl::held_write>(im, ex, detail::writers_queue, &impl::claim_write,
+                                               std::move(work), std::move(handler));
       },
       token, impl_, ex_, std::move(fill));
 }
@@ -150,13 +216,21 @@ template <class Use, class CompletionToken>
 auto circular_buffer::async_read_in_place(Use use, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex, Use u) {
-        impl* raw = im.get();
-        impl::start(
-            im, ex, detail::readers_queue,
-            [raw, u = std::move(u)]() mutable {
-              return detail::attempt_read(raw->ring, u, std::numeric_limits<std::size_t>::max());
-            },
-            std::move(handler));
+        auto work = [u = std::move(u)](impl::held_read& h) mutable
+            -> detail::outcome<std::size_t> {
+          const std::size_t n = h.claim().data.size();
+          std::error_code ec;
+          try {
+            u(h.claim().data);
+          } catch (...) {
+            ec = errc::callback_failed;  // the message counts as read, as in read_in_place
+          }
+          h.view().release(h.claim());
+          h.consumed();
+          return {ec, ec ? 0 : n};
+        };
+        impl::start_in_place<impl::held_read>(im, ex, detail::readers_queue, &impl::claim_read,
+                                              std::move(work), std::move(handler));
       },
       token, impl_, ex_, std::move(use));
 }
@@ -168,8 +242,8 @@ auto circular_buffer::async_write_batch(std::span<const asio::const_buffer> mess
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex,
          std::span<const asio::const_buffer> msgs) {
         if (im && !detail::all_fit(im->ring, msgs))
-          return detail::deliver<std::size_t>(std::move(handler), im->waiter->get_executor(),
-                                              {errc::message_too_large, 0}, false);
+          return detail::post_result<std::size_t>(std::move(handler), ex,
+                                                  {errc::message_too_large, 0});
         impl* raw = im.get();
         impl::start(
             im, ex, detail::writers_queue,
@@ -185,21 +259,122 @@ auto circular_buffer::async_read_batch_in_place(Use use, std::size_t max_message
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex, Use u,
          std::size_t max) {
-        impl* raw = im.get();
-        // Not detail::catching: a throwing `use` still reports how many messages it consumed.
-        impl::start(
-            im, ex, detail::readers_queue,
-            [raw, u = std::move(u), max]() mutable -> detail::size_outcome {
-              std::size_t done = 0;
-              try {
-                return detail::attempt_read_batch_in_place(raw->ring, max, u, done);
-              } catch (...) {
-                return detail::outcome<std::size_t>{errc::callback_failed, done};
-              }
-            },
-            std::move(handler));
+        if (im && max == 0)
+          return detail::post_result<std::size_t>(std::move(handler), ex, {{}, 0});
+        // The first message is claimed by the wait; the rest are taken in the handler's
+        // context, one claim at a time, while the queue is still held.
+        auto work = [u = std::move(u), max](impl::held_read& h) mutable
+            -> detail::outcome<std::size_t> {
+          detail::ring_view& ring = h.view();
+          std::size_t done = 0;
+          auto use_one = [&](const detail::read_claim& c) {
+            ++done;  // counts as read even if `use` throws: it is released either way
+            struct release_on_exit {
+              detail::ring_view& ring;
+              const detail::read_claim& claim;
+              ~release_on_exit() { ring.release(claim); }
+            } guard{ring, c};
+            u(c.data);
+          };
+          try {
+            h.consumed();
+            if (max > 1) ring.prefetch(h.claim().position + 1);
+            use_one(h.claim());
+            detail::read_claim c;
+            while (done < max &&
+                   ring.try_claim_read(c, std::numeric_limits<std::size_t>::max(), false) ==
+                       detail::claim_status::claimed) {
+              if (done + 1 < max) ring.prefetch(c.position + 1);
+              use_one(c);
+            }
+          } catch (...) {
+            return {errc::callback_failed, done};
+          }
+          return {{}, done};
+        };
+        impl::start_in_place<impl::held_read>(im, ex, detail::readers_queue, &impl::claim_read,
+                                              std::move(work), std::move(handler));
       },
       token, impl_, ex_, std::move(use), max_messages);
+}
+
+namespace detail {
+/// A fast form's result: the value, or the error thrown as use_awaitable throws it.
+inline std::size_t value_or_throw(const outcome<std::size_t>& r) {
+  if (r.ec) throw std::system_error(r.ec);
+  return r.value;
+}
+
+/// Runs `start(callback)` with a callback that calls `f` and keeps what it throws, and rethrows
+/// that exception where the async form would report errc::callback_failed: the fast forms
+/// propagate a callback's exception whether or not they had to wait.
+template <class Start, class F>
+asio::awaitable<std::size_t> rethrowing(Start start, F& f) {
+  std::exception_ptr thrown;
+  auto keep = [&f, &thrown](auto&& arg) -> decltype(f(std::forward<decltype(arg)>(arg))) {
+    try {
+      return f(std::forward<decltype(arg)>(arg));
+    } catch (...) {
+      thrown = std::current_exception();
+      throw;
+    }
+  };
+  try {
+    co_return co_await start(keep);
+  } catch (const std::system_error&) {
+    if (thrown) std::rethrow_exception(thrown);
+    throw;
+  }
+}
+}  // namespace detail
+
+inline asio::awaitable<std::size_t> circular_buffer::co_read(asio::mutable_buffer buffer) {
+  if (impl_) {
+    auto copy = [buffer](std::span<const std::byte> msg) {
+      detail::copy_bytes(buffer.data(), msg.data(), msg.size());
+    };
+    auto attempt = [&] { return detail::attempt_read(impl_->ring, copy, buffer.size()); };
+    if (auto r = impl_->waiter->try_now(detail::readers_queue, attempt))
+      co_return detail::value_or_throw(*r);
+  }
+  co_return co_await async_read(buffer, asio::use_awaitable);
+}
+
+inline asio::awaitable<std::size_t> circular_buffer::co_write(asio::const_buffer message) {
+  if (impl_ && message.size() <= impl_->ring.node_size()) {
+    auto copy = [message](std::span<std::byte> node) {
+      detail::copy_bytes(node.data(), message.data(), message.size());
+      return message.size();
+    };
+    auto attempt = [&] { return detail::attempt_write(impl_->ring, copy); };
+    if (auto r = impl_->waiter->try_now(detail::writers_queue, attempt))
+      co_return detail::value_or_throw(*r);
+  }
+  co_return co_await async_write(message, asio::use_awaitable);
+}
+
+template <class Use>
+asio::awaitable<std::size_t> circular_buffer::co_read_in_place(Use use) {
+  if (impl_) {
+    auto attempt = [&] {
+      return detail::attempt_read(impl_->ring, use, std::numeric_limits<std::size_t>::max());
+    };
+    if (auto r = impl_->waiter->try_now(detail::readers_queue, attempt))
+      co_return detail::value_or_throw(*r);
+  }
+  co_return co_await detail::rethrowing(
+      [&](auto f) { return async_read_in_place(std::move(f), asio::use_awaitable); }, use);
+}
+
+template <class Fill>
+asio::awaitable<std::size_t> circular_buffer::co_write_in_place(Fill fill) {
+  if (impl_) {
+    auto attempt = [&] { return detail::attempt_write(impl_->ring, fill); };
+    if (auto r = impl_->waiter->try_now(detail::writers_queue, attempt))
+      co_return detail::value_or_throw(*r);
+  }
+  co_return co_await detail::rethrowing(
+      [&](auto f) { return async_write_in_place(std::move(f), asio::use_awaitable); }, fill);
 }
 
 }  // namespace shmio

@@ -23,10 +23,8 @@ template <class Handler>
 void named_event::start_wait(const std::shared_ptr<impl>& im, const executor_type& io_ex,
                              Handler&& handler) {
   if (!im) {  // closed: still through the executor the handle was made with
-    auto ex = asio::get_associated_executor(handler, io_ex);
-    detail::deliver<detail::no_value>(std::move(handler), ex, {asio::error::bad_descriptor, {}},
-                                      false);
-    return;
+    return detail::post_result<detail::no_value>(std::move(handler), io_ex,
+                                                 {asio::error::bad_descriptor, {}});
   }
   detail::event_view state = im->state;
   im->waiter->async_wait<detail::no_value>(
@@ -36,6 +34,18 @@ void named_event::start_wait(const std::shared_ptr<impl>& im, const executor_typ
         return std::nullopt;
       },
       std::forward<Handler>(handler));
+}
+
+inline asio::awaitable<void> named_event::co_wait() {
+  if (impl_) {
+    detail::event_view state = impl_->state;
+    auto take = [state]() -> std::optional<detail::outcome<detail::no_value>> {
+      if (state.try_take()) return detail::outcome<detail::no_value>{};
+      return std::nullopt;
+    };
+    if (impl_->waiter->try_now(0, take)) co_return;
+  }
+  co_await async_wait(asio::use_awaitable);
 }
 
 }  // namespace shmio
