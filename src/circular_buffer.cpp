@@ -28,14 +28,15 @@ std::shared_ptr<circular_buffer::impl> circular_buffer::make_impl(const executor
                                                                   segment seg,
                                                                   wait_strategy strategy,
                                                                   std::error_code& ec) {
-  ec = detail::ring_view::validate(seg.body());
+  detail::ring_geometry geometry;
+  ec = detail::ring_view::validate(seg.body(), geometry);
   if (ec) return nullptr;
   const std::uint16_t me = detail::ring_view::claim_participant(seg.native_handle(), ec);
   if (ec) return nullptr;
   auto im = std::make_shared<impl>();
   auto* state = reinterpret_cast<layout::ring_state*>(seg.body().data());
   im->seg = std::move(seg);
-  std::construct_at(&im->ring, state, im->seg.native_handle(), me);
+  std::construct_at(&im->ring, state, geometry, im->seg.native_handle(), me);
   // A previous holder of our number died: whatever it left claimed is skipped or freed now.
   im->ring.recover_own_nodes();
   layout::wait_queue* queues[] = {&state->readers, &state->writers};

@@ -52,12 +52,13 @@ void help_advance(layout::ring_cursor& c, std::uint64_t position) {
 
 }  // namespace
 
-ring_view::ring_view(layout::ring_state* state, int fd, std::uint16_t me) noexcept
+ring_view::ring_view(layout::ring_state* state, const ring_geometry& g, int fd,
+                     std::uint16_t me) noexcept
     : state_(state),
-      nodes_(reinterpret_cast<std::byte*>(state) + state->header.nodes_offset),
-      count_(state->header.node_count),
-      size_(state->header.node_size),
-      stride_(state->header.node_stride),
+      nodes_(reinterpret_cast<std::byte*>(state) + g.nodes_offset),
+      count_(g.node_count),
+      size_(g.node_size),
+      stride_(g.node_stride),
       fd_(fd),
       me_(me) {}
 
@@ -280,14 +281,17 @@ std::uint16_t ring_view::claim_participant(int fd, std::error_code& ec) noexcept
   return 0;
 }
 
-std::error_code ring_view::validate(std::span<const std::byte> body) noexcept {
+std::error_code ring_view::validate(std::span<const std::byte> body, ring_geometry& out) noexcept {
   if (body.size() < sizeof(layout::ring_state)) return errc::corrupted;
-  const auto& h = reinterpret_cast<const layout::ring_state*>(body.data())->header;
+  // One copy of the header: the memory is shared, and a value checked must be the value used.
+  layout::ring_header h;
+  std::memcpy(&h, &reinterpret_cast<const layout::ring_state*>(body.data())->header, sizeof h);
   std::uint64_t expected = 0;
   if (!body_size_for(h.node_count, h.node_size, expected) || expected != body.size() ||
       h.node_stride != layout::node_stride_for(h.node_size) ||
       h.nodes_offset != layout::ring_nodes_offset)
     return errc::corrupted;
+  out = {h.node_count, h.node_size, h.node_stride, h.nodes_offset};
   return {};
 }
 

@@ -52,6 +52,7 @@ struct channel_settings {
   std::uint64_t to_owner_offset = 0;
   std::uint32_t max_message_size = 0;
   std::chrono::milliseconds default_timeout{0};
+  ring_geometry ring;  // both rings': checked to be the same
 };
 
 std::error_code validate_channel(std::span<const std::byte> body, channel_settings& out) {
@@ -63,6 +64,7 @@ std::error_code validate_channel(std::span<const std::byte> body, channel_settin
   const std::uint64_t to_opener = h.to_opener_offset;
   const std::uint64_t to_owner = h.to_owner_offset;
   const std::uint64_t timeout_ms = h.default_timeout_ms;
+  const std::uint32_t max_message_size = h.max_message_size;
   std::uint64_t ring_bytes = 0;
   if (!ring_view::body_size_for(node_count, node_size, ring_bytes) ||
       node_size <= packet_header_size || h.ring_bytes != ring_bytes ||
@@ -75,14 +77,14 @@ std::error_code validate_channel(std::span<const std::byte> body, channel_settin
       timeout_ms > static_cast<std::uint64_t>(std::chrono::milliseconds::max().count()))
     return errc::corrupted;
   for (const std::uint64_t offset : {to_opener, to_owner}) {
-    const auto ring = body.subspan(offset, ring_bytes);
-    if (auto ec = ring_view::validate(ring)) return ec;
-    const auto& rh = reinterpret_cast<const layout::ring_state*>(ring.data())->header;
-    if (rh.node_count != node_count || rh.node_size != node_size) return errc::corrupted;
+    ring_geometry g;
+    if (auto ec = ring_view::validate(body.subspan(offset, ring_bytes), g)) return ec;
+    if (g.node_count != node_count || g.node_size != node_size) return errc::corrupted;
+    out.ring = g;
   }
   out.to_opener_offset = to_opener;
   out.to_owner_offset = to_owner;
-  out.max_message_size = h.max_message_size;
+  out.max_message_size = max_message_size;
   out.default_timeout = timeout_ms == layout::rpc_no_timeout
                             ? std::chrono::milliseconds::max()
                             : std::chrono::milliseconds(static_cast<std::int64_t>(timeout_ms));
@@ -193,7 +195,9 @@ std::shared_ptr<rpc_channel> rpc_channel::create(const asio::any_io_executor& ex
   }
   const auto count = static_cast<std::uint32_t>(options.node_count);
   const auto size = static_cast<std::uint32_t>(options.node_size);
-  const geometry where{sizeof(layout::rpc_header), sizeof(layout::rpc_header) + ring_bytes};
+  const geometry where{sizeof(layout::rpc_header), sizeof(layout::rpc_header) + ring_bytes,
+                       {count, size, static_cast<std::uint32_t>(layout::node_stride_for(size)),
+                        layout::ring_nodes_offset}};
   const bool no_timeout = options.default_timeout.count() < 0 ||
                           options.default_timeout == std::chrono::milliseconds::max();
   auto init = [&](std::span<std::byte> body) {
@@ -235,8 +239,8 @@ std::shared_ptr<rpc_channel> rpc_channel::open(const asio::any_io_executor& ex,
   // The owner's limits, so that both ends agree on them.
   ch->default_timeout_ = settings.default_timeout;
   ch->reassembler_ = reassembler(settings.max_message_size);
-  ec = ch->attach(std::move(seg), false, {settings.to_opener_offset, settings.to_owner_offset},
-                  strategy);
+  ec = ch->attach(std::move(seg), false,
+                  {settings.to_opener_offset, settings.to_owner_offset, settings.ring}, strategy);
   if (ec) return nullptr;
   ch->start_loops();
   return ch;
@@ -258,8 +262,8 @@ std::error_code rpc_channel::attach(segment seg, bool owner, const geometry& whe
   header_ = reinterpret_cast<layout::rpc_header*>(body);
   auto* to_opener = reinterpret_cast<layout::ring_state*>(body + where.to_opener_offset);
   auto* to_owner = reinterpret_cast<layout::ring_state*>(body + where.to_owner_offset);
-  std::construct_at(&in_, owner ? to_owner : to_opener, fd, me);
-  std::construct_at(&out_, owner ? to_opener : to_owner, fd, me);
+  std::construct_at(&in_, owner ? to_owner : to_opener, where.ring, fd, me);
+  std::construct_at(&out_, owner ? to_opener : to_owner, where.ring, fd, me);
   in_.recover_own_nodes();
   out_.recover_own_nodes();
   // relaxed: informational only.

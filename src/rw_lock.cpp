@@ -47,14 +47,15 @@ void rw_lock::attach(const executor_type& ex, segment seg, std::size_t element_s
                      std::size_t element_align, const access_options& options,
                      std::error_code& ec) {
   ex_ = ex;  // also when the open fails: the closed handle's async calls complete through it
-  ec = detail::validate_locked_body(seg.body(), element_size, element_align);
+  layout::locked_buffer_header h;
+  ec = detail::validate_locked_body(seg.body(), element_size, element_align, h);
   if (ec) return;
   const std::uint16_t me = detail::rw_lock_view::claim_participant(seg.native_handle(), ec);
   if (ec) return;
   auto im = std::make_shared<impl>();
   std::byte* body = seg.body().data();
-  const auto& h = *reinterpret_cast<const layout::locked_buffer_header*>(body);
-  // Validated above; copied once, so later changes by a hostile peer cannot move our bounds.
+  // The header as validated above (a copy), so a hostile peer's later changes cannot move our
+  // bounds.
   im->data = body + h.data_offset;
   im->data_size = h.data_size;
   im->count = h.element_count;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <new>
 
 #include "shmio/detail/platform.hpp"
@@ -57,8 +58,16 @@ bool valid_align(std::uint64_t a) {
 
 std::error_code validate_locked_body(std::span<const std::byte> body, std::size_t element_size,
                                      std::size_t element_align) noexcept {
+  layout::locked_buffer_header ignored;
+  return validate_locked_body(body, element_size, element_align, ignored);
+}
+
+std::error_code validate_locked_body(std::span<const std::byte> body, std::size_t element_size,
+                                     std::size_t element_align,
+                                     layout::locked_buffer_header& h) noexcept {
   if (body.size() < layout::locked_data_offset_for(1)) return errc::corrupted;
-  const auto& h = *reinterpret_cast<const layout::locked_buffer_header*>(body.data());
+  // One copy: a value checked must be the value used.
+  std::memcpy(&h, body.data(), sizeof h);
   // The element type first: a wrong T is the caller's mistake, not a broken segment.
   if (element_size != 0 && (h.element_size != element_size || h.element_align != element_align))
     return errc::incompatible;

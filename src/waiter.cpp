@@ -62,7 +62,7 @@ waiter::waiter(const asio::any_io_executor& ex, std::span<layout::wait_queue* co
   if (ec) return;
   bell_.assign(fd.release(), ec);
   if (ec) return;
-  // No free slot is not an error: that queue's waits then poll (slotless_interval).
+  // No free slot is not an error: that queue's waits park through the wait hub (arm_for).
   for (std::size_t i = 0; i < queue_count_; ++i)
     slots_[i] = claim_slot(*queues_[i], doorbell_id_);
 }
@@ -260,8 +260,30 @@ void waiter::park(std::unique_lock<std::mutex>& lock, op_base* o, bool in_initia
 }
 
 void waiter::arm_for(std::size_t q) noexcept {
-  if (slots_[q] == no_slot) return;
-  arm(*queues_[q], slots_[q]);
+  if (slots_[q] != no_slot) {
+    arm(*queues_[q], slots_[q]);
+    armed_[q] = true;
+    return;
+  }
+  if (!hub_tried_[q]) {
+    hub_tried_[q] = true;
+    // The hub calls this from its thread when the queue rings: look again on our executor.
+    auto wake = [w = weak_from_this(), ex = ex_] {
+      asio::post(ex, [w] {
+        if (auto self = w.lock()) {
+          std::unique_lock lock(self->mutex_);
+          if (!self->closed_) self->recheck(lock);
+        }
+      });
+    };
+    try {
+      hub_[q] = wait_hub::join(*queues_[q], std::move(wake));
+    } catch (const std::exception&) {
+      // No memory for the membership: this queue's waits poll (slotless_interval).
+    }
+  }
+  if (!hub_[q]) return;
+  hub_[q]->arm();
   armed_[q] = true;
 }
 
@@ -269,6 +291,10 @@ bool waiter::withdraw(std::size_t q) noexcept {
   // A wait still spinning needs no ring: it polls, and parks (arming) when its budget is spent.
   if (!armed_[q] || any_parked(q)) return false;
   armed_[q] = false;
+  if (slots_[q] == no_slot) {
+    if (hub_[q]) hub_[q]->withdraw();  // passes on a ring claimed for its group itself
+    return false;
+  }
   // A failed disarm means a signaller claimed our slot and rang us. A wake-one signaller rang
   // nobody else, so the ring must go on to another waiter, or it is swallowed (found by
   // models/wake_protocol.pml).
@@ -327,10 +353,13 @@ void waiter::on_wake(const std::error_code& ec, bool from_bell, std::uint64_t ge
     stall_rechecks.fetch_add(1, std::memory_order_relaxed);
     stall_backoff_ = std::min(stall_backoff_ * 2, std::chrono::milliseconds(stall_interval_max));
   }
+  // A ring already in the doorbell is a wake-up on its way, not one the re-check rescued.
+  const bool ring_pending = reason == timer_reason::safety && !drain_due_ &&
+                            platform::wait_readable(bell_.native_handle(), {});
   const std::size_t completed = recheck(lock);
   if (reason == timer_reason::safety) {
     safety_rechecks.fetch_add(1, std::memory_order_relaxed);
-    if (completed != 0) safety_finds.fetch_add(1, std::memory_order_relaxed);
+    if (completed != 0 && !ring_pending) safety_finds.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -383,7 +412,7 @@ void waiter::watch(std::unique_lock<std::mutex>&) {
   }
   bool slotless = false;
   for (std::size_t q = 0; q < queue_count_; ++q)
-    slotless |= any_parked(q) && slots_[q] == no_slot;
+    slotless |= any_parked(q) && slots_[q] == no_slot && !hub_[q];
   timer_reason reason = timer_reason::none;
   std::chrono::nanoseconds interval{0};
   if (stalled_) {
@@ -480,6 +509,7 @@ void waiter::shutdown() noexcept {
     }
     // Going away armed and claimed: pass the ring on, as a cancelled wait does.
     if (release_slot(*queues_[q], slots_[q], doorbell_id_, armed_[q])) notify_one(*queues_[q]);
+    hub_[q].reset();  // withdraws and leaves its group (which forwards alike)
     armed_[q] = false;
     slots_[q] = no_slot;
   }

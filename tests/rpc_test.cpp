@@ -1808,8 +1808,10 @@ class ring_injector {
     std::error_code ec;
     const std::uint16_t me = detail::ring_view::claim_participant(seg_.native_handle(), ec);
     REQUIRE_FALSE(ec);
-    ring_.emplace(reinterpret_cast<layout::ring_state*>(body + h.to_owner_offset),
-                  seg_.native_handle(), me);
+    auto ring = seg_.body().subspan(h.to_owner_offset, h.ring_bytes);
+    detail::ring_geometry g;
+    REQUIRE_FALSE(detail::ring_view::validate(ring, g));
+    ring_.emplace(reinterpret_cast<layout::ring_state*>(ring.data()), g, seg_.native_handle(), me);
   }
   std::uint32_t node_size() const { return ring_->node_size(); }
 

@@ -34,6 +34,26 @@ futex_result futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected
   }
 }
 
+int futex_wait_any(const futex_watch* words, std::size_t count) noexcept {
+#if defined(SYS_futex_waitv)
+  if (count == 0 || count > static_cast<std::size_t>(futex_wait_any_max)) return -1;
+  futex_waitv waiters[futex_wait_any_max] = {};
+  for (std::size_t i = 0; i < count; ++i) {
+    waiters[i].val = words[i].expected;
+    waiters[i].uaddr = reinterpret_cast<std::uintptr_t>(words[i].word);
+    waiters[i].flags = FUTEX_32 | (words[i].shared ? 0 : FUTEX_PRIVATE_FLAG);
+  }
+  const long rc = ::syscall(SYS_futex_waitv, waiters, static_cast<unsigned>(count), 0u, nullptr,
+                            CLOCK_MONOTONIC);
+  if (rc >= 0) return static_cast<int>(rc);
+  return errno == ENOSYS ? -2 : -1;
+#else
+  (void)words;
+  (void)count;
+  return -2;
+#endif
+}
+
 int futex_wake(std::atomic<std::uint32_t>& word, int count) noexcept {
   const long woken = ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE,
                                count, nullptr, nullptr, 0);

@@ -82,6 +82,20 @@ futex_result futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected
 /// Wakes up to `count` sleepers on `word`, in any process; returns how many it woke.
 int futex_wake(std::atomic<std::uint32_t>& word, int count) noexcept;
 
+/// One word of futex_wait_any: sleep while it holds `expected`. `shared`: a word in shared
+/// memory (woken from any process), else a private one of this process.
+struct futex_watch {
+  std::atomic<std::uint32_t>* word = nullptr;
+  std::uint32_t expected = 0;
+  bool shared = true;
+};
+inline constexpr int futex_wait_any_max = 128;
+/// Sleeps until one of `words` (at most futex_wait_any_max) is woken, or returns at once if
+/// one differs from its expected value. Returns the index woken, -1 for "look again" (a value
+/// differed, a signal, a word that is no longer mapped), or -2 if the kernel has no
+/// futex_waitv (Linux before 5.16).
+int futex_wait_any(const futex_watch* words, std::size_t count) noexcept;
+
 // ---- doorbells: datagram sockets in the abstract namespace --------------------------------
 
 /// Binds a new non-blocking doorbell socket named after a fresh random id; returns it and sets

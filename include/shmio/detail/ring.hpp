@@ -35,6 +35,15 @@ struct read_claim {
   std::uint64_t position = 0;
 };
 
+/// A ring's sizes, copied out of its header once and checked (validate): the only values of the
+/// header a ring_view uses, so that a peer rewriting the header cannot change them under it.
+struct ring_geometry {
+  std::uint32_t node_count = 0;
+  std::uint32_t node_size = 0;
+  std::uint32_t node_stride = 0;
+  std::uint64_t nodes_offset = 0;
+};
+
 enum class claim_status {
   claimed,
   would_block,  // full (write) or empty (read)
@@ -47,9 +56,9 @@ enum class claim_status {
 class ring_view {
  public:
   ring_view() = default;
-  /// `state` must have been validated (validate_ring); `fd` is the segment file, `me` this
+  /// `g` is what validate() found in `state`'s body; `fd` is the segment file, `me` this
   /// handle's participant number (1-based, its lock held).
-  ring_view(layout::ring_state* state, int fd, std::uint16_t me) noexcept;
+  ring_view(layout::ring_state* state, const ring_geometry& g, int fd, std::uint16_t me) noexcept;
 
   std::uint32_t node_count() const noexcept { return count_; }
   std::uint32_t node_size() const noexcept { return size_; }
@@ -85,8 +94,13 @@ class ring_view {
   /// Takes the first free participant number of the segment file `fd`: an exclusive lock on its
   /// byte, held while the segment is open, tells every other participant that we live.
   static std::uint16_t claim_participant(int fd, std::error_code& ec) noexcept;
-  /// Checks a ring's header against the size of its body.
-  static std::error_code validate(std::span<const std::byte> body) noexcept;
+  /// Checks a ring's header against the size of its body, reading each field once, and
+  /// gives the values it checked.
+  static std::error_code validate(std::span<const std::byte> body, ring_geometry& out) noexcept;
+  static std::error_code validate(std::span<const std::byte> body) noexcept {
+    ring_geometry ignored;
+    return validate(body, ignored);
+  }
 
  private:
   // The node we last found stuck, and since when: asking the kernel about its owner costs a

@@ -91,8 +91,9 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   struct serving_call {
     asio::cancellation_signal signal;  // cancels the handler; lives until its coroutine is over
   };
-  struct geometry {  // where the rings are, as checked (read once from shared memory)
+  struct geometry {  // where the rings are and their sizes, as checked (read once)
     std::uint64_t to_opener_offset, to_owner_offset;
+    ring_geometry ring;
   };
 
   std::error_code attach(segment seg, bool owner, const geometry& g, wait_strategy strategy);

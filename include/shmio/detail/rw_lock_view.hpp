@@ -98,6 +98,11 @@ inline constexpr std::uint64_t max_locked_data_size = std::uint64_t{1} << 44;
 /// `element_align` (0 and 0: any element type), or clear.
 std::error_code validate_locked_body(std::span<const std::byte> body, std::size_t element_size,
                                      std::size_t element_align) noexcept;
+/// As above, and gives the header it checked: read once, the only copy to use (the memory is
+/// shared; a peer may rewrite it after the check).
+std::error_code validate_locked_body(std::span<const std::byte> body, std::size_t element_size,
+                                     std::size_t element_align,
+                                     layout::locked_buffer_header& checked) noexcept;
 
 /// A wait's attempt at the exclusive lock: claims the writer word once, then waits for the
 /// shares to go. Destroying it with the claim still pending (timeout, cancellation, shutdown)

@@ -49,6 +49,7 @@
 #include "shmio/detail/layout.hpp"
 #include "shmio/detail/spin.hpp"
 #include "shmio/detail/stall.hpp"
+#include "shmio/detail/wait_hub.hpp"
 #include "shmio/detail/wait_queue.hpp"
 #include "shmio/wait_strategy.hpp"
 
@@ -106,7 +107,8 @@ class waiter : public std::enable_shared_from_this<waiter> {
   /// broadcast_ring) is 10 ms, after which a look asks the kernel whether it lives.
   static constexpr auto stall_interval = std::chrono::milliseconds(10);
   static constexpr auto stall_interval_max = std::chrono::milliseconds(200);
-  /// Objects that found no free slot in a queue look again this often.
+  /// Objects that found no free slot in a queue park through the process's wait hub
+  /// (wait_hub.hpp); where it cannot run, they look again this often.
   static constexpr auto slotless_interval = std::chrono::milliseconds(1);
 
   waiter(const asio::any_io_executor& ex, std::span<layout::wait_queue* const> queues,
@@ -243,6 +245,10 @@ class waiter : public std::enable_shared_from_this<waiter> {
   std::chrono::milliseconds safety_interval_;
   std::array<layout::wait_queue*, max_queues> queues_{};
   std::array<int, max_queues> slots_{no_slot, no_slot};
+  // Where a queue had no free slot: our membership of the hub's group for it (made at the
+  // first park), or none if the hub cannot run here.
+  std::array<std::unique_ptr<wait_hub_member>, max_queues> hub_;
+  std::array<bool, max_queues> hub_tried_{};
   // We armed slot q and have not withdrawn it. A slot never armed cannot have been claimed,
   // so completing a wait that only spun needs no disarm and forwards no ring.
   std::array<bool, max_queues> armed_{};

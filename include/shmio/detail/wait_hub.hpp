@@ -1,0 +1,64 @@
+#pragma once
+// Parking for async waits that found no wait slot of their own.
+//
+// A queue has wait_slot_count slots; an object that found them all held would otherwise have to
+// poll. Instead, the objects of a process that share a queue without a slot form a group, and a
+// thread of the process (the hub) parks for all groups at once: it holds one slot per group as
+// a blocking sleeper does (owner: the hub thread, woken by FUTEX_WAKE on the slot's armed word),
+// or, with no slot free at all, counts itself among the queue's sleepers on futex_seq. It sleeps
+// in one futex_waitv over every group's word, with no timeout: an idle process makes no system
+// call. When a group's queue rings, the hub re-arms and calls each member's wake function, and
+// each member re-checks its own condition.
+//
+// The members keep the wake protocol's order (wait_queue.hpp): a member arms through the group
+// before it re-checks, and the group's arming is withdrawn only when no member wants it; a ring
+// claimed for the group that nobody took is passed on, as a single waiter's would be.
+//
+// Without futex_waitv (Linux before 5.16), or without a thread to be had, join() fails and the
+// objects poll (waiter::slotless_interval).
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "shmio/detail/layout.hpp"
+
+namespace shmio::detail {
+
+class wait_hub_group;
+
+/// One object's membership of the group for one queue.
+class wait_hub_member {
+ public:
+  ~wait_hub_member();
+  wait_hub_member(const wait_hub_member&) = delete;
+  wait_hub_member& operator=(const wait_hub_member&) = delete;
+
+  /// The member has a parked wait on the queue and is about to re-check its condition (the
+  /// arming comes first, seq_cst). Idempotent while it wants a ring.
+  void arm() noexcept;
+  /// The member no longer has a parked wait on the queue.
+  void withdraw() noexcept;
+
+  /// Calls the wake function (the hub does, under its mutex).
+  void wake_now() { wake_(); }
+
+ private:
+  friend class wait_hub;
+  wait_hub_member() = default;
+  wait_hub_group* group_ = nullptr;  // owned by the hub; lives while it has members
+  std::function<void()> wake_;
+  bool wanting_ = false;  // under the hub's mutex
+};
+
+class wait_hub {
+ public:
+  /// Joins the group for `q` (a queue mapped in this process; the group is found by the
+  /// queue's address, so members must share the mapping or accept their own group). `wake`
+  /// is called from the hub thread when the queue rings while the member wants it; it must be
+  /// quick and must not call back into the membership. Empty if the hub cannot run here.
+  static std::unique_ptr<wait_hub_member> join(layout::wait_queue& q, std::function<void()> wake);
+};
+
+}  // namespace shmio::detail

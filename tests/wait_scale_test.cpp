@@ -1,0 +1,159 @@
+// Parked waits scale and cost nothing while idle: no fixed number of parked waiters per queue
+// that decays into polling (the wait hub parks for the objects without a slot), no periodic
+// re-check by default, and the opt-in safety re-check finds nothing to do in a normal run.
+
+#include <sys/resource.h>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/use_awaitable.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shmio/circular_buffer.hpp"
+#include "shmio/named_event.hpp"
+#include "shmio/wait_strategy.hpp"
+#include "support.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using shmio::circular_buffer;
+using shmio::test::child;
+using shmio::test::scoped_name;
+using shmio::test::signal_pipe;
+
+constexpr std::chrono::milliseconds bound = shmio::test::default_bound;
+
+long context_switches() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_nvcsw + ru.ru_nivcsw;
+}
+
+// `count` handles on the ring `name`, each with one async_read pending on `io`; `done` counts
+// the reads that completed with a message.
+struct parked_readers {
+  std::vector<std::unique_ptr<circular_buffer>> handles;
+  std::vector<std::string> bufs;
+  int done = 0;
+  int failed = 0;
+  parked_readers(asio::io_context& io, std::string_view name, int count,
+                 shmio::wait_strategy strategy = {}) {
+    bufs.assign(count, std::string(16, '\0'));
+    for (int i = 0; i < count; ++i) {
+      handles.push_back(
+          std::make_unique<circular_buffer>(io.get_executor(), shmio::open_only, name, strategy));
+      handles.back()->async_read(asio::buffer(bufs[i]), [this](std::error_code ec, std::size_t) {
+        ec ? ++failed : ++done;
+      });
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("an idle process with 64 parked async reads makes almost no context switches",
+          "[wait][idle]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer owner(io.get_executor(), shmio::create_only, name, 128, 16);
+  // 64 handles on one ring: more than a queue has slots, so half of them park through the hub.
+  parked_readers readers(io, name, 64);
+  io.run_for(200ms);  // the spinning phase passes; every read parks
+  REQUIRE(readers.done == 0);
+  REQUIRE(readers.failed == 0);
+  const long before = context_switches();
+  io.run_for(2s);
+  const long switches = context_switches() - before;
+  CAPTURE(switches);
+  CHECK(switches <= 5);
+  CHECK(readers.done == 0);
+  // And every one of them is woken by a message.
+  for (int i = 0; i < 64; ++i)
+    REQUIRE(owner.write(asio::buffer("x", 1), bound) == 1);
+  REQUIRE(shmio::test::run_until(io, [&] { return readers.done == 64; }));
+  CHECK(readers.failed == 0);
+}
+
+TEST_CASE("waits past a queue's slots are woken one message at a time", "[wait][hub]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer owner(io.get_executor(), shmio::create_only, name, 64, 16);
+  constexpr int count = 48;  // 32 slots, 16 through the hub
+  parked_readers readers(io, name, count, shmio::wait_strategy::park_only());
+  io.run_for(50ms);
+  REQUIRE(readers.done == 0);
+  for (int i = 1; i <= count; ++i) {
+    CAPTURE(i);
+    REQUIRE(owner.write(asio::buffer("x", 1), bound) == 1);
+    REQUIRE(shmio::test::run_until(io, [&] { return readers.done == i; }));
+  }
+  CHECK(readers.failed == 0);
+}
+
+TEST_CASE("256 parked async readers spread over 4 processes all complete",
+          "[wait][hub][multiprocess]") {
+  scoped_name name("ring");
+  asio::io_context io;
+  circular_buffer owner(io.get_executor(), shmio::create_only, name, 512, 16);
+  constexpr int processes = 4;
+  constexpr int per_process = 64;
+  std::vector<std::unique_ptr<signal_pipe>> ready;
+  std::vector<std::unique_ptr<child>> children;
+  for (int p = 0; p < processes; ++p) {
+    ready.push_back(std::make_unique<signal_pipe>());
+    signal_pipe& r = *ready.back();
+    children.push_back(std::make_unique<child>([&name, &r] {
+      asio::io_context cio;
+      parked_readers readers(cio, name, per_process, shmio::wait_strategy::park_only());
+      cio.run_for(20ms);  // every read parks (park_only: at once)
+      if (readers.done != 0) return 2;
+      r.notify();
+      if (!shmio::test::run_until(cio, [&] { return readers.done == per_process; })) return 3;
+      return readers.failed == 0 ? 0 : 4;
+    }));
+  }
+  for (auto& r : ready)
+    REQUIRE(r->wait() == 1);
+  for (int i = 0; i < processes * per_process; ++i)
+    REQUIRE(owner.write(asio::buffer("x", 1), bound) == 1);
+  for (auto& c : children)
+    CHECK(c->wait() == 0);
+}
+
+TEST_CASE("the safety re-check, when enabled, finds nothing to do in a normal run",
+          "[wait][safety]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  shmio::wait_strategy strategy = shmio::wait_strategy::park_only();
+  strategy.safety_recheck = 2ms;
+  circular_buffer a(io.get_executor(), shmio::create_only, name, 4, 16, strategy);
+  circular_buffer b(io.get_executor(), shmio::open_only, name, strategy);
+  const auto before = shmio::wait_statistics();
+  // A parked reader woken by messages that come while the re-check runs underneath: every
+  // wake-up must have come from its ring, none from the re-check.
+  int got = 0;
+  constexpr int rounds = 200;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        std::string buf(16, '\0');
+        for (; got < rounds; ++got)
+          co_await a.async_read(asio::buffer(buf), asio::use_awaitable);
+      },
+      asio::detached);
+  // Half the messages while the reader is parked long enough for re-checks to run.
+  for (int i = 0; i < rounds; ++i) {
+    if (i % 2 == 0) io.run_for(5ms);
+    REQUIRE(b.write(asio::buffer("m", 1), bound) == 1);
+    REQUIRE(shmio::test::run_until(io, [&] { return got > i; }));
+  }
+  const auto after = shmio::wait_statistics();
+  CHECK(after.safety_rechecks > before.safety_rechecks);
+  CHECK(after.safety_finds == before.safety_finds);
+}
