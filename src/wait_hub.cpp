@@ -26,9 +26,9 @@ class wait_hub_group {
  public:
   layout::wait_queue* queue = nullptr;
   shard* owner = nullptr;
-  int slot = no_slot;         // held for the hub thread, or no_slot: counted on futex_seq
-  std::uint32_t seq = 0;      // futex_seq as last seen (no slot)
-  unsigned wanting = 0;       // members that want a ring
+  int slot = no_slot;     // held for the hub thread, or no_slot: counted on futex_seq
+  std::uint32_t seq = 0;  // futex_seq as last seen (no slot)
+  unsigned wanting = 0;   // members that want a ring
   std::vector<wait_hub_member*> members;
 };
 
@@ -145,8 +145,7 @@ hub_state& hubs() {
 
 }  // namespace
 
-std::unique_ptr<wait_hub_member> wait_hub::join(layout::wait_queue& q,
-                                                std::function<void()> wake) {
+std::unique_ptr<wait_hub_member> wait_hub::join(layout::wait_queue& q, std::function<void()> wake) {
   if (!futex_waitv_works()) return nullptr;
   hub_state& hs = hubs();
   std::lock_guard hub_lock(hs.mutex);

@@ -4,6 +4,7 @@
 // the coroutine fast forms (co_read, co_wait, ...) that take a ready result without a trip
 // through the scheduler.
 
+#include <asio/bind_allocator.hpp>
 #include <asio/bind_executor.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -95,7 +96,8 @@ struct ready_objects {
       case ready_op::ring_write:
         return ring.async_write(asio::buffer("more", 4), std::forward<Handler>(h));
       case ready_op::ring_read_in_place:
-        return ring.async_read_in_place([](std::span<const std::byte>) {}, std::forward<Handler>(h));
+        return ring.async_read_in_place([](std::span<const std::byte>) {},
+                                        std::forward<Handler>(h));
       case ready_op::ring_write_in_place:
         return ring.async_write_in_place([](std::span<std::byte>) { return std::size_t{1}; },
                                          std::forward<Handler>(h));
@@ -111,9 +113,9 @@ struct ready_objects {
 
 TEST_CASE("a ready operation's handler never runs inside the initiating function",
           "[contract][async]") {
-  const ready_op op = GENERATE(ready_op::ring_read, ready_op::ring_write,
-                               ready_op::ring_read_in_place, ready_op::ring_write_in_place,
-                               ready_op::event_wait);
+  const ready_op op =
+      GENERATE(ready_op::ring_read, ready_op::ring_write, ready_op::ring_read_in_place,
+               ready_op::ring_write_in_place, ready_op::event_wait);
   CAPTURE(op_name(op));
   asio::io_context io;
   ready_objects objects(io.get_executor());
@@ -228,7 +230,8 @@ TEST_CASE("async reads of one handle take messages in the order they were starte
     REQUIRE(writer.write(asio::buffer(m), bound) == m.size());
     expected.push_back(std::to_string(i) + ":" + m);
   }
-  REQUIRE(shmio::test::run_until(io, [&] { return got.size() == static_cast<std::size_t>(reads); }));
+  REQUIRE(
+      shmio::test::run_until(io, [&] { return got.size() == static_cast<std::size_t>(reads); }));
   CHECK(got == expected);
 }
 
@@ -413,4 +416,48 @@ TEST_CASE("a fast form's callback exception propagates whether or not it waited"
     io.poll_one();
   if (!ready) REQUIRE(writer.write(asio::buffer("x", 1), bound) == 1);
   REQUIRE(shmio::test::run_until(io, [&] { return caught; }));
+}
+
+namespace {
+// Counts what is allocated through it; otherwise std::allocator.
+template <class T>
+struct counting_allocator {
+  using value_type = T;
+  int* count;
+  explicit counting_allocator(int* c) noexcept : count(c) {}
+  template <class U>
+  counting_allocator(const counting_allocator<U>& o) noexcept : count(o.count) {}
+  T* allocate(std::size_t n) {
+    ++*count;
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
+  template <class U>
+  bool operator==(const counting_allocator<U>& o) const noexcept {
+    return count == o.count;
+  }
+};
+}  // namespace
+
+TEST_CASE("a pending operation's state comes from the handler's associated allocator",
+          "[contract][ring][async]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 4, 16,
+                       shmio::wait_strategy::park_only());
+  circular_buffer writer(io.get_executor(), shmio::open_only, name);
+  int allocations = 0;
+  const bool in_place = GENERATE(false, true);
+  CAPTURE(in_place);
+  std::string buf(16, '\0');
+  int calls = 0;
+  auto handler = asio::bind_allocator(counting_allocator<void>(&allocations),
+                                      [&](std::error_code ec, std::size_t) { calls += !ec; });
+  if (in_place)
+    ring.async_read_in_place([](std::span<const std::byte>) {}, std::move(handler));
+  else
+    ring.async_read(asio::buffer(buf), std::move(handler));
+  CHECK(allocations >= 1);  // the parked operation
+  REQUIRE(writer.write(asio::buffer("x", 1), bound) == 1);
+  REQUIRE(shmio::test::run_until(io, [&] { return calls == 1; }));
 }

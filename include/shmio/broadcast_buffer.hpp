@@ -1,7 +1,7 @@
 #pragma once
 // shmio::broadcast_buffer — one-to-many (and many-to-many) messaging by name: every subscriber
-// sees every message, in the order the writers published them (seed 000's roadmap item
-// "broadcast"; Sluice's topics).
+// sees every message, in the order the writers published them (the C# SharedMemory library's
+// roadmap item "broadcast"; Sluice's topics).
 //
 // - A handle is a publisher or a subscriber (broadcast_role). Publishers may be many, in any
 //   processes: they take turns through a lock in shared memory, so messages have one order that

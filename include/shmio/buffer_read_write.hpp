@@ -1,7 +1,7 @@
 #pragma once
 // shmio::buffer_read_write — a fixed-size block of bytes that processes share by name and read
-// and write values at offsets in (seed 000's BufferReadWrite), with the cross-process
-// reader/writer lock of shmio/rw_lock.hpp.
+// and write values at offsets in (the C# SharedMemory library's BufferReadWrite), with the
+// cross-process reader/writer lock of shmio/rw_lock.hpp.
 //
 // Every access names an offset and a length that are checked against size() before anything
 // is copied (written so that offset + length cannot overflow): out of range throws
@@ -11,7 +11,7 @@
 // of the lock and every write the exclusive lock while it copies (errc::timed_out after
 // access_options::lock_timeout).
 //
-// Example (the seed's):
+// Example (the C# SharedMemory library's):
 //   shmio::buffer_read_write producer(ex, shmio::create_only, "MySharedBuffer", 1024);
 //   producer.write(123);
 //   producer.write(456, 1000);

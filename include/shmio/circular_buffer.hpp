@@ -1,11 +1,11 @@
 #pragma once
 // shmio::circular_buffer — a lock-free ring of fixed-size nodes that any number of processes
-// write to and read from by name (seed 000's CircularBuffer), with blocking, zero-copy and
-// asynchronous reads and writes.
+// write to and read from by name (the C# SharedMemory library's CircularBuffer), with blocking,
+// zero-copy and asynchronous reads and writes.
 //
 // - One message per node; node_count and node_size are fixed by the creator and learnt by
-//   openers. All node_count nodes can hold unread messages (the seed keeps one free: it holds
-//   node_count - 1).
+//   openers. All node_count nodes can hold unread messages (the C# SharedMemory library keeps one
+//   free: it holds node_count - 1).
 // - Writers and readers may be many, in any processes. Readers compete: each message goes to
 //   exactly one reader. Messages are read in the order their writers claimed nodes.
 // - A message larger than node_size() is refused with errc::message_too_large, never cut. A read

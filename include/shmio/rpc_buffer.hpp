@@ -1,6 +1,7 @@
 #pragma once
-// shmio::rpc_buffer — a request/response channel between two processes (seed 000's RpcBuffer),
-// with awaitable calls, per-request timeouts, cancellation and packet fragmentation.
+// shmio::rpc_buffer — a request/response channel between two processes (the C# SharedMemory
+// library's RpcBuffer), with awaitable calls, per-request timeouts, cancellation and packet
+// fragmentation.
 //
 // A channel has two ends: the owner creates it, one opener at a time joins it. Either end may
 // call the other and either may serve calls; a handler may itself call the other end (nested

@@ -38,7 +38,8 @@ struct rpc_options {
   wait_strategy strategy = {};                      ///< this end's only
 };
 
-/// Counters of one end of a channel (seed 000's RpcStatistics, plus what shmio adds).
+/// Counters of one end of a channel (the C# SharedMemory library's RpcStatistics, plus what shmio
+/// adds).
 struct rpc_statistics {
   std::uint64_t requests_sent = 0;
   std::uint64_t requests_received = 0;

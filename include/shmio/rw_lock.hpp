@@ -38,13 +38,13 @@ namespace shmio {
 
 /// How a shared_array or buffer_read_write handle accesses its data.
 struct access_options {
-  /// Plain reads and writes take no lock (as in seed 000). When true, each one waits at the
-  /// lock — shared for reads, exclusive for writes — for up to `lock_timeout`, and fails with
-  /// errc::timed_out after it. A write made while this handle already holds the lock
+  /// Plain reads and writes take no lock (as in the C# SharedMemory library). When true, each one
+  /// waits at the lock — shared for reads, exclusive for writes — for up to `lock_timeout`, and
+  /// fails with errc::timed_out after it. A write made while this handle already holds the lock
   /// exclusively goes ahead without waiting. In-place access through references (operator[],
   /// at(), iterators) never takes the lock.
   bool lock_each_access = false;
-  /// The seed's ReadWriteTimeout.
+  /// The C# SharedMemory library's ReadWriteTimeout.
   std::chrono::milliseconds lock_timeout{100};
   /// How waits for the lock spin and park.
   wait_strategy strategy{};

@@ -1,5 +1,6 @@
 #pragma once
-// shmio::segment — a named block of shared memory with a header (seed 000's SharedBuffer).
+// shmio::segment — a named block of shared memory with a header (the C# SharedMemory library's
+// SharedBuffer).
 //
 // A segment is a file in /dev/shm (see detail/names.hpp for how names map to files), mapped
 // into every process that opens it. Its 64-byte header records the kind of object it holds and

@@ -1,6 +1,7 @@
 #pragma once
-// shmio::shared_array<T> — a fixed-length array of T that processes share by name (seed 000's
-// SharedArray<T>), with the cross-process reader/writer lock of shmio/rw_lock.hpp.
+// shmio::shared_array<T> — a fixed-length array of T that processes share by name (the C#
+// SharedMemory library's SharedArray<T>), with the cross-process reader/writer lock of
+// shmio/rw_lock.hpp.
 //
 // T must be trivially copyable: elements are shared as bytes between processes. The segment
 // records sizeof(T) and alignof(T), so opening it as a shared_array of another size or
@@ -14,7 +15,7 @@
 // - write() and copy_to() copy ranges, checking bounds first; with
 //   access_options::lock_each_access they hold the lock while they copy.
 //
-// Example (the seed's):
+// Example (the C# SharedMemory library's):
 //   shmio::shared_array<int> producer(ex, shmio::create_only, "MySharedArray", 10);
 //   producer[0] = 123;
 //   producer[producer.size() - 1] = 456;

@@ -241,7 +241,8 @@ enum class packet_type : std::uint8_t {
   close = 5,     // the sender is closing its end; no payload
 };
 
-// The seed's 32 bytes, with u32 packet numbers, a version, and the opener generation appended.
+// The C# SharedMemory library's 32 bytes, with u32 packet numbers, a version, and the opener
+// generation appended.
 struct packet_header {
   std::uint8_t type;           // packet_type
   std::uint8_t version;        // rpc_version

@@ -180,8 +180,8 @@ auto catching(Attempt attempt) {
   };
 }
 
-/// The throwing form of a blocking ring call: a timeout returns 0 (as in seed 000), any other
-/// error throws shmio::error naming `what` and the ring.
+/// The throwing form of a blocking ring call: a timeout returns 0 (as in the C# SharedMemory
+/// library), any other error throws shmio::error naming `what` and the ring.
 inline std::size_t size_or_throw(std::size_t n, const std::error_code& ec, std::string_view what,
                                  std::string_view name) {
   if (ec == errc::timed_out) return 0;

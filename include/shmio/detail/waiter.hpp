@@ -131,6 +131,14 @@ class waiter : public std::enable_shared_from_this<waiter> {
   template <class Attempt>
   auto try_now(std::size_t q, Attempt& attempt) -> decltype(attempt());
 
+  /// try_now, then pause-spinning for up to fast_form_linger (or the spin budget, if smaller;
+  /// skipped while it keeps failing, as tight_spin is), looking again each time: the fast forms
+  /// of co_await, whose caller expects an answer within microseconds and would otherwise take
+  /// trips through its executor to wait for it.
+  template <class Attempt>
+  auto try_linger(std::size_t q, Attempt& attempt) -> decltype(attempt());
+  static constexpr auto fast_form_linger = std::chrono::microseconds(10);
+
   /// Blocks until `attempt` yields or `timeout` passes (negative: no limit).
   template <class Attempt>
   auto wait(std::size_t q, Attempt attempt, std::chrono::nanoseconds timeout)
@@ -272,7 +280,7 @@ class waiter : public std::enable_shared_from_this<waiter> {
   bool timer_waiting_ = false;
   timer_reason timer_reason_ = timer_reason::none;
   std::uint64_t timer_generation_ = 0;  // of the timer wait started last
-  bool stalled_ = false;                 // a parked head's last attempt was held up
+  bool stalled_ = false;                // a parked head's last attempt was held up
   std::chrono::milliseconds stall_backoff_ = stall_interval;
   bool unwatch_posted_ = false;
   bool unwatching_ = false;  // unwatch() cancelled the waits; watch() has not started one since
@@ -397,6 +405,15 @@ auto waiter::try_now(std::size_t q, Attempt& attempt) -> decltype(attempt()) {
   return attempt();
 }
 
+template <class Attempt>
+auto waiter::try_linger(std::size_t q, Attempt& attempt) -> decltype(attempt()) {
+  if (auto r = try_now(q, attempt)) return r;
+  auto look = [&] { return try_now(q, attempt); };
+  const auto window = std::min<std::chrono::nanoseconds>(
+      fast_form_linger, std::chrono::nanoseconds(spin_.budget()));
+  return spin_.tight_spin_for(look, window);
+}
+
 template <class R, class Attempt, class Handler>
 void waiter::async_wait(std::size_t q, Attempt attempt, Handler&& handler) {
   // An operation started (say, a deferred one launched) after close touches nothing.
@@ -405,13 +422,12 @@ void waiter::async_wait(std::size_t q, Attempt attempt, Handler&& handler) {
   // relaxed, and a load and a store rather than an increment: a hint for unwatch(), which a
   // count lost to a concurrent call only makes stop watching a trip early.
   started_.store(started_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  // Ready path: nothing started earlier is still waiting, and the condition already holds, or
-  // holds within a microsecond of pause-spinning. Posted, as Asio posts an immediate result.
-  if (queued_[q].load(std::memory_order_relaxed) == 0 && gate_open(q, 0)) {
+  // Ready path: nothing started earlier is still waiting, and the condition already holds.
+  // Posted, as Asio posts an immediate result. (No pause-spin here: a result it caught would be
+  // posted all the same, the trip through the scheduler that the spin below costs, after the
+  // spin's own time; docs/performance.md.)
+  if (queued_[q].load(std::memory_order_relaxed) == 0 && gate_open(q, 0))
     if (auto r = attempt()) return post_result<R>(std::move(handler), ex_, std::move(*r));
-    if (auto r = spin_.tight_spin(attempt))
-      return post_result<R>(std::move(handler), ex_, std::move(*r));
-  }
 
   auto slot = asio::get_associated_cancellation_slot(handler);
   op_base* o =

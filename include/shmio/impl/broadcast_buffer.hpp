@@ -177,8 +177,8 @@ template <class Fill, class CompletionToken>
 auto broadcast_buffer::async_write_in_place(Fill fill, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex, Fill f) {
-        auto work = [f = std::move(f)](impl::held_write& h) mutable
-            -> detail::outcome<std::size_t> {
+        auto work =
+            [f = std::move(f)](impl::held_write& h) mutable -> detail::outcome<std::size_t> {
           std::size_t n = 0;
           try {
             n = f(h.claim().data);
@@ -220,8 +220,7 @@ template <class Use, class CompletionToken>
 auto broadcast_buffer::async_read_in_place(Use use, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex, Use u) {
-        auto work = [u = std::move(u)](impl::held_read& h) mutable
-            -> detail::outcome<std::size_t> {
+        auto work = [u = std::move(u)](impl::held_read& h) mutable -> detail::outcome<std::size_t> {
           bool threw = false;
           try {
             u(h.claim().data);
@@ -233,9 +232,8 @@ auto broadcast_buffer::async_read_in_place(Use use, CompletionToken&& token) {
           if (threw && !r.ec) return {errc::callback_failed, 0};
           return r;  // overtaken while `use` ran: what it saw may be torn, and is reported so
         };
-        impl::start_in_place<impl::held_read>(im, ex, broadcast_role::subscriber,
-                                              &impl::claim_read, std::move(work),
-                                              std::move(handler));
+        impl::start_in_place<impl::held_read>(im, ex, broadcast_role::subscriber, &impl::claim_read,
+                                              std::move(work), std::move(handler));
       },
       token, impl_, ex_, std::move(use));
 }

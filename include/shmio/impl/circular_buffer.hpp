@@ -83,7 +83,8 @@ struct circular_buffer::impl {
       return detail::post_result<std::size_t>(std::move(handler), io_ex,
                                               {asio::error::bad_descriptor, 0});
     im->waiter->template async_wait<Held>(
-        queue, claim(im), detail::make_in_place_handler(std::forward<Handler>(handler), std::move(work)));
+        queue, claim(im),
+        detail::make_in_place_handler(std::forward<Handler>(handler), std::move(work)));
   }
 };
 
@@ -193,8 +194,8 @@ template <class Fill, class CompletionToken>
 auto circular_buffer::async_write_in_place(Fill fill, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex, Fill f) {
-        auto work = [f = std::move(f)](impl::held_write& h) mutable
-            -> detail::outcome<std::size_t> {
+        auto work =
+            [f = std::move(f)](impl::held_write& h) mutable -> detail::outcome<std::size_t> {
           std::size_t n = 0;
           try {
             n = f(h.claim().data);
@@ -216,8 +217,7 @@ template <class Use, class CompletionToken>
 auto circular_buffer::async_read_in_place(Use use, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex, Use u) {
-        auto work = [u = std::move(u)](impl::held_read& h) mutable
-            -> detail::outcome<std::size_t> {
+        auto work = [u = std::move(u)](impl::held_read& h) mutable -> detail::outcome<std::size_t> {
           const std::size_t n = h.claim().data.size();
           std::error_code ec;
           try {
@@ -263,8 +263,8 @@ auto circular_buffer::async_read_batch_in_place(Use use, std::size_t max_message
           return detail::post_result<std::size_t>(std::move(handler), ex, {{}, 0});
         // The first message is claimed by the wait; the rest are taken in the handler's
         // context, one claim at a time, while the queue is still held.
-        auto work = [u = std::move(u), max](impl::held_read& h) mutable
-            -> detail::outcome<std::size_t> {
+        auto work = [u = std::move(u),
+                     max](impl::held_read& h) mutable -> detail::outcome<std::size_t> {
           detail::ring_view& ring = h.view();
           std::size_t done = 0;
           auto use_one = [&](const detail::read_claim& c) {
@@ -281,9 +281,8 @@ auto circular_buffer::async_read_batch_in_place(Use use, std::size_t max_message
             if (max > 1) ring.prefetch(h.claim().position + 1);
             use_one(h.claim());
             detail::read_claim c;
-            while (done < max &&
-                   ring.try_claim_read(c, std::numeric_limits<std::size_t>::max(), false) ==
-                       detail::claim_status::claimed) {
+            while (done < max && ring.try_claim_read(c, std::numeric_limits<std::size_t>::max(),
+                                                     false) == detail::claim_status::claimed) {
               if (done + 1 < max) ring.prefetch(c.position + 1);
               use_one(c);
             }
@@ -334,7 +333,7 @@ inline asio::awaitable<std::size_t> circular_buffer::co_read(asio::mutable_buffe
       detail::copy_bytes(buffer.data(), msg.data(), msg.size());
     };
     auto attempt = [&] { return detail::attempt_read(impl_->ring, copy, buffer.size()); };
-    if (auto r = impl_->waiter->try_now(detail::readers_queue, attempt))
+    if (auto r = impl_->waiter->try_linger(detail::readers_queue, attempt))
       co_return detail::value_or_throw(*r);
   }
   co_return co_await async_read(buffer, asio::use_awaitable);
@@ -347,7 +346,7 @@ inline asio::awaitable<std::size_t> circular_buffer::co_write(asio::const_buffer
       return message.size();
     };
     auto attempt = [&] { return detail::attempt_write(impl_->ring, copy); };
-    if (auto r = impl_->waiter->try_now(detail::writers_queue, attempt))
+    if (auto r = impl_->waiter->try_linger(detail::writers_queue, attempt))
       co_return detail::value_or_throw(*r);
   }
   co_return co_await async_write(message, asio::use_awaitable);
@@ -359,7 +358,7 @@ asio::awaitable<std::size_t> circular_buffer::co_read_in_place(Use use) {
     auto attempt = [&] {
       return detail::attempt_read(impl_->ring, use, std::numeric_limits<std::size_t>::max());
     };
-    if (auto r = impl_->waiter->try_now(detail::readers_queue, attempt))
+    if (auto r = impl_->waiter->try_linger(detail::readers_queue, attempt))
       co_return detail::value_or_throw(*r);
   }
   co_return co_await detail::rethrowing(
@@ -370,7 +369,7 @@ template <class Fill>
 asio::awaitable<std::size_t> circular_buffer::co_write_in_place(Fill fill) {
   if (impl_) {
     auto attempt = [&] { return detail::attempt_write(impl_->ring, fill); };
-    if (auto r = impl_->waiter->try_now(detail::writers_queue, attempt))
+    if (auto r = impl_->waiter->try_linger(detail::writers_queue, attempt))
       co_return detail::value_or_throw(*r);
   }
   co_return co_await detail::rethrowing(

@@ -43,7 +43,7 @@ inline asio::awaitable<void> named_event::co_wait() {
       if (state.try_take()) return detail::outcome<detail::no_value>{};
       return std::nullopt;
     };
-    if (impl_->waiter->try_now(0, take)) co_return;
+    if (impl_->waiter->try_linger(0, take)) co_return;
   }
   co_await async_wait(asio::use_awaitable);
 }
