@@ -22,8 +22,8 @@
 //     vCPUs moves by 2-3x with their placement, within minutes: more than the differences being
 //     judged. Here one producer process (CPU 0) and one consumer process (CPU 1) hold a spin
 //     ring and a circular_buffer, and the parent has them move blocks of flow_pair_block
-//     messages through each of spin_ring, shmio_sync, shmio_async, shmio_sync_batch and
-//     shmio_async_batch in turn, rotating the order every round. Counters: <family>_rate (the
+//     messages through each of spin_ring, shmio_sync, shmio_async, shmio_co (co_write /
+//     co_read, the fast coroutine forms), shmio_sync_batch and shmio_async_batch in turn, rotating the order every round. Counters: <family>_rate (the
 //     median over rounds of its block rate, messages per second) and <family>_over_spin (the
 //     median over rounds of its rate divided by the spin ring's in the same round).
 // BM_ring_bandwidth/<family>: 1 MiB messages, one producer process to one consumer process;
@@ -76,7 +76,8 @@ enum class family {
   shmio_sync,
   shmio_async,
   shmio_sync_batch,
-  shmio_async_batch
+  shmio_async_batch,
+  shmio_co
 };
 
 const char* name_of(family f) {
@@ -93,6 +94,8 @@ const char* name_of(family f) {
       return "shmio_sync_batch";
     case family::shmio_async_batch:
       return "shmio_async_batch";
+    case family::shmio_co:
+      return "shmio_co";
   }
   return "?";
 }
@@ -264,7 +267,8 @@ void bm_roundtrip(benchmark::State& state, family f, placement p, std::size_t si
         return roundtrip_shmio(state, s, true, size);
       case family::shmio_sync_batch:
       case family::shmio_async_batch:
-        throw std::logic_error("no round trip for batch families");
+      case family::shmio_co:
+        throw std::logic_error("no round trip for this family here (see BM_roundtrip_pairs)");
     }
   });
   state.SetItemsProcessed(state.iterations());
@@ -460,6 +464,9 @@ void write_messages(family f, std::uint64_t n, shmio::circular_buffer& ring, asi
         if (f == family::shmio_async) {
           for (std::uint64_t i = 0; i < n; ++i)
             co_await ring.async_write(asio::buffer(msg), asio::use_awaitable);
+        } else if (f == family::shmio_co) {
+          for (std::uint64_t i = 0; i < n; ++i)
+            co_await ring.co_write(asio::buffer(msg));
         } else {
           for (std::uint64_t left = n; left > 0;)
             left -= co_await ring.async_write_batch(next_batch(left), asio::use_awaitable);
@@ -469,7 +476,8 @@ void write_messages(family f, std::uint64_t n, shmio::circular_buffer& ring, asi
 }
 
 void flow_shmio(benchmark::State& state, session& s, const flow& fl, family f) {
-  const bool async = f == family::shmio_async || f == family::shmio_async_batch;
+  const bool async =
+      f == family::shmio_async || f == family::shmio_async_batch || f == family::shmio_co;
   const bool batch = f == family::shmio_sync_batch || f == family::shmio_async_batch;
   const std::string name = s.segment_name("flow");
   shared_counters received(fl.consumers);
@@ -527,9 +535,14 @@ void flow_shmio(benchmark::State& state, session& s, const flow& fl, family f) {
           }
           run_child_coroutine(cio, [&]() -> asio::awaitable<void> {
             if (!batch) {
-              while (co_await r.async_read(asio::buffer(msg), asio::use_awaitable) != 0)
+              for (;;) {
+                const std::size_t n =
+                    f == family::shmio_co
+                        ? co_await r.co_read(asio::buffer(msg))
+                        : co_await r.async_read(asio::buffer(msg), asio::use_awaitable);
+                if (n == 0) co_return;
                 received.add(k, 1);
-              co_return;
+              }
             }
             while (!stopped) {
               got = 0;
@@ -560,7 +573,8 @@ void flow_shmio(benchmark::State& state, session& s, const flow& fl, family f) {
 
 constexpr std::uint64_t flow_pair_block = 200'000;  // messages per block
 constexpr int flow_pair_rounds = 5;                 // timed rounds, after one warm-up round
-constexpr family paired_flows[] = {family::spin_ring, family::shmio_sync, family::shmio_async,
+constexpr family paired_flows[] = {family::spin_ring,        family::shmio_sync,
+                                   family::shmio_async,      family::shmio_co,
                                    family::shmio_sync_batch, family::shmio_async_batch};
 constexpr int paired_count = static_cast<int>(std::size(paired_flows));
 
@@ -600,6 +614,9 @@ void consume_block(family f, std::uint64_t n, spin_ring& spin, shmio::circular_b
         if (f == family::shmio_async) {
           for (std::uint64_t i = 0; i < n; ++i)
             co_await ring.async_read(asio::buffer(msg), asio::use_awaitable);
+        } else if (f == family::shmio_co) {
+          for (std::uint64_t i = 0; i < n; ++i)
+            co_await ring.co_read(asio::buffer(msg));
         } else {
           while (got < n)
             co_await ring.async_read_batch_in_place(
@@ -702,6 +719,7 @@ void bm_flow(benchmark::State& state, family f, flow fl) {
       case family::shmio_async:
       case family::shmio_sync_batch:
       case family::shmio_async_batch:
+      case family::shmio_co:
         return flow_shmio(state, s, fl, f);
     }
   });

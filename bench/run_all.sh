@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark in one go and writes what docs/performance.md quotes:
-#   OUT/{events,ring,rpc,locks,broadcast}.json   Google Benchmark's output, REPS repetitions each
+#   OUT/{events,ring,rpc,locks,broadcast,roundtrip}.json   Google Benchmark's output, REPS
+#                                                repetitions each
 #   OUT/report.md                                the tables, ratios and target checks
 #   PLOTS/ring_latency_vs_size.png, PLOTS/ring_throughput.png   (gnuplot; Debian gnuplot-nox)
 # Usage: bench/run_all.sh [BUILD_DIR (build)] [OUT (bench-results)] [REPS (3)] [PLOTS (OUT/img)]
@@ -26,6 +27,7 @@ run ring shmio_bench_ring
 run rpc shmio_bench_rpc
 run locks shmio_bench_locks
 run broadcast shmio_bench_broadcast
+run roundtrip shmio_bench_roundtrip
 
 {
   echo "Started $start on $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- |
@@ -39,6 +41,10 @@ run broadcast shmio_bench_broadcast
   echo
   python3 "$root/bench/report.py" --ring "$out/ring.json" --rpc "$out/rpc.json" \
     --locks "$out/locks.json" --broadcast "$out/broadcast.json" --plots "$plots"
+  echo
+  echo "## Interleaved round trips (BM_roundtrip_pairs), one row per repetition"
+  echo
+  python3 "$root/bench/pairs_table.py" "$out/roundtrip.json"
   if command -v perf >/dev/null; then
     echo
     echo "## System calls"
