@@ -1,6 +1,7 @@
 #include "shmio/detail/broadcast_ring.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <cstring>
 #include <new>
@@ -399,7 +400,9 @@ outcome<std::size_t> broadcast_subscriber::overtaken() noexcept {
 
 broadcast_subscriber::begin_status broadcast_subscriber::begin(
     broadcast_read& r, std::size_t capacity, outcome<std::size_t>& failure) noexcept {
-  if (!entry_) return failure = {asio::error::bad_descriptor, 0}, begin_status::failed;
+  // EBADF in the system category: what asio::error::bad_descriptor is, without Asio here.
+  if (!entry_)
+    return failure = {std::error_code(EBADF, std::system_category()), 0}, begin_status::failed;
   // acquire: pairs with the eviction CAS.
   if (entry_->state.load(std::memory_order_acquire) != my_state_)
     return failure = state_error(), begin_status::failed;

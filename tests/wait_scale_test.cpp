@@ -29,11 +29,18 @@ using shmio::test::signal_pipe;
 
 constexpr std::chrono::milliseconds bound = shmio::test::default_bound;
 
-long context_switches() {
+long context_switches(int who) {
   rusage ru{};
-  ::getrusage(RUSAGE_SELF, &ru);
+  ::getrusage(who, &ru);
   return ru.ru_nvcsw + ru.ru_nivcsw;
 }
+
+// ThreadSanitizer's runtime has a background thread of its own that wakes many times a second.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool whole_process_is_ours = false;
+#else
+constexpr bool whole_process_is_ours = true;
+#endif
 
 // `count` handles on the ring `name`, each with one async_read pending on `io`; `done` counts
 // the reads that completed with a message.
@@ -67,11 +74,16 @@ TEST_CASE("an idle process with 64 parked async reads makes almost no context sw
   io.run_for(200ms);  // the spinning phase passes; every read parks
   REQUIRE(readers.done == 0);
   REQUIRE(readers.failed == 0);
-  const long before = context_switches();
+  // The thread that runs the io_context (where a periodic re-check or polling would wake), and
+  // the process (the wait hub's thread too).
+  const long thread_before = context_switches(RUSAGE_THREAD);
+  const long process_before = context_switches(RUSAGE_SELF);
   io.run_for(2s);
-  const long switches = context_switches() - before;
-  CAPTURE(switches);
-  CHECK(switches <= 5);
+  const long thread_switches = context_switches(RUSAGE_THREAD) - thread_before;
+  const long process_switches = context_switches(RUSAGE_SELF) - process_before;
+  CAPTURE(thread_switches, process_switches);
+  CHECK(thread_switches <= 5);
+  if (whole_process_is_ours) CHECK(process_switches <= 5);
   CHECK(readers.done == 0);
   // And every one of them is woken by a message.
   for (int i = 0; i < 64; ++i)

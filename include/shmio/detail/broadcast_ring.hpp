@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "shmio/detail/layout.hpp"
-#include "shmio/detail/waiter.hpp"
+#include "shmio/detail/outcome.hpp"
 #include "shmio/error.hpp"
 
 namespace shmio::detail {

@@ -18,6 +18,7 @@
 #include <asio/associator.hpp>
 
 #include "shmio/detail/waiter.hpp"
+#include "shmio/error.hpp"
 
 namespace shmio::detail {
 
@@ -101,6 +102,25 @@ class in_place_handler {
   Handler handler_;
   Work work_;
 };
+
+/// The work of an in-place write: `fill(bytes)` writes the claimed bytes and returns the
+/// message's size, `publish(view, claim, size)` makes it visible. A `fill` that throws or
+/// overruns leaves the claim held, to be given back.
+template <class Fill, class Publish>
+auto in_place_write_work(Fill fill, Publish publish) {
+  return [fill = std::move(fill), publish](auto& held) mutable -> outcome<std::size_t> {
+    std::size_t n = 0;
+    try {
+      n = fill(held.claim().data);
+    } catch (...) {
+      return {errc::callback_failed, 0};
+    }
+    if (n > held.claim().data.size()) return {errc::message_too_large, 0};
+    publish(held.view(), held.claim(), n);
+    held.consumed();
+    return {{}, n};
+  };
+}
 
 template <class Handler, class Work>
 in_place_handler<std::decay_t<Handler>, Work> make_in_place_handler(Handler&& h, Work w) {

@@ -15,7 +15,7 @@
 #include <asio/buffer.hpp>
 
 #include "shmio/detail/ring.hpp"
-#include "shmio/detail/waiter.hpp"
+#include "shmio/detail/outcome.hpp"
 #include "shmio/error.hpp"
 
 namespace shmio {

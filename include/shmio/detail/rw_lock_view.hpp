@@ -24,7 +24,7 @@
 #include <utility>
 
 #include "shmio/detail/layout.hpp"
-#include "shmio/detail/waiter.hpp"
+#include "shmio/detail/outcome.hpp"
 
 namespace shmio::detail {
 

@@ -47,6 +47,7 @@
 #include <asio/steady_timer.hpp>
 
 #include "shmio/detail/layout.hpp"
+#include "shmio/detail/outcome.hpp"
 #include "shmio/detail/spin.hpp"
 #include "shmio/detail/stall.hpp"
 #include "shmio/detail/wait_hub.hpp"
@@ -54,17 +55,6 @@
 #include "shmio/wait_strategy.hpp"
 
 namespace shmio::detail {
-
-/// The value of an operation that completes with an error_code only.
-struct no_value {};
-
-/// What one attempt at a wait's condition produced. An attempt returns std::optional<outcome>:
-/// empty means "not yet, keep waiting".
-template <class R>
-struct outcome {
-  std::error_code ec;
-  R value{};
-};
 
 /// Invokes `h` with (ec) or (ec, value), through `ex`: posted, or dispatched when allowed (only
 /// outside any initiating function).

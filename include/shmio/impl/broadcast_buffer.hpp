@@ -177,19 +177,10 @@ template <class Fill, class CompletionToken>
 auto broadcast_buffer::async_write_in_place(Fill fill, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex, Fill f) {
-        auto work =
-            [f = std::move(f)](impl::held_write& h) mutable -> detail::outcome<std::size_t> {
-          std::size_t n = 0;
-          try {
-            n = f(h.claim().data);
-          } catch (...) {
-            return {errc::callback_failed, 0};  // the slot is abandoned with `h`
-          }
-          if (n > h.claim().data.size()) return {errc::message_too_large, 0};
-          h.view().commit_write(h.claim(), n);
-          h.consumed();
-          return {{}, n};
-        };
+        // A slot whose `fill` throws or overruns is abandoned: nothing is published.
+        auto work = detail::in_place_write_work(
+            std::move(f), [](detail::broadcast_publisher& p, const detail::broadcast_write& w,
+                             std::size_t n) { p.commit_write(w, n); });
         impl::start_in_place<impl::held_write>(im, ex, broadcast_role::publisher,
                                                &impl::claim_write, std::move(work),
                                                std::move(handler));

@@ -194,19 +194,11 @@ template <class Fill, class CompletionToken>
 auto circular_buffer::async_write_in_place(Fill fill, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex, Fill f) {
-        auto work =
-            [f = std::move(f)](impl::held_write& h) mutable -> detail::outcome<std::size_t> {
-          std::size_t n = 0;
-          try {
-            n = f(h.claim().data);
-          } catch (...) {
-            return {errc::callback_failed, 0};  // the node is abandoned with `h`
-          }
-          if (n > h.claim().data.size()) return {errc::message_too_large, 0};
-          h.view().publish(h.claim(), static_cast<std::uint32_t>(n));
-          h.consumed();
-          return {{}, n};
-        };
+        // A node whose `fill` throws or overruns is abandoned: readers skip it.
+        auto work = detail::in_place_write_work(
+            std::move(f), [](detail::ring_view& ring, const detail::write_claim& c, std::size_t n) {
+              ring.publish(c, static_cast<std::uint32_t>(n));
+            });
         impl::start_in_place<impl::held_write>(im, ex, detail::writers_queue, &impl::claim_write,
                                                std::move(work), std::move(handler));
       },
