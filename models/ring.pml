@@ -1,5 +1,5 @@
 /*
- * The circular_buffer node ring (src/ring.cpp): node-claim-first Vyukov MPMC with recovery of
+ * The circular_buffer node ring (src/ring/ring.cpp): node-claim-first Vyukov MPMC with recovery of
  * nodes left claimed by a participant that was killed.
  *
  * One Promela step is one atomic instruction of the code: a load of a node word, a CAS on it, a

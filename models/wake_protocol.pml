@@ -2,9 +2,9 @@
  * wake_protocol.pml -- shmio's cross-process "arm / re-check / ring" wake-up protocol.
  *
  * Mirrors (by default, the code as it is):
- *   src/wait_queue.cpp            notify_all, notify_one, claim_and_ring, wake_sleepers, arm,
+ *   src/wait/wait_queue.cpp            notify_all, notify_one, claim_and_ring, wake_sleepers, arm,
  *                                 disarm, sleeper (the shared-memory side)
- *   src/waiter.cpp                park (drain if due, arm, re-check), on_wake/recheck (re-arm,
+ *   src/wait/waiter.cpp                park (drain if due, arm, re-check), on_wake/recheck (re-arm,
  *                                 re-check; still parked: drain, re-check), cancel (forward)
  *   include/shmio/detail/waiter.hpp     waiter::wait (the blocking loop on the futex)
  *   include/shmio/detail/event_state.hpp  try_take (auto: CAS 1->0, manual: load), set
