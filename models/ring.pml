@@ -8,10 +8,11 @@
  * where, what was published and claimed) rides along inside those steps; the code never reads it.
  *
  * Waiting: a party whose attempt would block waits until the cursor or the node it looked at
- * changed (or that node's owner died), then retries. The code's 200 ms rescue re-check
- * guarantees a retry at the latest then, whatever the wake-ups do (wake_protocol.pml checks
- * those). So an invalid end state here is a real stall: nothing any party could ever do again
- * would move the ring.
+ * changed (or that node's owner died), then retries. In the code a change wakes it (the wake-ups
+ * are wake_protocol.pml's), and a wait held up by a node in another participant's hands
+ * re-checks on a timer until it moves or its owner is found dead (detail/stall.hpp). So an
+ * invalid end state here is a real stall: nothing any party could ever do again would move the
+ * ring.
  *
  * Death: `killer` may kill one participant (KILL=1) between any two of its steps (`unless`).
  * The code learns of a death from the participant's file lock; here `alive[]`.

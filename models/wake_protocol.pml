@@ -21,8 +21,9 @@
  * place the protocol depends on, so interleaving (sequential consistency) is the right semantics;
  * the relaxed `armed` load before the claim CAS is folded into the CAS (it only filters).
  *
- * Not modelled: the 200 ms rescue timer and futex timeouts (they would turn every lost wake-up
- * into a 200 ms stall and hide it: here a lost wake-up is a waiter blocked for ever), spinning
+ * Not modelled: the re-check timers and futex timeouts (a held-up wait's, the opt-in safety
+ * re-check: they would turn a lost wake-up into a delay and hide it; here a lost wake-up is a
+ * waiter blocked for ever), spinning
  * before parking (more tries, no shared writes), several pending ops on one waiter object (FIFO
  * list, one slot), dead owners and slot reclaim, reset().
  *

@@ -38,7 +38,7 @@ std::shared_ptr<broadcast_buffer::impl> broadcast_buffer::make_impl(const execut
   layout::wait_queue* queue = nullptr;
   if (role == broadcast_role::publisher) {
     const int fd = im->seg.native_handle();
-    const std::uint16_t me = detail::ring_view::claim_participant(fd, ec);
+    const std::uint16_t me = detail::claim_participant(fd, layout::max_participants, ec);
     if (ec) return nullptr;
     im->publisher = std::make_unique<detail::broadcast_publisher>(im->geometry, fd, me);
     im->publisher->recover_own_lock();  // a dead previous holder of our number may have held it

@@ -20,8 +20,6 @@ using layout::subscriber_free;
 using layout::subscriber_generation_shift;
 using layout::subscriber_kind_mask;
 
-// A writer lock held this long by one owner makes us ask the kernel whether the owner lives.
-constexpr std::int64_t lock_patience_ns = 10'000'000;
 // How often a blocked writer asks whether the subscribers in its way still live.
 constexpr std::int64_t liveness_interval_ns = 5'000'000;
 constexpr std::uint64_t max_lease_ms = 24ull * 3600 * 1000;
@@ -138,9 +136,7 @@ broadcast_publisher::broadcast_publisher(const broadcast_geometry& g, int fd,
     : g_(g), fd_(fd), me_(me) {}
 
 bool broadcast_publisher::alive(std::uint64_t lock_byte) const noexcept {
-  std::error_code ec;
-  const bool held = platform::byte_locked_by_other(fd_, lock_byte, ec);
-  return held || ec;  // an error is no proof of death: never take over on a guess
+  return lock_byte_held(fd_, lock_byte);  // an error is no proof of death (liveness.hpp)
 }
 
 void broadcast_publisher::recover_own_lock() noexcept {
@@ -165,15 +161,7 @@ bool broadcast_publisher::take_lock(std::error_code& ec) noexcept {
   // byte is never "held by another", so the liveness test below would take it over.
   if (seen == me_) return false;
   note_stall();  // another writer holds the lock: if it never lets go, look again later
-  const std::int64_t now = now_ns();
-  if (seen != lock_seen_) {
-    lock_seen_ = seen;
-    lock_seen_since_ = now;
-    return false;
-  }
-  if (now - lock_seen_since_ < lock_patience_ns) return false;
-  lock_seen_since_ = now;  // ask at most once per patience period
-  if (alive(layout::participant_lock_base + seen - 1)) return false;
+  if (!lock_patience_.spent(seen) || participant_alive(fd_, seen)) return false;
   // Its holder died: take the lock over. A half-written slot it left is simply written again
   // (tail never moved past it).
   return owner.compare_exchange_strong(seen, me_, std::memory_order_acquire,

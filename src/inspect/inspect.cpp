@@ -12,6 +12,7 @@
 #include "shmio/detail/layout.hpp"
 #include "shmio/detail/names.hpp"
 #include "shmio/detail/platform.hpp"
+#include "shmio/detail/segment_locks.hpp"
 #include "shmio/detail/ring.hpp"
 #include "shmio/detail/rw_lock_view.hpp"
 
@@ -427,22 +428,6 @@ std::error_code from_open_error(const std::error_code& ec) {
   return errc::access_denied;
 }
 
-// As segment.cpp: the admin lock is held for microseconds by well-behaved processes.
-bool lock_admin(int fd, std::error_code& ec) {
-  const auto deadline = std::chrono::steady_clock::now() + 2s;
-  auto backoff = std::chrono::microseconds(20);
-  for (;;) {
-    if (platform::try_lock_byte(fd, layout::admin_lock_byte, platform::lock_kind::exclusive, ec))
-      return true;
-    if (ec) return false;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      ec = errc::timed_out;
-      return false;
-    }
-    platform::sleep_for(backoff);
-    backoff = std::min<std::chrono::microseconds>(backoff * 2, std::chrono::milliseconds(5));
-  }
-}
 
 }  // namespace
 
@@ -567,22 +552,13 @@ bool remove_file_if_stale(const std::string& path, std::error_code& ec) {
     ec = errc::access_denied;
     return false;
   }
-  // Under the admin lock no process can open the segment between our test and the unlink.
-  if (!lock_admin(fd.get(), ec)) return false;
-  st = platform::status(fd.get(), ec);
-  bool removed = false;
-  if (!ec && st.links == 0) {
-    ec = errc::not_found;  // removed meanwhile
-  } else if (!ec && platform::try_lock_byte(fd.get(), layout::holder_lock_byte,
-                                            platform::lock_kind::exclusive, ec)) {
-    platform::unlink(path, ec);
-    removed = !ec;
-  } else if (!ec) {
-    ec = errc::busy;  // some process holds it
-  }
-  std::error_code ignored;
-  platform::try_lock_byte(fd.get(), layout::admin_lock_byte, platform::lock_kind::unlock, ignored);
-  return removed;
+  // As a create that finds a stale file does (segment_locks.hpp).
+  if (!detail::lock_admin(fd.get(), ec)) return false;
+  const detail::stale_test found = detail::remove_if_unheld(fd.get(), path, ec);
+  if (!ec && found == detail::stale_test::gone) ec = errc::not_found;  // removed meanwhile
+  if (!ec && found == detail::stale_test::held) ec = errc::busy;       // some process holds it
+  detail::unlock_admin(fd.get());
+  return found == detail::stale_test::removed;
 }
 
 bool remove_if_stale(std::string_view name, std::error_code& ec) {

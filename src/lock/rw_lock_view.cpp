@@ -16,16 +16,6 @@ namespace {
 using layout::rw_owner_mask;
 using layout::rw_writer_held;
 
-// A holder that has not moved for this long makes a waiter ask the kernel whether it lives.
-// Waits held up by a holder look again on a timer (stall.hpp), which bounds recovery.
-constexpr std::int64_t stuck_patience_ns = 10'000'000;
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 void rw_lock_view::initialize(layout::rw_lock_state* state) noexcept {
@@ -81,17 +71,6 @@ std::error_code validate_locked_body(std::span<const std::byte> body, std::size_
       *reinterpret_cast<const layout::rw_lock_state*>(body.data() + layout::locked_lock_offset));
 }
 
-std::uint16_t rw_lock_view::claim_participant(int fd, std::error_code& ec) noexcept {
-  for (std::uint32_t i = 0; i < layout::rw_reader_slots; ++i) {
-    if (platform::try_lock_byte(fd, layout::participant_lock_base + i,
-                                platform::lock_kind::exclusive, ec))
-      return static_cast<std::uint16_t>(i + 1);
-    if (ec) return 0;
-  }
-  ec = errc::too_many_participants;
-  return 0;
-}
-
 void rw_lock_view::join() noexcept {
   auto& high = state_->control.participant_high;
   // seq_cst: a writer that loads `high` after this sees our slot in its scan; one that loaded
@@ -123,25 +102,10 @@ void rw_lock_view::wake_all() noexcept {
   notify_all(state_->writers);
 }
 
-bool rw_lock_view::patience_spent(stuck_record& record, std::uint64_t key) noexcept {
-  const std::int64_t now = now_ns();
-  // relaxed: bookkeeping of this handle only; races between its threads only shift timing.
-  if (record.key.exchange(key, std::memory_order_relaxed) != key) {
-    record.since.store(now, std::memory_order_relaxed);
-    return false;
-  }
-  if (now - record.since.load(std::memory_order_relaxed) < stuck_patience_ns) return false;
-  record.since.store(now, std::memory_order_relaxed);  // ask at most once per patience period
-  return true;
-}
-
 bool rw_lock_view::participant_dead(std::uint32_t number) noexcept {
   // A number out of range (the word was corrupted) has no owner that could ever free it.
   if (number == 0 || number > layout::rw_reader_slots) return true;
-  std::error_code ec;
-  const bool held =
-      platform::byte_locked_by_other(fd_, layout::participant_lock_base + number - 1, ec);
-  return !held && !ec;
+  return !participant_alive(fd_, number);
 }
 
 bool rw_lock_view::reclaim_writer(std::uint32_t word, bool for_me) noexcept {
@@ -150,7 +114,7 @@ bool rw_lock_view::reclaim_writer(std::uint32_t word, bool for_me) noexcept {
   if (word == me_ || word == (me_ | rw_writer_held)) return false;
   // Held by another participant: if it never lets go, look again later (stall.hpp).
   note_stall();
-  if (!patience_spent(stuck_[0], std::uint64_t{1} << 32 | word)) return false;
+  if (!stuck_[0].spent(std::uint64_t{1} << 32 | word)) return false;
   // A malformed word (damaged memory) has no owner that would ever free it.
   if (well_formed(word) && !participant_dead(word & rw_owner_mask)) return false;
   // seq_cst: as any change of the word (see try_claim).
@@ -190,7 +154,7 @@ bool rw_lock_view::shares_gone() noexcept {
     std::uint32_t n = shares.load(std::memory_order_seq_cst);
     if (n == 0) continue;
     if (i + 1 != me_) note_stall();  // a reader's shares: look again if they never go
-    if (i + 1 == me_ || !patience_spent(stuck_[1], std::uint64_t{i} << 32 | n) ||
+    if (i + 1 == me_ || !stuck_[1].spent(std::uint64_t{i} << 32 | n) ||
         !participant_dead(i + 1))
       return false;
     // A dead reader's shares: with the word claimed by us no new share can appear in its

@@ -17,9 +17,6 @@ using layout::node_reading_bit;
 using layout::node_turn_shift;
 
 constexpr std::uint64_t turn_mask = (std::uint64_t{1} << (64 - node_turn_shift)) - 1;
-// A node stuck this long in another participant's hands makes us ask whether it still lives.
-constexpr std::int64_t stuck_patience_ns = 10'000'000;
-
 constexpr std::uint64_t make_word(std::uint64_t turn, std::uint16_t owner, bool reading = false) {
   return (turn & turn_mask) << node_turn_shift | (reading ? node_reading_bit : 0) | owner;
 }
@@ -36,12 +33,6 @@ constexpr bool is_reading(std::uint64_t word) {
 constexpr std::int64_t distance(std::uint64_t turn, std::uint64_t position) {
   return static_cast<std::int64_t>(((turn - position) & turn_mask) << node_turn_shift) >>
          node_turn_shift;
-}
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 // Moves a cursor past `position` if nobody has yet; losing the race is fine.
@@ -66,21 +57,10 @@ layout::node_header& ring_view::node_at(std::uint64_t position) const noexcept {
   return *reinterpret_cast<layout::node_header*>(nodes_ + (position % count_) * stride_);
 }
 
-bool ring_view::owner_is_dead(stuck_record& record, std::uint64_t word,
+bool ring_view::owner_is_dead(patience& record, std::uint64_t word,
                               std::uint16_t owner) noexcept {
   if (owner == me_) return false;  // our own claim, from another thread of this handle
-  const std::int64_t now = now_ns();
-  // relaxed: bookkeeping of this handle only.
-  if (record.word.exchange(word, std::memory_order_relaxed) != word) {
-    record.since.store(now, std::memory_order_relaxed);
-    return false;
-  }
-  if (now - record.since.load(std::memory_order_relaxed) < stuck_patience_ns) return false;
-  record.since.store(now, std::memory_order_relaxed);  // ask at most once per patience period
-  std::error_code ec;
-  const bool held =
-      platform::byte_locked_by_other(fd_, layout::participant_lock_base + owner - 1, ec);
-  return !held && !ec;
+  return record.spent(word) && !participant_alive(fd_, owner);
 }
 
 claim_status ring_view::try_claim_write(write_claim& out) noexcept {
@@ -268,17 +248,6 @@ void ring_view::initialize(std::span<std::byte> body, std::uint32_t node_count,
     auto* n = new (nodes + std::size_t{i} * st->header.node_stride) layout::node_header{};
     n->word.store(make_word(i, 0), std::memory_order_relaxed);  // published by the rename
   }
-}
-
-std::uint16_t ring_view::claim_participant(int fd, std::error_code& ec) noexcept {
-  for (std::uint32_t i = 0; i < layout::max_participants; ++i) {
-    if (platform::try_lock_byte(fd, layout::participant_lock_base + i,
-                                platform::lock_kind::exclusive, ec))
-      return static_cast<std::uint16_t>(i + 1);
-    if (ec) return 0;
-  }
-  ec = errc::too_many_participants;
-  return 0;
 }
 
 std::error_code ring_view::validate(std::span<const std::byte> body, ring_geometry& out) noexcept {

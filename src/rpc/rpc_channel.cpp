@@ -253,7 +253,7 @@ std::error_code rpc_channel::attach(segment seg, bool owner, const geometry& whe
   const std::uint64_t own_byte = owner ? layout::rpc_owner_lock_byte : layout::rpc_opener_lock_byte;
   if (!platform::try_lock_byte(fd, own_byte, platform::lock_kind::exclusive, ec))
     return ec ? ec : std::error_code(errc::busy);  // the channel already has this end
-  const std::uint16_t me = ring_view::claim_participant(fd, ec);
+  const std::uint16_t me = claim_participant(fd, layout::max_participants, ec);
   if (ec) return ec;
   seg_ = std::move(seg);
   owner_ = owner;

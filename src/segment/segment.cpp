@@ -9,6 +9,7 @@
 #include "shmio/detail/layout.hpp"
 #include "shmio/detail/names.hpp"
 #include "shmio/detail/platform.hpp"
+#include "shmio/detail/segment_locks.hpp"
 
 namespace shmio {
 namespace {
@@ -17,8 +18,6 @@ namespace platform = detail::platform;
 namespace layout = detail::layout;
 using namespace std::chrono_literals;
 
-// The admin lock is held for microseconds; a holder stopped by a signal must not hang us.
-constexpr auto admin_lock_deadline = 2s;
 // Rename/remove races with other creators resolve in a few rounds; this bounds pathological ones.
 constexpr int max_create_rounds = 64;
 constexpr std::uint64_t max_body_size = std::uint64_t{1} << 44;  // 16 TiB: far past any /dev/shm
@@ -40,27 +39,6 @@ std::error_code check_ownership(const platform::file_status& st) {
   if (!st.regular || st.owner_uid != platform::user_id() || (st.mode & 077) != 0)
     return errc::access_denied;
   return {};
-}
-
-bool lock_admin(int fd, std::error_code& ec) {
-  auto deadline = std::chrono::steady_clock::now() + admin_lock_deadline;
-  auto backoff = 20us;
-  for (;;) {
-    if (platform::try_lock_byte(fd, layout::admin_lock_byte, platform::lock_kind::exclusive, ec))
-      return true;
-    if (ec) return false;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      ec = errc::timed_out;
-      return false;
-    }
-    platform::sleep_for(backoff);
-    backoff = std::min<std::chrono::microseconds>(backoff * 2, 5ms);
-  }
-}
-
-void unlock_admin(int fd) {
-  std::error_code ignored;
-  platform::try_lock_byte(fd, layout::admin_lock_byte, platform::lock_kind::unlock, ignored);
 }
 
 struct mapping {
@@ -96,25 +74,24 @@ existing probe_existing(const std::string& path, object_kind kind, bool adopt, m
   }
   auto st = platform::status(fd.get(), ec);
   if (!ec) ec = check_ownership(st);
-  if (ec || !lock_admin(fd.get(), ec)) return existing::live;
+  if (ec || !detail::lock_admin(fd.get(), ec)) return existing::live;
 
-  st = platform::status(fd.get(), ec);
-  if (ec) return existing::live;
-  if (st.links == 0) return existing::missing;  // removed since we opened it: look again
-  // An exclusive holder lock succeeds only if no process holds the segment: it is stale.
-  if (platform::try_lock_byte(fd.get(), layout::holder_lock_byte, platform::lock_kind::exclusive,
-                              ec)) {
-    std::error_code ignored;
-    platform::unlink(path, ignored);  // still ours: names are only made by rename-no-replace
-    return existing::stale_removed;   // closing fd drops our locks
+  switch (detail::remove_if_unheld(fd.get(), path, ec)) {
+    case detail::stale_test::gone:
+      return existing::missing;  // removed since we opened it: look again
+    case detail::stale_test::removed:
+      return existing::stale_removed;  // closing fd drops our locks
+    case detail::stale_test::held:
+      break;
   }
+  if (!ec && adopt) st = platform::status(fd.get(), ec);  // its size, as of under the lock
   if (ec || !adopt) {
-    unlock_admin(fd.get());
+    detail::unlock_admin(fd.get());
     return existing::live;
   }
   // Nobody holds it exclusively while we hold the admin lock, so this cannot fail.
   platform::try_lock_byte(fd.get(), layout::holder_lock_byte, platform::lock_kind::shared, ec);
-  unlock_admin(fd.get());
+  detail::unlock_admin(fd.get());
   if (ec) return existing::live;
 
   if (st.size < sizeof(layout::segment_header)) {
@@ -195,7 +172,7 @@ mapping build_private(const std::string& temp, object_kind kind, std::size_t bod
 // and neither would remove the file.
 void release_holder_lock(int fd, const std::string& path) noexcept {
   std::error_code ec;
-  if (!lock_admin(fd, ec)) return;  // closing fd still releases the holder lock
+  if (!detail::lock_admin(fd, ec)) return;  // closing fd still releases the holder lock
   if (platform::try_lock_byte(fd, layout::holder_lock_byte, platform::lock_kind::exclusive, ec)) {
     auto st = platform::status(fd, ec);
     if (!ec && st.links > 0) platform::unlink(path, ec);
@@ -203,7 +180,7 @@ void release_holder_lock(int fd, const std::string& path) noexcept {
     std::error_code ignored;
     platform::try_lock_byte(fd, layout::holder_lock_byte, platform::lock_kind::unlock, ignored);
   }
-  unlock_admin(fd);
+  detail::unlock_admin(fd);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "shmio/detail/layout.hpp"
+#include "shmio/detail/liveness.hpp"
 #include "shmio/detail/outcome.hpp"
 #include "shmio/error.hpp"
 
@@ -135,8 +136,7 @@ class broadcast_publisher {
   std::uint64_t gate_ = 0;  // no live subscriber's cursor was below this at our last scan
   bool gate_known_ = false;
   std::vector<stall_record> stalls_;
-  std::uint32_t lock_seen_ = 0;  // the lock owner we last found in our way, and since when
-  std::int64_t lock_seen_since_ = 0;
+  patience lock_patience_;  // the lock owner we last found in our way, and since when
 };
 
 // ---- the reading side ------------------------------------------------------------------------

@@ -18,6 +18,7 @@
 #include <system_error>
 
 #include "shmio/detail/layout.hpp"
+#include "shmio/detail/liveness.hpp"
 
 namespace shmio::detail {
 
@@ -91,9 +92,6 @@ class ring_view {
                             std::uint64_t& body_size) noexcept;
   static void initialize(std::span<std::byte> body, std::uint32_t node_count,
                          std::uint32_t node_size) noexcept;
-  /// Takes the first free participant number of the segment file `fd`: an exclusive lock on its
-  /// byte, held while the segment is open, tells every other participant that we live.
-  static std::uint16_t claim_participant(int fd, std::error_code& ec) noexcept;
   /// Checks a ring's header against the size of its body, reading each field once, and
   /// gives the values it checked.
   static std::error_code validate(std::span<const std::byte> body, ring_geometry& out) noexcept;
@@ -103,16 +101,10 @@ class ring_view {
   }
 
  private:
-  // The node we last found stuck, and since when: asking the kernel about its owner costs a
-  // syscall, so we only ask once it has been stuck for a while. One record per direction, or a
-  // handle waiting both to read and to write would keep resetting it. Races only shift timing.
-  struct stuck_record {
-    std::atomic<std::uint64_t> word{0};
-    std::atomic<std::int64_t> since{0};
-  };
-
   layout::node_header& node_at(std::uint64_t position) const noexcept;
-  bool owner_is_dead(stuck_record& record, std::uint64_t word, std::uint16_t owner) noexcept;
+  // True if `owner`, holding the node whose word is `word`, has held it unchanged past its
+  // patience and is gone (liveness.hpp).
+  bool owner_is_dead(patience& record, std::uint64_t word, std::uint16_t owner) noexcept;
 
   layout::ring_state* state_ = nullptr;
   std::byte* nodes_ = nullptr;
@@ -121,7 +113,9 @@ class ring_view {
   std::uint32_t stride_ = 0;
   int fd_ = -1;
   std::uint16_t me_ = 0;
-  stuck_record stuck_[2];  // [0]: reading, [1]: writing
+  // The node we last found stuck: one record per direction, or a handle waiting both to read
+  // and to write would keep resetting it.
+  patience stuck_[2];  // [0]: reading, [1]: writing
 };
 
 }  // namespace shmio::detail

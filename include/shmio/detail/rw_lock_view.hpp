@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "shmio/detail/layout.hpp"
+#include "shmio/detail/liveness.hpp"
 #include "shmio/detail/outcome.hpp"
 
 namespace shmio::detail {
@@ -44,8 +45,6 @@ class rw_lock_view {
   /// A writer word some handle could have stored: 0, or a participant number 1 .. 256 with
   /// or without rw_writer_held, and no other bits.
   static bool well_formed(std::uint32_t word) noexcept;
-  /// Takes the first free participant number (an exclusive lock on its byte of `fd`).
-  static std::uint16_t claim_participant(int fd, std::error_code& ec) noexcept;
 
   /// Announces our number and reclaims whatever a dead previous holder of it left held.
   void join() noexcept;
@@ -70,12 +69,6 @@ class rw_lock_view {
   bool unlock_shared() noexcept;
 
  private:
-  // The blocking state we last saw, and since when (see ring.hpp's stuck_record).
-  struct stuck_record {
-    std::atomic<std::uint64_t> key{0};
-    std::atomic<std::int64_t> since{0};
-  };
-  bool patience_spent(stuck_record& record, std::uint64_t key) noexcept;
   bool participant_dead(std::uint32_t number) noexcept;
   // Frees the writer word of a dead owner (to 0, or to us if `for_me`); true if it did.
   bool reclaim_writer(std::uint32_t word, bool for_me) noexcept;
@@ -86,7 +79,7 @@ class rw_lock_view {
   layout::rw_lock_state* state_ = nullptr;
   int fd_ = -1;
   std::uint16_t me_ = 0;
-  stuck_record stuck_[2];  // [0]: waiting on a writer, [1]: waiting on readers
+  patience stuck_[2];  // the blocking state we last saw: [0] a writer, [1] readers
 };
 
 /// The largest data size a locked buffer may have: far past any /dev/shm, and small enough
