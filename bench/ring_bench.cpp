@@ -23,9 +23,10 @@
 //     judged. Here one producer process (CPU 0) and one consumer process (CPU 1) hold a spin
 //     ring and a circular_buffer, and the parent has them move blocks of flow_pair_block
 //     messages through each of spin_ring, shmio_sync, shmio_async, shmio_co (co_write /
-//     co_read, the fast coroutine forms), shmio_sync_batch and shmio_async_batch in turn, rotating the order every round. Counters: <family>_rate (the
-//     median over rounds of its block rate, messages per second) and <family>_over_spin (the
-//     median over rounds of its rate divided by the spin ring's in the same round).
+//     co_read, the fast coroutine forms), shmio_sync_batch and shmio_async_batch in turn, rotating
+//     the order every round. Counters: <family>_rate (the median over rounds of its block rate,
+//     messages per second) and <family>_over_spin (the median over rounds of its rate divided by
+//     the spin ring's in the same round).
 // BM_ring_bandwidth/<family>: 1 MiB messages, one producer process to one consumer process;
 //     bytes_per_second. Every family copies each message in and out once.
 // BM_ring_local/<sync|async>: one thread writes a 64-byte message and reads it back: the ring's

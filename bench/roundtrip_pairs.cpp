@@ -158,8 +158,8 @@ void roundtrip_pairs(benchmark::State& state, session& s) {
     for (std::uint64_t b = 1;; ++b) {
       while (l.block.load(std::memory_order_acquire) < b)
         if (s.ctl().stop.load(std::memory_order_acquire)) return;
-      serve_block(l.family.load(std::memory_order_relaxed), l, to_child, to_parent, ping, pong,
-                  io, buf);
+      serve_block(l.family.load(std::memory_order_relaxed), l, to_child, to_parent, ping, pong, io,
+                  buf);
       l.done.store(b, std::memory_order_release);
     }
   });

@@ -1806,7 +1806,8 @@ class ring_injector {
     std::byte* body = seg_.body().data();
     const auto& h = *reinterpret_cast<const layout::rpc_header*>(body);
     std::error_code ec;
-    const std::uint16_t me = detail::claim_participant(seg_.native_handle(), layout::max_participants, ec);
+    const std::uint16_t me =
+        detail::claim_participant(seg_.native_handle(), layout::max_participants, ec);
     REQUIRE_FALSE(ec);
     auto ring = seg_.body().subspan(h.to_owner_offset, h.ring_bytes);
     detail::ring_geometry g;

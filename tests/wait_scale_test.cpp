@@ -70,8 +70,9 @@ TEST_CASE("an idle process with 64 parked async reads makes almost no context sw
   scoped_name name("ring");
   circular_buffer owner(io.get_executor(), shmio::create_only, name, 128, 16);
   // 64 handles on one ring: more than a queue has slots, so half of them park through the hub.
-  parked_readers readers(io, name, 64);
-  io.run_for(200ms);  // the spinning phase passes; every read parks
+  // park_only: each read parks inside its initiation; poll() runs what that posted.
+  parked_readers readers(io, name, 64, shmio::wait_strategy::park_only());
+  io.poll();
   REQUIRE(readers.done == 0);
   REQUIRE(readers.failed == 0);
   // The thread that runs the io_context (where a periodic re-check or polling would wake), and
@@ -98,7 +99,7 @@ TEST_CASE("waits past a queue's slots are woken one message at a time", "[wait][
   circular_buffer owner(io.get_executor(), shmio::create_only, name, 64, 16);
   constexpr int count = 48;  // 32 slots, 16 through the hub
   parked_readers readers(io, name, count, shmio::wait_strategy::park_only());
-  io.run_for(50ms);
+  io.poll();  // park_only: every read parked inside its initiation
   REQUIRE(readers.done == 0);
   for (int i = 1; i <= count; ++i) {
     CAPTURE(i);
@@ -123,7 +124,7 @@ TEST_CASE("256 parked async readers spread over 4 processes all complete",
     children.push_back(std::make_unique<child>([&name, &r] {
       asio::io_context cio;
       parked_readers readers(cio, name, per_process, shmio::wait_strategy::park_only());
-      cio.run_for(20ms);  // every read parks (park_only: at once)
+      cio.poll();  // park_only: every read parked inside its initiation
       if (readers.done != 0) return 2;
       r.notify();
       if (!shmio::test::run_until(cio, [&] { return readers.done == per_process; })) return 3;

@@ -21,8 +21,8 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/async_result.hpp>
 #include <asio/awaitable.hpp>
-#include <asio/use_awaitable.hpp>
 #include <asio/execution_context.hpp>
+#include <asio/use_awaitable.hpp>
 
 #include "shmio/error.hpp"
 #include "shmio/open_mode.hpp"

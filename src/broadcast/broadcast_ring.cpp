@@ -1,8 +1,8 @@
 #include "shmio/detail/broadcast_ring.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <new>
 

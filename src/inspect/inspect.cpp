@@ -12,9 +12,9 @@
 #include "shmio/detail/layout.hpp"
 #include "shmio/detail/names.hpp"
 #include "shmio/detail/platform.hpp"
-#include "shmio/detail/segment_locks.hpp"
 #include "shmio/detail/ring.hpp"
 #include "shmio/detail/rw_lock_view.hpp"
+#include "shmio/detail/segment_locks.hpp"
 
 namespace shmio::inspect {
 namespace {
@@ -427,7 +427,6 @@ std::error_code from_open_error(const std::error_code& ec) {
   if (ec == std::errc::no_such_file_or_directory) return errc::not_found;
   return errc::access_denied;
 }
-
 
 }  // namespace
 

@@ -50,7 +50,8 @@ void rw_lock::attach(const executor_type& ex, segment seg, std::size_t element_s
   layout::locked_buffer_header h;
   ec = detail::validate_locked_body(seg.body(), element_size, element_align, h);
   if (ec) return;
-  const std::uint16_t me = detail::claim_participant(seg.native_handle(), layout::rw_reader_slots, ec);
+  const std::uint16_t me =
+      detail::claim_participant(seg.native_handle(), layout::rw_reader_slots, ec);
   if (ec) return;
   auto im = std::make_shared<impl>();
   std::byte* body = seg.body().data();

@@ -154,8 +154,7 @@ bool rw_lock_view::shares_gone() noexcept {
     std::uint32_t n = shares.load(std::memory_order_seq_cst);
     if (n == 0) continue;
     if (i + 1 != me_) note_stall();  // a reader's shares: look again if they never go
-    if (i + 1 == me_ || !stuck_[1].spent(std::uint64_t{i} << 32 | n) ||
-        !participant_dead(i + 1))
+    if (i + 1 == me_ || !stuck_[1].spent(std::uint64_t{i} << 32 | n) || !participant_dead(i + 1))
       return false;
     // A dead reader's shares: with the word claimed by us no new share can appear in its
     // slot (a joining participant only adds one after seeing the word free), so take them.

@@ -31,7 +31,8 @@ std::shared_ptr<circular_buffer::impl> circular_buffer::make_impl(const executor
   detail::ring_geometry geometry;
   ec = detail::ring_view::validate(seg.body(), geometry);
   if (ec) return nullptr;
-  const std::uint16_t me = detail::claim_participant(seg.native_handle(), layout::max_participants, ec);
+  const std::uint16_t me =
+      detail::claim_participant(seg.native_handle(), layout::max_participants, ec);
   if (ec) return nullptr;
   auto im = std::make_shared<impl>();
   auto* state = reinterpret_cast<layout::ring_state*>(seg.body().data());

@@ -57,8 +57,7 @@ layout::node_header& ring_view::node_at(std::uint64_t position) const noexcept {
   return *reinterpret_cast<layout::node_header*>(nodes_ + (position % count_) * stride_);
 }
 
-bool ring_view::owner_is_dead(patience& record, std::uint64_t word,
-                              std::uint16_t owner) noexcept {
+bool ring_view::owner_is_dead(patience& record, std::uint64_t word, std::uint16_t owner) noexcept {
   if (owner == me_) return false;  // our own claim, from another thread of this handle
   return record.spent(word) && !participant_alive(fd_, owner);
 }

@@ -195,7 +195,8 @@ std::shared_ptr<rpc_channel> rpc_channel::create(const asio::any_io_executor& ex
   }
   const auto count = static_cast<std::uint32_t>(options.node_count);
   const auto size = static_cast<std::uint32_t>(options.node_size);
-  const geometry where{sizeof(layout::rpc_header), sizeof(layout::rpc_header) + ring_bytes,
+  const geometry where{sizeof(layout::rpc_header),
+                       sizeof(layout::rpc_header) + ring_bytes,
                        {count, size, static_cast<std::uint32_t>(layout::node_stride_for(size)),
                         layout::ring_nodes_offset}};
   const bool no_timeout = options.default_timeout.count() < 0 ||

@@ -107,9 +107,15 @@ void waiter::unhold(std::size_t q) noexcept {
   if (!gated_[q] || pending_[q].empty()) return;
   gated_[q] = false;
   // Not inline: the holder runs in its handler's context, about to call the handler.
-  asio::post(ex_, [self = shared_from_this()] {
-    std::unique_lock relock(self->mutex_);
-    if (!self->closed_) self->recheck(relock);
+  post_recheck(weak_from_this(), ex_);
+}
+
+void waiter::post_recheck(std::weak_ptr<waiter> w, const asio::any_io_executor& ex) {
+  asio::post(ex, [w = std::move(w)] {
+    if (auto self = w.lock()) {
+      std::unique_lock lock(self->mutex_);
+      if (!self->closed_) self->recheck(lock);
+    }
   });
 }
 
@@ -268,14 +274,7 @@ void waiter::arm_for(std::size_t q) noexcept {
   if (!hub_tried_[q]) {
     hub_tried_[q] = true;
     // The hub calls this from its thread when the queue rings: look again on our executor.
-    auto wake = [w = weak_from_this(), ex = ex_] {
-      asio::post(ex, [w] {
-        if (auto self = w.lock()) {
-          std::unique_lock lock(self->mutex_);
-          if (!self->closed_) self->recheck(lock);
-        }
-      });
-    };
+    auto wake = [w = weak_from_this(), ex = ex_] { post_recheck(w, ex); };
     try {
       hub_[q] = wait_hub::join(*queues_[q], std::move(wake));
     } catch (const std::exception&) {
@@ -392,8 +391,8 @@ std::size_t waiter::recheck(std::unique_lock<std::mutex>& lock) {
   watch(lock);
   lock.unlock();
   std::size_t count = 0;
-  for (const op_base* o = done.head; o; o = o->next)
-    ++count;
+  for (const std::uint32_t taken : done.taken)
+    count += taken;
   deliver_batch(done, true);  // we run on the I/O executor, outside any initiating function
   settle();
   return count;
@@ -453,10 +452,7 @@ void waiter::settle() {
     if (!gated_[q] || pending_[q].empty() || !gate_open(q, 0)) continue;
     gated_[q] = false;
     // Posted: settle() may run at the end of an initiating function (park).
-    asio::post(ex_, [self = shared_from_this()] {
-      std::unique_lock relock(self->mutex_);
-      if (!self->closed_) self->recheck(relock);
-    });
+    post_recheck(weak_from_this(), ex_);
     return;
   }
   // Decided after the completions have run, not before: a handler that starts its next wait

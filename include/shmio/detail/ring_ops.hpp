@@ -14,8 +14,8 @@
 
 #include <asio/buffer.hpp>
 
-#include "shmio/detail/ring.hpp"
 #include "shmio/detail/outcome.hpp"
+#include "shmio/detail/ring.hpp"
 #include "shmio/error.hpp"
 
 namespace shmio {

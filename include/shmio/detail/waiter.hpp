@@ -213,6 +213,9 @@ class waiter : public std::enable_shared_from_this<waiter> {
   // `generation` tells a re-check timer wait that watch() has since replaced from the current
   // one.
   void on_wake(const std::error_code& ec, bool from_bell, std::uint64_t generation);
+  // Has the waiter `w` (if it still exists) re-check on `ex`: a wake-up from outside its
+  // reactor (the wait hub), or a head the gate held back that may go now.
+  static void post_recheck(std::weak_ptr<waiter> w, const asio::any_io_executor& ex);
   // Completes what can proceed, then settles; drops the lock. Returns how many completed.
   std::size_t recheck(std::unique_lock<std::mutex>& lock);
   // Moves the heads that may go and can proceed, queue by queue, to `done`, for the queues in
@@ -399,8 +402,8 @@ template <class Attempt>
 auto waiter::try_linger(std::size_t q, Attempt& attempt) -> decltype(attempt()) {
   if (auto r = try_now(q, attempt)) return r;
   auto look = [&] { return try_now(q, attempt); };
-  const auto window = std::min<std::chrono::nanoseconds>(
-      fast_form_linger, std::chrono::nanoseconds(spin_.budget()));
+  const auto window = std::min<std::chrono::nanoseconds>(fast_form_linger,
+                                                         std::chrono::nanoseconds(spin_.budget()));
   return spin_.tight_spin_for(look, window);
 }
 
