@@ -2045,6 +2045,55 @@ class ring_tail {
   std::uint64_t saved_ = 0;
 };
 
+TEST_CASE("rpc_buffer: a damaged head fails the channel's calls with corrupted, without spinning",
+          "[rpc]") {
+  // The head of the ring the opener reads is moved far past its nodes: every read reports the
+  // damage and none can make progress. The opener's call fails with corrupted, its channel
+  // closes (the owner hears of it as of a close), and the io_context runs out of work.
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo),
+                   small_nodes(8, 1024));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name, shmio::rpc_handler(echo));
+  shmio::segment seg(shmio::open_only, name, shmio::object_kind::rpc);
+  const auto& h = *reinterpret_cast<const layout::rpc_header*>(seg.body().data());
+  auto* to_opener = reinterpret_cast<layout::ring_state*>(seg.body().data() + h.to_opener_offset);
+  std::error_code call_ec, owner_ec;
+  std::uint64_t rejected = 0;
+  int done = 0;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto [ec1, reply1] =
+            co_await opener.async_request(asio::buffer(bytes("one")), tuple_awaitable);
+        CHECK_FALSE(ec1);
+        to_opener->head.position.store((std::uint64_t{1} << 48) - 100);
+        auto [ec2, reply2] =
+            co_await opener.async_request(asio::buffer(bytes("two")), 1h, tuple_awaitable);
+        call_ec = ec2;
+        // Later calls fail the same way, at once.
+        auto [ec3, reply3] =
+            co_await opener.async_request(asio::buffer(bytes("three")), 1h, tuple_awaitable);
+        CHECK(ec3 == errc::corrupted);
+        // The owner's calls to it: the other end is gone.
+        auto [ec4, reply4] =
+            co_await owner.async_request(asio::buffer(bytes("four")), 1h, tuple_awaitable);
+        owner_ec = ec4;
+        rejected = opener.statistics().packets_rejected;
+        owner.close();
+        opener.close();
+        ++done;
+      },
+      asio::detached);
+  io.run_for(bound);
+  REQUIRE(done == 1);
+  CHECK(io.stopped());
+  CHECK(call_ec == errc::corrupted);
+  CHECK(owner_ec == errc::peer_gone);
+  CHECK(rejected >= 1);
+  CHECK(rejected <= 9);
+}
+
 TEST_CASE("rpc_buffer: a request the ring refuses fails at once with corrupted", "[rpc]") {
   scoped_name name("rpc");
   asio::io_context io;

@@ -308,6 +308,7 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
     };
     return attempt_read(in_, copy, in_.node_size());
   };
+  std::uint32_t corrupt_run = 0;  // bad results from the ring since the last good packet
   for (;;) {
     // A packet that is there already is taken without a trip through the strand's scheduler.
     std::error_code ec;
@@ -322,9 +323,17 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
       if (closed_) co_return;
       if (ec == errc::corrupted) {
         stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
+        // The ring skips a bad node and says so; a damaged head says so for ever, without a
+        // node to skip. More bad results in a row than the ring has nodes can only be that:
+        // taking again would spin, so the channel fails and closes.
+        if (++corrupt_run > in_.node_count()) {
+          fail(errc::corrupted);
+          co_return;
+        }
       } else if (ec) {
         co_return;  // aborted: this end is closing
       } else {
+        corrupt_run = 0;
         on_packet({packet_.data(), n});
       }
       // Drain what is already there without another trip through the executor. An answer
@@ -570,7 +579,9 @@ void rpc_channel::start_call(std::uint64_t id, std::unique_ptr<pending_call> cal
   asio::dispatch(strand_, [self = shared_from_this(), id, call = std::move(call),
                            payload = std::move(payload), timeout]() mutable {
     // Posted, not dispatched: this may run inside the caller's initiating function.
-    if (self->closed_) return call->complete(asio::error::operation_aborted, {}, false);
+    if (self->closed_)
+      return call->complete(self->failure_ ? self->failure_ : asio::error::operation_aborted, {},
+                            false);
     if (payload.size() > self->reassembler_max())
       return call->complete(errc::message_too_large, {}, false);
     if (self->owner_) self->follow_opener();  // address the opener there is now
@@ -694,6 +705,20 @@ asio::awaitable<void> rpc_channel::housekeeping_loop(
 // ---- closing -----------------------------------------------------------------------------
 
 void rpc_channel::close() noexcept {
+  release();
+  asio::post(strand_, [self = shared_from_this()] { self->shutdown_on_strand(); });
+}
+
+void rpc_channel::fail(std::error_code why) {
+  // On the strand, in the reader loop: the other end hears of it as of a close, and every call
+  // here fails with `why`; later calls too (start_call).
+  failure_ = why;
+  release();
+  shutdown_on_strand();
+}
+
+void rpc_channel::release() noexcept {
+  if (released_.exchange(true, std::memory_order_acq_rel)) return;  // closed or failed before
   // Tell the other end now, if the ring has room: its calls then fail at once. (If not, it
   // sees our lock go within its next check.)
   // The owner's close is for whichever opener is there now; an opener's generation is fixed.
@@ -715,14 +740,14 @@ void rpc_channel::close() noexcept {
                           owner_ ? layout::rpc_owner_lock_byte : layout::rpc_opener_lock_byte,
                           platform::lock_kind::unlock, ignored);
   if (waiter_) waiter_->shutdown();
-  asio::post(strand_, [self = shared_from_this()] { self->shutdown_on_strand(); });
 }
 
 void rpc_channel::shutdown_on_strand() {
   if (closed_) return;
   closed_ = true;
+  const std::error_code why = failure_ ? failure_ : asio::error::operation_aborted;
   while (!calls_.empty())
-    finish_call(calls_.begin()->first, asio::error::operation_aborted, {});
+    finish_call(calls_.begin()->first, why, {});
   cancel_serving();
   outbox_.clear();
   outbox_ready_.cancel();

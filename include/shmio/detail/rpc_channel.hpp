@@ -125,6 +125,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void cancel_serving();
   void wake_housekeeping();
   void shutdown_on_strand();
+  /// The channel cannot go on (its ring is damaged): closes it, failing calls with `why`.
+  void fail(std::error_code why);
+  /// Tells the other end we go and drops our lock byte and waits: once, from close or fail.
+  void release() noexcept;
   std::uint64_t reassembler_max() const noexcept { return reassembler_.max_message_size(); }
 
   asio::any_io_executor ex_;
@@ -165,6 +169,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   bool writer_busy_ = false;  // the writer loop is part-way through a message
   bool peer_present_ = false;
   bool closed_ = false;
+  std::error_code failure_;  // why the channel failed, if it did (then closed_ too)
+  std::atomic<bool> released_{false};
   reassembler reassembler_;
   std::vector<std::byte> packet_;  // the packet being read, copied out of its node
 };
