@@ -1880,14 +1880,14 @@ TEST_CASE("rpc_buffer: corrupt packets in the ring are rejected and counted and 
     const std::uint64_t id = 0xBAD0'0000'0000'0001ull;
     auto bad_type_0 = header(request_type, 1, id, 5, 1);
     bad_type_0.type = 0;
-    auto bad_type_6 = header(request_type, 1, id, 5, 1);
-    bad_type_6.type = 6;
+    auto bad_type_7 = header(request_type, 1, id, 5, 1);
+    bad_type_7.type = 7;
     auto bad_version = header(request_type, 1, id, 5, 1);
     bad_version.version = 2;
     const std::vector<bytes_t> rejected_by_parse = {
         bytes_t(10, std::byte{1}),                           // shorter than a header
         node(bad_type_0, 5),                                 // unknown type
-        node(bad_type_6, 5),                                 // unknown type
+        node(bad_type_7, 5),                                 // unknown type
         node(bad_version, 5),                                // wrong version
         node(header(request_type, 0, id, 5, 1), 5),          // index 0
         node(header(request_type, 2, id, 5, 1), 5),          // index > count
@@ -2258,12 +2258,12 @@ TEST_CASE("rpc packets: the parser rejects inconsistent packets", "[rpc]") {
   CHECK_FALSE(parse(node(header(request_type, 1, 1, test_per + 1, 2), test_per - 1)));
   CHECK(parse(node(header(request_type, 2, 1, test_per + 1, 2), 1)));
   CHECK_FALSE(parse(node(header(request_type, 2, 1, test_per + 1, 2), 2)));  // last share is 1
-  for (int type : {0, 6, 255}) {
+  for (int type : {0, 7, 255}) {
     auto h = header(request_type, 1, 1, 5, 1);
     h.type = static_cast<std::uint8_t>(type);
     CHECK_FALSE(parse(node(h, 5)));
   }
-  for (int type = 1; type <= 5; ++type) {
+  for (int type = 1; type <= 6; ++type) {
     auto h = header(request_type, 1, 1, 5, 1);
     h.type = static_cast<std::uint8_t>(type);
     CHECK(parse(node(h, 5)));

@@ -47,6 +47,7 @@ namespace shmio {
 
 namespace detail {
 class rpc_channel;
+struct rpc_buffer_access;
 }
 
 class rpc_buffer {
@@ -54,6 +55,15 @@ class rpc_buffer {
   using executor_type = asio::any_io_executor;
   using handler_type = rpc_handler;
   using sync_handler_type = rpc_sync_handler;
+
+  /// How long a connect waits for the service to accept, unless told otherwise.
+  static constexpr std::chrono::milliseconds default_connect_timeout{10'000};
+
+  /// A client end, not yet connected: connect it to a service with async_connect or connect.
+  /// `handler` serves the calls the service's end makes to it, if any.
+  explicit rpc_buffer(const executor_type& ex, handler_type handler = {},
+                      wait_strategy strategy = {});
+  rpc_buffer(const executor_type& ex, sync_handler_type handler, wait_strategy strategy = {});
 
   /// Creates the channel `name` as its owner. Without a handler, calls from the opener are
   /// answered at once with errc::no_handler. Throws shmio::error.
@@ -83,6 +93,37 @@ class rpc_buffer {
   const std::string& name() const noexcept;
   rpc_statistics statistics() const;
 
+  /// Connects to the service `service` (an rpc_acceptor or rpc_server of that name): makes this
+  /// end's own channel and asks the service's acceptor to take it.
+  ///
+  /// Completion signature: `void(std::error_code)`. Errors: errc::not_found at once if no
+  /// service of that name is running; errc::timed_out if it does not accept within `timeout`;
+  /// errc::peer_gone if the service closed or died meanwhile; asio::error::operation_aborted if
+  /// cancelled (terminal, partial or total) or closed. A connected or connecting end is closed
+  /// first. After a failed connect, calls on this end fail with errc::peer_gone until the next
+  /// connect.
+  template <class CompletionToken>
+  auto async_connect(std::string_view service, std::chrono::milliseconds timeout,
+                     CompletionToken&& token);
+  template <class CompletionToken>
+  auto async_connect(std::string_view service, CompletionToken&& token) {
+    return async_connect(service, default_connect_timeout, std::forward<CompletionToken>(token));
+  }
+  /// The same, blocking the calling thread (which need not run the executor). Throws
+  /// shmio::error, or sets `ec`.
+  void connect(std::string_view service,
+               std::chrono::milliseconds timeout = default_connect_timeout);
+  void connect(std::string_view service, std::chrono::milliseconds timeout, std::error_code& ec);
+
+  /// Waits until the other end closes or dies: a connection's other end (for good), or an
+  /// owner's current opener. Lets an idle end learn of it without calling. Deaths are seen
+  /// through the other process's pidfd, at no cost while nothing happens.
+  ///
+  /// Completion signature: `void(std::error_code)`: no error when the other end went;
+  /// errc::corrupted if this end failed; asio::error::operation_aborted if this end was closed.
+  template <class CompletionToken>
+  auto async_wait_closed(CompletionToken&& token);
+
   /// Calls the other end with `payload` (copied: the buffer may go at once) and the channel's
   /// default timeout.
   ///
@@ -109,8 +150,15 @@ class rpc_buffer {
   void close() noexcept;
 
  private:
+  friend struct detail::rpc_buffer_access;
+  rpc_buffer(const executor_type& ex, std::shared_ptr<detail::rpc_channel> channel);
+
   executor_type ex_;  // kept after close, so that late calls complete on it
   std::shared_ptr<detail::rpc_channel> channel_;
+  // A client end's: what serves the other end's calls, for the channel a connect makes.
+  handler_type handler_;
+  sync_handler_type sync_handler_;
+  wait_strategy strategy_;
 };
 
 }  // namespace shmio

@@ -62,4 +62,12 @@ struct rpc_statistics {
   std::uint64_t send_failures = 0;
 };
 
+/// Counters of an rpc_acceptor (and of an rpc_server's).
+struct rpc_acceptor_statistics {
+  std::uint64_t accepted = 0;  ///< connections taken
+  /// Connect requests that could not be taken: malformed, their client gone before it was
+  /// served, or a channel not made as the listener says.
+  std::uint64_t refused = 0;
+};
+
 }  // namespace shmio

@@ -36,6 +36,7 @@ enum class object_kind : std::uint32_t {
   shared_array = 5,
   buffer_read_write = 6,
   broadcast = 7,
+  rpc_listener = 8,  ///< an rpc_acceptor's service name
 };
 
 /// A view of a mapped named segment. Movable, not copyable; closing (or destroying) the last

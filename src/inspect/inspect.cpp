@@ -460,6 +460,8 @@ std::string kind_name(std::uint32_t kind) {
       return "buffer_read_write";
     case object_kind::broadcast:
       return "broadcast";
+    case object_kind::rpc_listener:
+      return "rpc_service";
   }
   return "kind " + std::to_string(kind);
 }

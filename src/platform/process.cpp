@@ -28,6 +28,20 @@ bool process_alive(std::uint32_t pid) noexcept {
   return pid != 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
 }
 
+int open_process_watch(std::uint32_t pid, std::error_code& ec) noexcept {
+#ifdef SYS_pidfd_open
+  if (pid != 0 && pid <= 0x7FFF'FFFFu) {
+    // pidfd_open's descriptors are close-on-exec already.
+    const long fd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0u);
+    if (fd >= 0) return static_cast<int>(fd);
+    ec.assign(errno, std::system_category());
+    return -1;
+  }
+#endif
+  ec = std::make_error_code(std::errc::no_such_process);
+  return -1;
+}
+
 bool thread_alive(std::uint32_t pid, std::uint32_t tid) noexcept {
   if (pid == 0 || tid == 0) return false;
   // Signal 0 only asks whether the thread exists; EPERM means it does (another user's).

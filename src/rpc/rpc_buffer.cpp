@@ -50,6 +50,15 @@ rpc_buffer::rpc_buffer(const executor_type& ex, open_only_t, std::string_view na
                        sync_handler_type handler, wait_strategy strategy)
     : ex_(ex), channel_(open_or_throw(ex, name, {{}, std::move(handler)}, strategy)) {}
 
+rpc_buffer::rpc_buffer(const executor_type& ex, handler_type handler, wait_strategy strategy)
+    : ex_(ex), handler_(std::move(handler)), strategy_(strategy) {}
+
+rpc_buffer::rpc_buffer(const executor_type& ex, sync_handler_type handler, wait_strategy strategy)
+    : ex_(ex), sync_handler_(std::move(handler)), strategy_(strategy) {}
+
+rpc_buffer::rpc_buffer(const executor_type& ex, std::shared_ptr<rpc_channel> channel)
+    : ex_(ex), channel_(std::move(channel)) {}
+
 rpc_buffer::rpc_buffer(rpc_buffer&&) noexcept = default;
 
 rpc_buffer& rpc_buffer::operator=(rpc_buffer&& other) noexcept {
@@ -57,8 +66,27 @@ rpc_buffer& rpc_buffer::operator=(rpc_buffer&& other) noexcept {
     close();
     ex_ = other.ex_;
     channel_ = std::move(other.channel_);
+    handler_ = std::move(other.handler_);
+    sync_handler_ = std::move(other.sync_handler_);
+    strategy_ = other.strategy_;
   }
   return *this;
+}
+
+void rpc_buffer::connect(std::string_view service, std::chrono::milliseconds timeout) {
+  std::error_code ec;
+  connect(service, timeout, ec);
+  detail::throw_if(ec, "connect to rpc service", service);
+}
+
+void rpc_buffer::connect(std::string_view service, std::chrono::milliseconds timeout,
+                         std::error_code& ec) {
+  close();
+  ec.clear();
+  auto ch = rpc_channel::connect(ex_, service, {handler_, sync_handler_}, strategy_, ec);
+  if (!ch) return;
+  channel_ = std::move(ch);
+  ec = channel_->wait_connected(timeout);
 }
 
 rpc_buffer::~rpc_buffer() {

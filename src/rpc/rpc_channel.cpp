@@ -187,6 +187,23 @@ rpc_channel::~rpc_channel() {
 std::shared_ptr<rpc_channel> rpc_channel::create(const asio::any_io_executor& ex,
                                                  std::string_view name, rpc_service service,
                                                  const rpc_options& options, std::error_code& ec) {
+  auto ch = make_owner(ex, name, std::move(service), options, ec);
+  if (ch) ch->start_loops();
+  return ch;
+}
+
+std::shared_ptr<rpc_channel> rpc_channel::open(const asio::any_io_executor& ex,
+                                               std::string_view name, rpc_service service,
+                                               wait_strategy strategy, std::error_code& ec) {
+  auto ch = make_opener(ex, name, std::move(service), strategy, ec);
+  if (ch) ch->start_loops();
+  return ch;
+}
+
+std::shared_ptr<rpc_channel> rpc_channel::make_owner(const asio::any_io_executor& ex,
+                                                     std::string_view name, rpc_service service,
+                                                     const rpc_options& options,
+                                                     std::error_code& ec) {
   std::uint64_t ring_bytes = 0;
   if (!ring_view::body_size_for(options.node_count, options.node_size, ring_bytes) ||
       options.node_size <= packet_header_size || options.max_message_size > 0xFFFF'FFFFull) {
@@ -224,13 +241,13 @@ std::shared_ptr<rpc_channel> rpc_channel::create(const asio::any_io_executor& ex
   ch->reassembler_ = reassembler(options.max_message_size);
   ec = ch->attach(std::move(seg), true, where, options.strategy);
   if (ec) return nullptr;
-  ch->start_loops();
   return ch;
 }
 
-std::shared_ptr<rpc_channel> rpc_channel::open(const asio::any_io_executor& ex,
-                                               std::string_view name, rpc_service service,
-                                               wait_strategy strategy, std::error_code& ec) {
+std::shared_ptr<rpc_channel> rpc_channel::make_opener(const asio::any_io_executor& ex,
+                                                      std::string_view name, rpc_service service,
+                                                      wait_strategy strategy,
+                                                      std::error_code& ec) {
   segment seg = segment::open(name, object_kind::rpc, ec);
   if (ec) return nullptr;
   channel_settings settings;
@@ -243,7 +260,6 @@ std::shared_ptr<rpc_channel> rpc_channel::open(const asio::any_io_executor& ex,
   ec = ch->attach(std::move(seg), false,
                   {settings.to_opener_offset, settings.to_owner_offset, settings.ring}, strategy);
   if (ec) return nullptr;
-  ch->start_loops();
   return ch;
 }
 
@@ -428,6 +444,8 @@ void rpc_channel::on_message(incoming_message m) {
       return;
     case packet_type::close:
       return end_session();
+    case packet_type::accept:
+      return on_accepted();
   }
 }
 
@@ -625,6 +643,7 @@ void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, std::vector<
 // ---- the other end -----------------------------------------------------------------------
 
 bool rpc_channel::peer_attached() {
+  if (peer_lost_) return false;  // a connection's other end went: none other may come
   if (!peer_present_) {
     std::error_code ec;
     peer_present_ = platform::byte_locked_by_other(seg_.native_handle(), peer_lock_byte_, ec);
@@ -640,12 +659,16 @@ bool rpc_channel::from_peer(std::uint64_t generation) {
 void rpc_channel::follow_opener() {
   // acquire: pairs with the opener's increment (any value is safe: it is only compared).
   const std::uint64_t current = header_->opener_generation.load(std::memory_order_acquire);
-  if (current == generation_) return;
+  if (current == generation_ || peer_lost_) return;
   end_session();  // whatever we had with the previous opener is over
-  generation_ = current;
+  // A connection takes its first opener only: a later one is a stranger, its packets stale.
+  if (!peer_lost_) generation_ = current;
 }
 
 void rpc_channel::end_session() {
+  // An owner's session starts with its first opener; before it there is nobody to lose.
+  const bool had_peer = !owner_ || generation_ != 0;
+  if (connection_ && had_peer) peer_lost_ = true;
   ++session_;
   peer_present_ = false;
   reassembler_.clear();
@@ -654,6 +677,11 @@ void rpc_channel::end_session() {
   while (!calls_.empty())
     finish_call(calls_.begin()->first, errc::peer_gone, {});
   cancel_serving();
+  if (had_peer) {
+    death_watch_.reset();
+    poll_peer_ = false;
+    complete_closed_waiters({});
+  }
 }
 
 void rpc_channel::cancel_serving() {
@@ -689,7 +717,19 @@ asio::awaitable<void> rpc_channel::housekeeping_loop(
       finish_call(id, errc::timed_out, {});
       send({packet_type::cancel, next_id(), id, {}});
     }
-    if (tick % ticks_per_peer_check == 0 && (!calls_.empty() || !serving_.empty())) {
+    if (connecting()) {
+      if (now >= connect_deadline_) {
+        connect_failed(errc::timed_out);
+      } else if (!request_posted_) {
+        std::error_code ec;
+        request_posted_ = link_->post_request(connect_pid_, connect_nonce_, ec);
+        if (ec) connect_failed(ec);
+      }
+      if (connecting() && tick % ticks_per_peer_check == 0 && !link_->server_alive())
+        connect_failed(errc::peer_gone);
+    }
+    const bool watched = !calls_.empty() || !serving_.empty() || poll_peer_;
+    if (tick % ticks_per_peer_check == 0 && watched) {
       // The lock tells of a death; the generation of a death already followed by a new
       // opener (whose lock hides the old one's absence).
       if (owner_) follow_opener();
@@ -697,7 +737,7 @@ asio::awaitable<void> rpc_channel::housekeeping_loop(
       if (!platform::byte_locked_by_other(seg_.native_handle(), peer_lock_byte_, ec) && !ec)
         end_session();
     }
-    if (calls_.empty() && serving_.empty()) break;
+    if (calls_.empty() && serving_.empty() && !poll_peer_ && !connecting()) break;
   }
   ticking_ = false;
 }
@@ -752,6 +792,10 @@ void rpc_channel::shutdown_on_strand() {
   outbox_.clear();
   outbox_ready_.cancel();
   tick_.cancel();
+  if (connect_op_) std::exchange(connect_op_, nullptr)->complete(why, false);
+  link_.reset();
+  death_watch_.reset();
+  complete_closed_waiters(why);
 }
 
 }  // namespace shmio::detail

@@ -35,7 +35,7 @@ std::optional<packet_view> parse_packet(std::span<const std::byte> node,
   std::memcpy(&p.header, node.data(), sizeof p.header);  // one copy: the peer may still scribble
   const auto& h = p.header;
   if (h.type < static_cast<std::uint8_t>(packet_type::request) ||
-      h.type > static_cast<std::uint8_t>(packet_type::close) || h.version != layout::rpc_version)
+      h.type > static_cast<std::uint8_t>(packet_type::accept) || h.version != layout::rpc_version)
     return {};
   const std::uint32_t per = payload_per_packet(node_size);
   if (h.packet_count != packets_for(h.total_size, per) || h.packet_index == 0 ||

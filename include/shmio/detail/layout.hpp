@@ -239,6 +239,7 @@ enum class packet_type : std::uint8_t {
   error = 3,     // a failed call; payload: u32 shmio::errc value, then UTF-8 text
   cancel = 4,    // the caller gave up on response_to (timeout or cancellation); no payload
   close = 5,     // the sender is closing its end; no payload
+  accept = 6,    // an acceptor's end took this connection (the first packet it sends); no payload
 };
 
 // The C# SharedMemory library's 32 bytes, with u32 packet numbers, a version, and the opener
@@ -264,6 +265,62 @@ static_assert(offsetof(packet_header, total_size) == 16);
 static_assert(offsetof(packet_header, packet_count) == 20);
 static_assert(offsetof(packet_header, response_to) == 24);
 static_assert(offsetof(packet_header, generation) == 32);
+
+// ---- rpc listener: the body of an object_kind::rpc_listener segment ---------------------------
+//
+//  0                 64
+//  +-----------------+------------------------------------+
+//  | listener_header | ring: connect requests (backlog)    |
+//  +-----------------+------------------------------------+
+//
+// An rpc_acceptor creates it and holds an exclusive lock on byte listener_server_lock_byte for
+// as long as it is open. A client that connects creates an rpc channel of its own, as its owner,
+// with the sizes this header gives, named connection_name(service, pid, nonce) (rpc_listener.hpp),
+// and then writes one connect_request with that pid and nonce into the ring. The acceptor reads
+// it, derives the channel's name from the listener's own name and the two numbers (a name is
+// never read from shared memory), opens the channel as its opener, and sends an accept packet.
+// The channel is then the connection: it takes no other opener.
+
+inline constexpr std::uint64_t listener_server_lock_byte = 32;
+inline constexpr std::uint32_t listener_version = 1;
+
+struct listener_header {
+  std::uint32_t version;           // listener_version
+  std::uint32_t node_count;        // of each ring of a connection's channel
+  std::uint32_t node_size;         // of each ring of a connection's channel
+  std::uint32_t max_message_size;  // of a connection's channel
+  std::uint64_t default_timeout_ms;      // of a connection's channel; rpc_no_timeout: none
+  std::uint64_t ring_offset;             // from the start of the body: 64
+  std::uint64_t ring_bytes;              // ring_state + nodes of the connect ring
+  std::atomic<std::uint32_t> server_pid;  // informational
+  std::uint32_t backlog;                  // nodes of the connect ring
+  std::atomic<std::uint64_t> accepted;    // connections accepted so far; informational
+  std::uint64_t reserved;
+};
+static_assert(sizeof(listener_header) == 64);
+static_assert(offsetof(listener_header, version) == 0);
+static_assert(offsetof(listener_header, node_count) == 4);
+static_assert(offsetof(listener_header, node_size) == 8);
+static_assert(offsetof(listener_header, max_message_size) == 12);
+static_assert(offsetof(listener_header, default_timeout_ms) == 16);
+static_assert(offsetof(listener_header, ring_offset) == 24);
+static_assert(offsetof(listener_header, ring_bytes) == 32);
+static_assert(offsetof(listener_header, server_pid) == 40);
+static_assert(offsetof(listener_header, backlog) == 44);
+static_assert(offsetof(listener_header, accepted) == 48);
+static_assert(offsetof(listener_header, reserved) == 56);
+
+struct connect_request {
+  std::uint32_t version;   // listener_version
+  std::uint32_t pid;       // the client's process id; part of the channel's name
+  std::uint64_t nonce;     // random, never 0; part of the channel's name
+  std::uint64_t reserved[2];  // 0
+};
+static_assert(sizeof(connect_request) == 32);
+static_assert(offsetof(connect_request, version) == 0);
+static_assert(offsetof(connect_request, pid) == 4);
+static_assert(offsetof(connect_request, nonce) == 8);
+static_assert(offsetof(connect_request, reserved) == 16);
 
 // ---- reader/writer lock: part of the body of shared_array and buffer_read_write -------------
 //

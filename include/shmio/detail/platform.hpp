@@ -116,6 +116,9 @@ std::uint32_t process_id() noexcept;
 std::uint32_t thread_id() noexcept;
 std::uint32_t user_id() noexcept;
 bool process_alive(std::uint32_t pid) noexcept;
+/// A descriptor that becomes readable when process `pid` exits (pidfd_open, Linux 5.3), with
+/// close-on-exec set; -1 with `ec` set if there is no such process or no pidfd here.
+int open_process_watch(std::uint32_t pid, std::error_code& ec) noexcept;
 /// True while thread `tid` of process `pid` exists (ids may be reused, like any pid).
 bool thread_alive(std::uint32_t pid, std::uint32_t tid) noexcept;
 std::uint64_t random_u64() noexcept;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -21,10 +22,12 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <asio/posix/stream_descriptor.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
 
 #include "shmio/detail/ring.hpp"
+#include "shmio/detail/rpc_listener.hpp"
 #include "shmio/detail/rpc_packet.hpp"
 #include "shmio/detail/waiter.hpp"
 #include "shmio/rpc_options.hpp"
@@ -48,6 +51,37 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
     /// handler may run here if its executor allows (saves a trip through the scheduler).
     virtual void complete(std::error_code ec, std::vector<std::byte> reply, bool may_dispatch) = 0;
   };
+
+  /// Waits for an event without a value (connected, the other end gone); completes once.
+  struct pending_signal {
+    virtual ~pending_signal() = default;
+    /// `may_dispatch`: as for pending_call.
+    virtual void complete(std::error_code ec, bool may_dispatch) = 0;
+  };
+
+  /// A client's connection to the service `service`: creates its channel (as owner, with the
+  /// listener's sizes) and writes the connect request. Wait for the acceptor with
+  /// async_connected or wait_connected. errc::not_found if no acceptor serves `service`.
+  static std::shared_ptr<rpc_channel> connect(const asio::any_io_executor& ex,
+                                              std::string_view service, rpc_service handlers,
+                                              wait_strategy strategy, std::error_code& ec);
+  /// An acceptor's end of the connection `request` asked for: opens the client's channel
+  /// (which must have the listener's sizes, `expected`) and sends it the accept packet.
+  static std::shared_ptr<rpc_channel> accept(const asio::any_io_executor& ex,
+                                             std::string_view service,
+                                             const layout::connect_request& request,
+                                             rpc_service handlers, const rpc_options& expected,
+                                             std::error_code& ec);
+  /// Completes `op` when the acceptor took the connection: errc::timed_out after `timeout`,
+  /// errc::peer_gone if the acceptor went first. A failed connect closes the channel.
+  void async_connected(std::unique_ptr<pending_signal> op, std::chrono::milliseconds timeout);
+  /// The same, blocking the calling thread.
+  std::error_code wait_connected(std::chrono::milliseconds timeout);
+  /// Gives up on the connect in progress (cancellation through its slot).
+  void cancel_connect();
+  /// Completes `op` with no error when the other end closes or dies (a connection's other end
+  /// for good; an owner's current opener), or with this end's failure or operation_aborted.
+  void async_wait_closed(std::unique_ptr<pending_signal> op);
 
   static std::shared_ptr<rpc_channel> create(const asio::any_io_executor& ex, std::string_view name,
                                              rpc_service service, const rpc_options& options,
@@ -96,7 +130,20 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
     ring_geometry ring;
   };
 
+  // create and open without the loops started: the caller sets what the loops read first.
+  static std::shared_ptr<rpc_channel> make_owner(const asio::any_io_executor& ex,
+                                                 std::string_view name, rpc_service service,
+                                                 const rpc_options& options, std::error_code& ec);
+  static std::shared_ptr<rpc_channel> make_opener(const asio::any_io_executor& ex,
+                                                  std::string_view name, rpc_service service,
+                                                  wait_strategy strategy, std::error_code& ec);
   std::error_code attach(segment seg, bool owner, const geometry& g, wait_strategy strategy);
+  void on_accepted();
+  void connect_failed(std::error_code ec);
+  void forget_name() noexcept;
+  void complete_closed_waiters(std::error_code ec);
+  void watch_peer_death();
+  bool connecting() const noexcept { return connect_op_ != nullptr; }
   void start_loops();
   asio::awaitable<void> reader_loop(std::shared_ptr<rpc_channel> self);
   asio::awaitable<void> writer_loop(std::shared_ptr<rpc_channel> self);
@@ -169,6 +216,22 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   bool writer_busy_ = false;  // the writer loop is part-way through a message
   bool peer_present_ = false;
   bool closed_ = false;
+  // A connection (rpc_acceptor, async_connect) has one other end, once: when it goes, the
+  // channel takes no other (peer_lost_), and an owner ignores any later opener's packets.
+  bool connection_ = false;
+  bool peer_lost_ = false;
+  bool accepted_ = false;  // a connecting owner: the accept packet came (strand-only)
+  bool request_posted_ = false;  // a connecting owner: the connect request is in the backlog
+  std::uint32_t connect_pid_ = 0;
+  std::uint64_t connect_nonce_ = 0;
+  std::unique_ptr<listener_link> link_;  // a connecting owner's listener, until the outcome
+  std::unique_ptr<pending_signal> connect_op_;
+  std::chrono::steady_clock::time_point connect_deadline_;
+  std::vector<std::unique_ptr<pending_signal>> closed_waiters_;
+  // Becomes readable when the other end's process exits; without one (no pidfd, or its pid
+  // was not the holder's), the housekeeping tick watches the other end for closed_waiters_.
+  std::unique_ptr<asio::posix::stream_descriptor> death_watch_;
+  bool poll_peer_ = false;
   std::error_code failure_;  // why the channel failed, if it did (then closed_ too)
   std::atomic<bool> released_{false};
   reassembler reassembler_;

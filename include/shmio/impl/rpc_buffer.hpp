@@ -43,6 +43,48 @@ class rpc_call final : public rpc_channel::pending_call {
   work_type work_;
 };
 
+/// A handler waiting for an event without a value (connect, close); tracks work meanwhile.
+template <class Handler>
+class rpc_signal final : public rpc_channel::pending_signal {
+  using work_type = std::decay_t<
+      typename asio::prefer_result<asio::associated_executor_t<Handler, asio::any_io_executor>,
+                                   asio::execution::outstanding_work_t::tracked_t>::type>;
+
+ public:
+  rpc_signal(Handler h, const asio::any_io_executor& ex)
+      : handler_(std::move(h)),
+        work_(asio::prefer(asio::get_associated_executor(handler_, ex),
+                           asio::execution::outstanding_work.tracked)) {}
+
+  void complete(std::error_code ec, bool may_dispatch) override {
+    auto work = std::move(work_);
+    auto bound = asio::experimental::append(std::move(handler_), ec);
+    if (may_dispatch)
+      asio::dispatch(work, std::move(bound));
+    else
+      asio::post(work, std::move(bound));
+  }
+
+ private:
+  Handler handler_;
+  work_type work_;
+};
+
+struct rpc_connect_cancel {
+  std::weak_ptr<rpc_channel> channel;
+  void operator()(asio::cancellation_type type) const {
+    if (type == asio::cancellation_type::none) return;
+    if (auto c = channel.lock()) c->cancel_connect();
+  }
+};
+
+/// Makes connected ends (for rpc_acceptor).
+struct rpc_buffer_access {
+  static rpc_buffer make(const asio::any_io_executor& ex, std::shared_ptr<rpc_channel> channel) {
+    return rpc_buffer(ex, std::move(channel));
+  }
+};
+
 struct rpc_cancel {
   std::weak_ptr<rpc_channel> channel;
   std::uint64_t id;
@@ -82,6 +124,37 @@ auto rpc_buffer::async_request(asio::const_buffer payload, std::chrono::millisec
             std::move(data), limit);
       },
       token, channel_, ex_, std::move(copy), timeout);
+}
+
+template <class CompletionToken>
+auto rpc_buffer::async_connect(std::string_view service, std::chrono::milliseconds timeout,
+                               CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(std::error_code)>(
+      [this](auto handler, const std::string& name, std::chrono::milliseconds limit) {
+        using handler_t = decltype(handler);
+        close();  // a connected or connecting end gives way
+        auto slot = asio::get_associated_cancellation_slot(handler);
+        auto op = std::make_unique<detail::rpc_signal<handler_t>>(std::move(handler), ex_);
+        std::error_code ec;
+        channel_ = detail::rpc_channel::connect(ex_, name, {handler_, sync_handler_}, strategy_, ec);
+        if (!channel_) return op->complete(ec, false);  // posted: never inside this function
+        if (slot.is_connected())
+          slot.template emplace<detail::rpc_connect_cancel>(detail::rpc_connect_cancel{channel_});
+        channel_->async_connected(std::move(op), limit);
+      },
+      token, std::string(service), timeout);
+}
+
+template <class CompletionToken>
+auto rpc_buffer::async_wait_closed(CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(std::error_code)>(
+      [](auto handler, const std::shared_ptr<detail::rpc_channel>& ch, const executor_type& ex) {
+        using handler_t = decltype(handler);
+        auto op = std::make_unique<detail::rpc_signal<handler_t>>(std::move(handler), ex);
+        if (!ch) return op->complete(asio::error::operation_aborted, false);
+        ch->async_wait_closed(std::move(op));
+      },
+      token, channel_, ex_);
 }
 
 template <class CompletionToken>

@@ -1,0 +1,64 @@
+#pragma once
+// The state of an rpc_acceptor: its listener segment, its end of the connect ring, and the
+// waiter its async_accept operations park on.
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <asio/any_io_executor.hpp>
+
+#include "shmio/detail/outcome.hpp"
+#include "shmio/detail/ring.hpp"
+#include "shmio/detail/rpc_channel.hpp"
+#include "shmio/detail/rpc_listener.hpp"
+#include "shmio/detail/waiter.hpp"
+#include "shmio/rpc_options.hpp"
+#include "shmio/segment.hpp"
+
+namespace shmio::detail {
+
+class rpc_acceptor_impl {
+ public:
+  static std::shared_ptr<rpc_acceptor_impl> create(const asio::any_io_executor& ex,
+                                                   std::string_view name,
+                                                   const rpc_options& options,
+                                                   std::error_code& ec);
+  ~rpc_acceptor_impl();
+
+  const std::string& name() const noexcept { return seg_.name(); }
+  rpc_acceptor_statistics statistics() const noexcept;
+
+  /// Waits for the next connect request that is well formed: void(error_code, request). Bad
+  /// nodes are skipped and counted; a ring that only ever reports damage fails it with
+  /// errc::corrupted instead of spinning.
+  template <class Handler>
+  void async_next_request(Handler&& handler) {
+    waiter_->async_wait<layout::connect_request>(
+        0, [this] { return take_request(); }, std::forward<Handler>(handler));
+  }
+  /// The end of the connection `request` asks for, serving `handlers`; null with `ec` set if
+  /// it cannot be taken (the client went, or made its channel wrong): counted as refused.
+  std::shared_ptr<rpc_channel> accept(const asio::any_io_executor& ex,
+                                      const layout::connect_request& request,
+                                      rpc_service handlers, std::error_code& ec);
+  void close() noexcept;
+
+ private:
+  rpc_acceptor_impl() = default;
+  std::optional<outcome<layout::connect_request>> take_request();
+
+  segment seg_;
+  listener_settings settings_;
+  ring_view ring_;
+  std::shared_ptr<waiter> waiter_;
+  std::atomic<bool> closed_{false};
+  std::atomic<std::uint64_t> accepted_{0};
+  std::atomic<std::uint64_t> refused_{0};
+};
+
+}  // namespace shmio::detail

@@ -1,0 +1,126 @@
+#pragma once
+// shmio::rpc_acceptor — one service, many clients: takes connections to a named RPC service, as
+// an Asio acceptor takes sockets.
+//
+//   shmio::rpc_acceptor acceptor(ex, shmio::create_only, "kv");
+//   for (;;) {
+//     shmio::rpc_buffer client = co_await acceptor.async_accept(handler, asio::use_awaitable);
+//     ...keep `client`: it serves `handler` for that client until either end closes...
+//   }
+//
+//   shmio::rpc_buffer client(ex);                                  // in another process
+//   co_await client.async_connect("kv", asio::use_awaitable);
+//   auto reply = co_await client.async_request(asio::buffer(data), asio::use_awaitable);
+//
+// Each connection is a channel of its own (two rings, made by the client with the sizes the
+// acceptor's options give; see docs/architecture.md), so clients never contend with each other
+// and a client that dies or closes takes only its own channel with it. Any number of clients
+// may be connected at once; up to 256 connect requests wait at once for async_accept, and a
+// client whose request finds no room tries again until its connect times out. rpc_server does
+// the accept loop for the usual case.
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/compose.hpp>
+#include <asio/error.hpp>
+#include <asio/experimental/append.hpp>
+#include <asio/post.hpp>
+
+#include "shmio/detail/rpc_acceptor_impl.hpp"
+#include "shmio/open_mode.hpp"
+#include "shmio/rpc_buffer.hpp"
+#include "shmio/rpc_options.hpp"
+
+namespace shmio {
+
+class rpc_acceptor {
+ public:
+  using executor_type = asio::any_io_executor;
+
+  /// Creates the service `name`. `options` are every connection's: ring sizes, default timeout
+  /// and largest message (`strategy` is this end's). errc::already_exists if a live service has
+  /// the name; errc::invalid_argument if a size is out of range. Throws shmio::error.
+  rpc_acceptor(const executor_type& ex, create_only_t, std::string_view name,
+               rpc_options options = {});
+  rpc_acceptor(const executor_type& ex, create_only_t, std::string_view name, rpc_options options,
+               std::error_code& ec);
+  rpc_acceptor(rpc_acceptor&&) noexcept = default;
+  rpc_acceptor& operator=(rpc_acceptor&& other) noexcept;
+  ~rpc_acceptor();
+
+  executor_type get_executor() const noexcept { return ex_; }
+  bool is_open() const noexcept { return impl_ != nullptr; }
+  /// The service's name; kept after close().
+  const std::string& name() const noexcept { return name_; }
+  /// Kept after close().
+  rpc_acceptor_statistics statistics() const noexcept;
+
+  /// Waits for the next client and connects it: the end that serves `handler` for it (or, with
+  /// the handler-less form, answers its calls with errc::no_handler; it can still call the
+  /// client). A request that cannot be taken (its client died, or made its channel wrong) is
+  /// counted in statistics().refused and skipped; the operation goes on to the next.
+  ///
+  /// Completion signature: `void(std::error_code, shmio::rpc_buffer)`. Errors:
+  /// asio::error::operation_aborted (cancelled: terminal, partial or total; or closed);
+  /// errc::corrupted (the connect ring is damaged). Operations complete in the order started.
+  template <class CompletionToken>
+  auto async_accept(rpc_handler handler, CompletionToken&& token) {
+    return start_accept({std::move(handler), {}}, std::forward<CompletionToken>(token));
+  }
+  template <class CompletionToken>
+  auto async_accept(rpc_sync_handler handler, CompletionToken&& token) {
+    return start_accept({{}, std::move(handler)}, std::forward<CompletionToken>(token));
+  }
+  template <class CompletionToken>
+  auto async_accept(CompletionToken&& token) {
+    return start_accept({}, std::forward<CompletionToken>(token));
+  }
+
+  /// Stops taking connections: pending accepts complete with operation_aborted, and new
+  /// clients get errc::not_found. Connections already made are not affected.
+  void close() noexcept;
+
+ private:
+  // The steps of one accept: wait for a request, take it (or skip it), complete.
+  struct accept_op {
+    std::shared_ptr<detail::rpc_acceptor_impl> impl;
+    executor_type ex;
+    detail::rpc_service handlers;
+    bool started = false;
+
+    template <class Self>
+    void operator()(Self& self, std::error_code ec = {}, detail::layout::connect_request request = {}) {
+      if (!started) {
+        started = true;
+        if (!impl)  // closed: complete as any other completion, never inside the initiation
+          return asio::post(ex, asio::experimental::append(
+                                    std::move(self), std::error_code(asio::error::operation_aborted),
+                                    request));
+        return impl->async_next_request(std::move(self));
+      }
+      if (ec) return self.complete(ec, rpc_buffer(ex));
+      std::error_code refused;
+      auto channel = impl->accept(ex, request, handlers, refused);
+      if (!channel) return impl->async_next_request(std::move(self));
+      self.complete({}, detail::rpc_buffer_access::make(ex, std::move(channel)));
+    }
+  };
+
+  template <class CompletionToken>
+  auto start_accept(detail::rpc_service handlers, CompletionToken&& token) {
+    return asio::async_compose<CompletionToken, void(std::error_code, rpc_buffer)>(
+        accept_op{impl_, ex_, std::move(handlers)}, token, ex_);
+  }
+
+  executor_type ex_;
+  std::string name_;
+  std::shared_ptr<detail::rpc_acceptor_impl> impl_;
+  rpc_acceptor_statistics last_statistics_;  // as they were at close()
+};
+
+}  // namespace shmio

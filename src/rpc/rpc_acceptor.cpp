@@ -1,0 +1,139 @@
+#include "shmio/rpc_acceptor.hpp"
+
+#include "shmio/detail/liveness.hpp"
+#include "shmio/detail/platform.hpp"
+#include "shmio/detail/ring_ops.hpp"
+
+namespace shmio {
+namespace detail {
+
+namespace platform = detail::platform;
+
+std::shared_ptr<rpc_acceptor_impl> rpc_acceptor_impl::create(const asio::any_io_executor& ex,
+                                                             std::string_view name,
+                                                             const rpc_options& options,
+                                                             std::error_code& ec) {
+  std::shared_ptr<rpc_acceptor_impl> im(new rpc_acceptor_impl);
+  im->seg_ = create_listener(name, options, ec);
+  if (ec) return nullptr;
+  const int fd = im->seg_.native_handle();
+  // The lock clients look at to tell a live service from a stale listener.
+  if (!platform::try_lock_byte(fd, layout::listener_server_lock_byte, platform::lock_kind::exclusive,
+                               ec)) {
+    if (!ec) ec = errc::busy;
+    return nullptr;
+  }
+  if ((ec = validate_listener(im->seg_.body(), im->settings_))) return nullptr;
+  im->settings_.channel.strategy = options.strategy;
+  const std::uint16_t me = claim_participant(fd, layout::max_participants, ec);
+  if (ec) return nullptr;
+  auto* state =
+      reinterpret_cast<layout::ring_state*>(im->seg_.body().data() + im->settings_.ring_offset);
+  std::construct_at(&im->ring_, state, im->settings_.ring, fd, me);
+  layout::wait_queue* queues[] = {&state->readers};
+  im->waiter_ = std::make_shared<waiter>(ex, queues, options.strategy, ec);
+  if (ec) return nullptr;
+  return im;
+}
+
+rpc_acceptor_impl::~rpc_acceptor_impl() {
+  close();
+}
+
+rpc_acceptor_statistics rpc_acceptor_impl::statistics() const noexcept {
+  // relaxed: counters.
+  return {accepted_.load(std::memory_order_relaxed), refused_.load(std::memory_order_relaxed)};
+}
+
+std::optional<outcome<layout::connect_request>> rpc_acceptor_impl::take_request() {
+  // Under the waiter's mutex. A bad node is skipped by the ring, and reported; more reports in
+  // a row than the ring has nodes can only be a damaged head, which would report for ever.
+  for (std::uint32_t bad = 0; bad <= ring_.node_count(); ++bad) {
+    layout::connect_request request{};
+    std::size_t length = 0;
+    auto copy = [&](std::span<const std::byte> message) {
+      length = message.size();
+      std::memcpy(&request, message.data(), std::min(message.size(), sizeof request));
+    };
+    const auto got = attempt_read(ring_, copy, ring_.node_size());
+    if (!got) return std::nullopt;
+    if (!got->ec && length == sizeof request) return outcome<layout::connect_request>{{}, request};
+    // relaxed: a counter.
+    refused_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return outcome<layout::connect_request>{errc::corrupted, {}};
+}
+
+std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_executor& ex,
+                                                       const layout::connect_request& request,
+                                                       rpc_service handlers, std::error_code& ec) {
+  auto channel = rpc_channel::accept(ex, name(), request, std::move(handlers), settings_.channel, ec);
+  // relaxed: counters; the header's is informational (shmio stat shows it).
+  if (!channel) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  accepted_.fetch_add(1, std::memory_order_relaxed);
+  reinterpret_cast<layout::listener_header*>(seg_.body().data())
+      ->accepted.fetch_add(1, std::memory_order_relaxed);
+  return channel;
+}
+
+void rpc_acceptor_impl::close() noexcept {
+  if (closed_.exchange(true, std::memory_order_acq_rel)) return;
+  if (waiter_) waiter_->shutdown();
+  std::error_code ignored;
+  if (seg_.is_open())
+    platform::try_lock_byte(seg_.native_handle(), layout::listener_server_lock_byte,
+                            platform::lock_kind::unlock, ignored);
+}
+
+}  // namespace detail
+
+namespace {
+
+std::shared_ptr<detail::rpc_acceptor_impl> create_or_throw(const asio::any_io_executor& ex,
+                                                           std::string_view name,
+                                                           const rpc_options& options) {
+  std::error_code ec;
+  auto im = detail::rpc_acceptor_impl::create(ex, name, options, ec);
+  detail::throw_if(ec, "create rpc service", name);
+  return im;
+}
+
+}  // namespace
+
+rpc_acceptor::rpc_acceptor(const executor_type& ex, create_only_t, std::string_view name,
+                           rpc_options options)
+    : ex_(ex), name_(name), impl_(create_or_throw(ex, name, options)) {}
+
+rpc_acceptor::rpc_acceptor(const executor_type& ex, create_only_t, std::string_view name,
+                           rpc_options options, std::error_code& ec)
+    : ex_(ex), name_(name), impl_(detail::rpc_acceptor_impl::create(ex, name, options, ec)) {}
+
+rpc_acceptor& rpc_acceptor::operator=(rpc_acceptor&& other) noexcept {
+  if (this != &other) {
+    close();
+    ex_ = std::move(other.ex_);
+    name_ = std::move(other.name_);
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+rpc_acceptor::~rpc_acceptor() {
+  close();
+}
+
+rpc_acceptor_statistics rpc_acceptor::statistics() const noexcept {
+  return impl_ ? impl_->statistics() : last_statistics_;
+}
+
+void rpc_acceptor::close() noexcept {
+  if (auto im = std::exchange(impl_, nullptr)) {
+    last_statistics_ = im->statistics();
+    im->close();
+  }
+}
+
+}  // namespace shmio

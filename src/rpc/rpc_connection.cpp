@@ -1,0 +1,232 @@
+// The connection half of rpc_channel: a client's connect through a service's listener, the
+// acceptor's end of it, and the watch for the other end's close or death.
+
+#include <asio/dispatch.hpp>
+#include <asio/post.hpp>
+
+#include "shmio/detail/platform.hpp"
+#include "shmio/detail/ring_ops.hpp"
+#include "shmio/detail/rpc_channel.hpp"
+#include "shmio/detail/wait_queue.hpp"
+
+namespace shmio::detail {
+namespace {
+
+namespace platform = detail::platform;
+using layout::packet_type;
+using namespace std::chrono_literals;
+
+constexpr std::size_t in_queue = 0;  // as in rpc_channel.cpp
+// A blocking connect looks at the acceptor's lock this often while it waits for the accept.
+constexpr auto connect_slice = 10ms;
+
+std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  const auto now = std::chrono::steady_clock::now();
+  if (timeout.count() < 0 || timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            std::chrono::steady_clock::time_point::max() - now))
+    return std::chrono::steady_clock::time_point::max();
+  return now + timeout;
+}
+
+}  // namespace
+
+std::shared_ptr<rpc_channel> rpc_channel::connect(const asio::any_io_executor& ex,
+                                                  std::string_view service, rpc_service handlers,
+                                                  wait_strategy strategy, std::error_code& ec) {
+  auto link = listener_link::open(service, ec);
+  if (!link) return nullptr;
+  const std::uint32_t pid = platform::process_id();
+  const std::uint64_t nonce = platform::random_u64() | 1;
+  rpc_options options = link->settings().channel;
+  options.strategy = strategy;
+  auto ch = make_owner(ex, connection_name(service, pid, nonce), std::move(handlers), options, ec);
+  if (!ch) return nullptr;
+  ch->connection_ = true;
+  ch->connect_pid_ = pid;
+  ch->connect_nonce_ = nonce;
+  // Written now, before the loops start: the acceptor may be waiting already. A full backlog
+  // is tried again while the connect waits.
+  ch->request_posted_ = link->post_request(pid, nonce, ec);
+  if (ec) {
+    ch->forget_name();
+    ch->close();
+    return nullptr;
+  }
+  ch->link_ = std::move(link);
+  ch->start_loops();
+  return ch;
+}
+
+std::shared_ptr<rpc_channel> rpc_channel::accept(const asio::any_io_executor& ex,
+                                                 std::string_view service,
+                                                 const layout::connect_request& request,
+                                                 rpc_service handlers, const rpc_options& expected,
+                                                 std::error_code& ec) {
+  if (request.version != layout::listener_version || request.nonce == 0 || request.pid == 0) {
+    ec = errc::corrupted;
+    return nullptr;
+  }
+  auto ch = make_opener(ex, connection_name(service, request.pid, request.nonce),
+                        std::move(handlers), expected.strategy, ec);
+  if (!ch) return nullptr;
+  // The client made it; the listener says what it must be. Anything else (a channel far larger
+  // than the service would map, say) is refused.
+  if (ch->in_.node_count() != expected.node_count || ch->in_.node_size() != expected.node_size ||
+      ch->reassembler_max() != expected.max_message_size ||
+      ch->default_timeout_ != expected.default_timeout) {
+    ec = errc::incompatible;
+    ch->close();
+    return nullptr;
+  }
+  ch->connection_ = true;
+  // The accept packet goes first, before the loops start, into a ring nobody else writes yet.
+  outgoing_message hello{packet_type::accept, ch->next_id(), 0, {}};
+  hello.generation = ch->generation_;
+  auto fill = [&](std::span<std::byte> node) {
+    return encode_packet(hello, 1, ch->out_.node_size(), node);
+  };
+  const auto written = attempt_write(ch->out_, fill);
+  if (!written || written->ec) {
+    ec = written ? written->ec : std::error_code(errc::busy);  // a client that filled it first
+    ch->close();
+    return nullptr;
+  }
+  // The ring woke one reader; a blocking connect may sleep beside the client's reader loop.
+  notify_all(ch->out_.state().readers);
+  ch->stats_.packets_sent.fetch_add(1, std::memory_order_relaxed);
+  ch->start_loops();
+  return ch;
+}
+
+void rpc_channel::async_connected(std::unique_ptr<pending_signal> op,
+                                  std::chrono::milliseconds timeout) {
+  asio::dispatch(strand_, [self = shared_from_this(), op = std::move(op), timeout]() mutable {
+    // Posted, not dispatched: this may run inside the caller's initiating function.
+    if (self->closed_)
+      return op->complete(self->failure_ ? self->failure_ : asio::error::operation_aborted, false);
+    if (self->accepted_) return op->complete({}, false);
+    if (self->connect_op_ || !self->link_) return op->complete(errc::busy, false);
+    self->connect_op_ = std::move(op);
+    self->connect_deadline_ = deadline_after(timeout);
+    self->wake_housekeeping();
+  });
+}
+
+std::error_code rpc_channel::wait_connected(std::chrono::milliseconds timeout) {
+  // Only before any async_connected: the link is ours until the strand is told we are done.
+  const auto deadline = deadline_after(timeout);
+  auto accepted = [this]() -> std::optional<outcome<no_value>> {
+    // acquire: pairs with the opener's increment, made while it holds its lock.
+    if (header_->opener_generation.load(std::memory_order_acquire) != 0)
+      return outcome<no_value>{};
+    return std::nullopt;
+  };
+  std::error_code ec;
+  for (;;) {
+    if (!request_posted_) {
+      request_posted_ = link_->post_request(connect_pid_, connect_nonce_, ec);
+      if (ec) break;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      ec = errc::timed_out;
+      break;
+    }
+    const auto slice = std::min<std::chrono::nanoseconds>(deadline - now, connect_slice);
+    if (waiter_->wait(in_queue, accepted, slice)) break;
+    if (!link_->server_alive()) {
+      ec = errc::peer_gone;
+      break;
+    }
+  }
+  if (ec) {
+    forget_name();
+    release();
+    asio::post(strand_, [self = shared_from_this()] { self->fail(errc::peer_gone); });
+    return ec;
+  }
+  asio::post(strand_, [self = shared_from_this()] {
+    self->accepted_ = true;
+    self->link_.reset();
+  });
+  return {};
+}
+
+void rpc_channel::cancel_connect() {
+  asio::post(strand_, [self = shared_from_this()] {
+    if (self->connecting()) self->connect_failed(asio::error::operation_aborted);
+  });
+}
+
+void rpc_channel::on_accepted() {
+  // Only a connecting owner expects one; elsewhere it is a stray packet, and changes nothing.
+  if (!owner_ || !connection_ || accepted_) return;
+  accepted_ = true;
+  if (!connect_op_) return;  // a blocking connect's, or one not yet awaited
+  link_.reset();
+  std::exchange(connect_op_, nullptr)->complete({}, true);
+}
+
+void rpc_channel::forget_name() noexcept {
+  // Unlinked now, while this end still maps it: an acceptor that comes to the request later
+  // finds no channel to open (and one that opened it already hears our close).
+  std::error_code ignored;
+  segment::remove(seg_.name(), ignored);
+}
+
+void rpc_channel::connect_failed(std::error_code ec) {
+  // The channel goes with the connect: an acceptor that comes later finds nothing to serve.
+  forget_name();
+  auto op = std::exchange(connect_op_, nullptr);
+  fail(errc::peer_gone);
+  if (op) op->complete(ec, false);
+}
+
+void rpc_channel::async_wait_closed(std::unique_ptr<pending_signal> op) {
+  asio::dispatch(strand_, [self = shared_from_this(), op = std::move(op)]() mutable {
+    if (self->closed_)
+      return op->complete(self->failure_ ? self->failure_ : asio::error::operation_aborted, false);
+    if (self->peer_lost_) return op->complete({}, false);
+    self->closed_waiters_.push_back(std::move(op));
+    self->watch_peer_death();
+  });
+}
+
+void rpc_channel::complete_closed_waiters(std::error_code ec) {
+  auto waiters = std::move(closed_waiters_);
+  closed_waiters_.clear();
+  for (auto& w : waiters)
+    w->complete(ec, false);
+}
+
+void rpc_channel::watch_peer_death() {
+  if (death_watch_ || poll_peer_ || closed_) return;
+  // The pid in the header is only a hint: what it wakes us for is checked against the lock.
+  // relaxed: informational, written before the other end's first packet.
+  const std::uint32_t pid =
+      (owner_ ? header_->opener_pid : header_->owner_pid).load(std::memory_order_relaxed);
+  std::error_code ec;
+  const int fd = peer_attached() ? platform::open_process_watch(pid, ec) : -1;
+  if (fd < 0) {
+    // No pidfd, or no peer yet: the housekeeping tick looks at the lock instead.
+    poll_peer_ = true;
+    return wake_housekeeping();
+  }
+  death_watch_ = std::make_unique<asio::posix::stream_descriptor>(strand_, fd);
+  death_watch_->async_wait(
+      asio::posix::stream_descriptor::wait_read,
+      [self = shared_from_this(), watch = death_watch_.get()](std::error_code wait_ec) {
+        if (wait_ec || self->death_watch_.get() != watch || self->closed_) return;
+        self->death_watch_.reset();
+        std::error_code lock_ec;
+        if (!platform::byte_locked_by_other(self->seg_.native_handle(), self->peer_lock_byte_,
+                                            lock_ec) &&
+            !lock_ec)
+          return self->end_session();
+        // That process was not the holder (the pid was wrong or reused): poll the lock.
+        self->poll_peer_ = true;
+        self->wake_housekeeping();
+      });
+}
+
+}  // namespace shmio::detail

@@ -1,0 +1,137 @@
+#include "shmio/detail/rpc_listener.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include "shmio/detail/liveness.hpp"
+#include "shmio/detail/platform.hpp"
+#include "shmio/detail/rpc_packet.hpp"
+#include "shmio/detail/ring_ops.hpp"
+
+namespace shmio::detail {
+
+namespace platform = detail::platform;
+
+std::string connection_name(std::string_view service, std::uint32_t pid, std::uint64_t nonce) {
+  char numbers[40];
+  std::snprintf(numbers, sizeof numbers, "#%u.%016llx", static_cast<unsigned>(pid),
+                static_cast<unsigned long long>(nonce));
+  std::string name(service);
+  name += numbers;
+  return name;
+}
+
+segment create_listener(std::string_view name, const rpc_options& channel, std::error_code& ec) {
+  // The channel's sizes are checked here, as rpc_channel::create would check them, so that a
+  // listener never tells its clients to make what cannot be made.
+  std::uint64_t channel_ring = 0;
+  if (!ring_view::body_size_for(channel.node_count, channel.node_size, channel_ring) ||
+      channel.node_size <= packet_header_size || channel.max_message_size > 0xFFFF'FFFFull) {
+    ec = errc::invalid_argument;
+    return {};
+  }
+  std::uint64_t ring_bytes = 0;
+  ring_view::body_size_for(listener_backlog, sizeof(layout::connect_request), ring_bytes);
+  const bool no_timeout = channel.default_timeout.count() < 0 ||
+                          channel.default_timeout == std::chrono::milliseconds::max();
+  auto init = [&](std::span<std::byte> body) {
+    auto* h = new (body.data()) layout::listener_header{};
+    h->version = layout::listener_version;
+    h->node_count = static_cast<std::uint32_t>(channel.node_count);
+    h->node_size = static_cast<std::uint32_t>(channel.node_size);
+    h->max_message_size = static_cast<std::uint32_t>(channel.max_message_size);
+    h->default_timeout_ms = no_timeout ? layout::rpc_no_timeout
+                                       : static_cast<std::uint64_t>(channel.default_timeout.count());
+    h->ring_offset = sizeof(layout::listener_header);
+    h->ring_bytes = ring_bytes;
+    h->backlog = listener_backlog;
+    // relaxed: informational, and the segment is not visible to anyone yet.
+    h->server_pid.store(platform::process_id(), std::memory_order_relaxed);
+    ring_view::initialize(body.subspan(sizeof(layout::listener_header), ring_bytes),
+                          listener_backlog, sizeof(layout::connect_request));
+  };
+  return segment::create(name, object_kind::rpc_listener,
+                         sizeof(layout::listener_header) + ring_bytes, init, ec);
+}
+
+std::error_code validate_listener(std::span<const std::byte> body, listener_settings& out) {
+  if (body.size() < sizeof(layout::listener_header)) return errc::corrupted;
+  // One copy of the fields that are not atomic: a value checked must be the value used.
+  const auto& shared = *reinterpret_cast<const layout::listener_header*>(body.data());
+  const std::uint32_t version = shared.version;
+  if (version != layout::listener_version) return errc::incompatible;
+  const std::uint32_t node_count = shared.node_count;
+  const std::uint32_t node_size = shared.node_size;
+  const std::uint32_t max_message_size = shared.max_message_size;
+  const std::uint64_t timeout_ms = shared.default_timeout_ms;
+  const std::uint64_t ring_offset = shared.ring_offset;
+  const std::uint64_t ring_bytes = shared.ring_bytes;
+  std::uint64_t channel_ring = 0;
+  if (!ring_view::body_size_for(node_count, node_size, channel_ring) ||
+      node_size <= packet_header_size || ring_offset != sizeof(layout::listener_header) ||
+      ring_bytes != body.size() - ring_offset)
+    return errc::corrupted;
+  if (timeout_ms != layout::rpc_no_timeout &&
+      timeout_ms > static_cast<std::uint64_t>(std::chrono::milliseconds::max().count()))
+    return errc::corrupted;
+  ring_geometry g;
+  if (auto ec = ring_view::validate(body.subspan(ring_offset, ring_bytes), g)) return ec;
+  if (g.node_size != sizeof(layout::connect_request)) return errc::corrupted;
+  out.channel.node_count = node_count;
+  out.channel.node_size = node_size;
+  out.channel.max_message_size = max_message_size;
+  out.channel.default_timeout =
+      timeout_ms == layout::rpc_no_timeout
+          ? std::chrono::milliseconds::max()
+          : std::chrono::milliseconds(static_cast<std::int64_t>(timeout_ms));
+  out.ring_offset = ring_offset;
+  out.ring = g;
+  return {};
+}
+
+std::unique_ptr<listener_link> listener_link::open(std::string_view service,
+                                                   std::error_code& ec) {
+  auto owned = std::make_unique<listener_link>();
+  listener_link& link = *owned;
+  link.seg_ = segment::open(service, object_kind::rpc_listener, ec);
+  if (ec) return nullptr;
+  if ((ec = validate_listener(link.seg_.body(), link.settings_))) return nullptr;
+  // A listener whose acceptor is gone serves nobody: as good as none.
+  if (!link.server_alive()) {
+    ec = errc::not_found;
+    return nullptr;
+  }
+  const int fd = link.seg_.native_handle();
+  const std::uint16_t me = claim_participant(fd, layout::max_participants, ec);
+  if (ec) return nullptr;
+  auto* state = reinterpret_cast<layout::ring_state*>(link.seg_.body().data() +
+                                                      link.settings_.ring_offset);
+  std::construct_at(&link.ring_, state, link.settings_.ring, fd, me);
+  link.ring_.recover_own_nodes();
+  return owned;
+}
+
+bool listener_link::server_alive() {
+  std::error_code ec;
+  return platform::byte_locked_by_other(seg_.native_handle(), layout::listener_server_lock_byte,
+                                        ec) &&
+         !ec;
+}
+
+bool listener_link::post_request(std::uint32_t pid, std::uint64_t nonce, std::error_code& ec) {
+  layout::connect_request request{};
+  request.version = layout::listener_version;
+  request.pid = pid;
+  request.nonce = nonce;
+  auto fill = [&](std::span<std::byte> node) {
+    std::memcpy(node.data(), &request, sizeof request);
+    return sizeof request;
+  };
+  const auto written = attempt_write(ring_, fill);
+  if (!written) return false;
+  ec = written->ec;
+  return !ec;
+}
+
+}  // namespace shmio::detail

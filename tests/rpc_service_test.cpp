@@ -1,0 +1,611 @@
+// Tests of one service with many clients: rpc_acceptor, rpc_buffer::async_connect/connect,
+// async_wait_closed and rpc_server. In this process first (several clients on one io_context),
+// then with client and server processes: many at once, kill -9 of either, a thousand short-lived
+// clients, forged and damaged connect requests. Peer commands are in tests/peer_rpc_service.cpp.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rpc_service_support.hpp"
+#include "shmio/detail/layout.hpp"
+#include "shmio/detail/liveness.hpp"
+#include "shmio/detail/ring.hpp"
+#include "shmio/detail/ring_ops.hpp"
+#include "shmio/detail/rpc_listener.hpp"
+#include "shmio/rpc_acceptor.hpp"
+#include "shmio/rpc_buffer.hpp"
+#include "shmio/rpc_server.hpp"
+#include "support.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using shmio::errc;
+using shmio::rpc_acceptor;
+using shmio::rpc_buffer;
+using shmio::rpc_options;
+using shmio::rpc_server;
+using shmio::test::child;
+using shmio::test::eventually;
+using shmio::test::peer_path;
+using shmio::test::scoped_name;
+using bytes_t = std::vector<std::byte>;
+namespace detail = shmio::detail;
+namespace layout = shmio::detail::layout;
+namespace service = shmio::test::service;
+
+constexpr auto bound = 10s;
+constexpr auto tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
+
+// Small rings: many connections at once stay small in /dev/shm.
+rpc_options small_rings() {
+  rpc_options o;
+  o.node_count = 8;
+  o.node_size = 1024;
+  return o;
+}
+
+bytes_t bytes(std::string_view s) {
+  const auto* p = reinterpret_cast<const std::byte*>(s.data());
+  return {p, p + s.size()};
+}
+
+// Runs `body` as a coroutine on `io` until it is done, then lets `io` run out of work.
+template <class Body>
+void run_body(asio::io_context& io, Body body) {
+  bool done = false;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        co_await body();
+        done = true;
+      },
+      [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+      });
+  io.restart();
+  io.run_for(bound);
+  REQUIRE(done);
+}
+
+// /dev/shm files of this user whose segment name starts with `prefix`.
+std::size_t shm_files_with(std::string_view prefix) {
+  std::error_code ec;
+  const std::string file = detail::segment_file_name(prefix, ec);
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (const dirent* e = ::readdir(d))
+      n += std::string_view(e->d_name).starts_with(file);
+    ::closedir(d);
+  }
+  return n;
+}
+
+std::size_t open_fds() {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d))
+      ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+// Yields through the executor until `pred` holds (true) or `bound` passes (false): a condition
+// poll with a deadline, for what another handler on the same io_context does.
+template <class Pred>
+asio::awaitable<bool> wait_until(Pred pred, std::chrono::milliseconds limit = bound) {
+  auto ex = co_await asio::this_coro::executor;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= deadline) co_return false;
+    co_await asio::post(ex, asio::use_awaitable);
+  }
+  co_return true;
+}
+
+// Connects `client` to `acceptor`'s service; the accepted end, serving `handler`.
+asio::awaitable<rpc_buffer> connect_pair(rpc_acceptor& acceptor, rpc_buffer& client,
+                                         shmio::rpc_handler handler) {
+  std::optional<rpc_buffer> end;
+  std::error_code accept_ec;
+  acceptor.async_accept(std::move(handler), [&](std::error_code ec, rpc_buffer b) {
+    accept_ec = ec;
+    end.emplace(std::move(b));
+  });
+  co_await client.async_connect(acceptor.name(), asio::use_awaitable);
+  REQUIRE(co_await wait_until([&] { return end.has_value(); }));
+  REQUIRE_FALSE(accept_ec);
+  co_return std::move(*end);
+}
+
+std::size_t mappings() {
+  std::ifstream maps("/proc/self/maps");
+  std::size_t n = 0;
+  for (std::string line; std::getline(maps, line);)
+    ++n;
+  return n;
+}
+
+}  // namespace
+
+// ---- in one process ------------------------------------------------------------------------
+
+TEST_CASE("rpc_acceptor: three clients connect, each is served on its own channel", "[rpc][service]") {
+  scoped_name name("svc");
+  asio::io_context io;
+  service::hold_counts counts;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  run_body(io, [&]() -> asio::awaitable<void> {
+    std::vector<rpc_buffer> ends, clients;
+    for (int i = 0; i < 3; ++i) {
+      clients.emplace_back(io.get_executor());
+      ends.push_back(co_await connect_pair(acceptor, clients.back(), service::handler(counts)));
+    }
+    for (int round = 0; round < 3; ++round)
+      for (std::size_t i = 0; i < clients.size(); ++i) {
+        const auto request = service::payload(100 + 1500 * round, i * 10 + round);
+        auto reply = co_await clients[i].async_request(asio::buffer(request), asio::use_awaitable);
+        CHECK(reply == service::answer(request));
+      }
+    for (std::size_t i = 0; i < clients.size(); ++i) {
+      CHECK(ends[i].statistics().requests_received == 3);
+      CHECK(ends[i].name() == clients[i].name());
+      CHECK(clients[i].name().starts_with(name.str() + "#"));
+    }
+    CHECK(clients[0].name() != clients[1].name());
+    CHECK(acceptor.statistics().accepted == 3);
+    CHECK(acceptor.statistics().refused == 0);
+    for (auto& c : clients)
+      c.close();
+    for (auto& e : ends)
+      e.close();
+    acceptor.close();
+  });
+  CHECK(io.stopped());
+  CHECK(shm_files_with(name.str()) == 0);
+}
+
+TEST_CASE("rpc_buffer: connect to a service that is not there fails with not_found at once",
+          "[rpc][service]") {
+  scoped_name name("svc");
+  asio::io_context io;
+  rpc_buffer client(io.get_executor());
+  std::error_code sync_ec;
+  const auto start = std::chrono::steady_clock::now();
+  client.connect(name.str(), 10s, sync_ec);
+  CHECK(sync_ec == errc::not_found);
+  CHECK_THROWS_AS(client.connect(name.str()), shmio::error);
+  std::optional<std::error_code> async_ec;
+  client.async_connect(name.str(), [&](std::error_code ec) { async_ec = ec; });
+  CHECK_FALSE(async_ec);  // never inside the initiating function
+  io.run_for(bound);
+  REQUIRE(async_ec);
+  CHECK(*async_ec == errc::not_found);
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+
+  // A listener whose acceptor died: the same.
+  {
+    child dead([&] {
+      asio::io_context other;
+      rpc_acceptor a(other.get_executor(), shmio::create_only, name, small_rings());
+      ::_exit(0);  // no destructor: leaves the listener behind, its lock gone with the process
+      return 0;
+    });
+    dead.wait();
+  }
+  client.connect(name.str(), 10s, sync_ec);
+  CHECK(sync_ec == errc::not_found);
+}
+
+TEST_CASE("rpc_buffer: a service that does not accept in time: timed_out, and nothing is left",
+          "[rpc][service]") {
+  scoped_name name("svc");
+  asio::io_context io;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  rpc_buffer client(io.get_executor());
+  std::optional<std::error_code> result;
+  client.async_connect(name.str(), 100ms, [&](std::error_code ec) { result = ec; });
+  io.run_for(bound);
+  REQUIRE(result);
+  CHECK(*result == errc::timed_out);
+  // Its channel is gone: an acceptor that gets to the request now refuses it.
+  CHECK(shm_files_with(name.str() + "#") == 0);
+  auto [ec, reply] = std::tuple<std::error_code, bytes_t>{};
+  client.async_request(asio::buffer(bytes("x")), [&](std::error_code e, bytes_t r) {
+    ec = e;
+    reply = std::move(r);
+  });
+  io.restart();
+  io.run_for(bound);
+  CHECK(ec == errc::peer_gone);
+  std::optional<std::error_code> accept_ec;
+  acceptor.async_accept([&](std::error_code e, rpc_buffer) { accept_ec = e; });
+  io.restart();
+  io.poll();
+  io.poll();
+  CHECK_FALSE(accept_ec);  // still waiting: the stale request was refused, not accepted
+  CHECK(acceptor.statistics().refused == 1);
+  acceptor.close();
+  io.restart();
+  io.run_for(bound);
+  REQUIRE(accept_ec);
+  CHECK(*accept_ec == asio::error::operation_aborted);
+
+  // The blocking form.
+  rpc_acceptor again(io.get_executor(), shmio::create_only, name, small_rings());
+  std::error_code sync_ec;
+  client.connect(name.str(), 50ms, sync_ec);
+  CHECK(sync_ec == errc::timed_out);
+}
+
+TEST_CASE("rpc_buffer: an acceptor that closes while a client waits: peer_gone",
+          "[rpc][service]") {
+  scoped_name name("svc");
+  asio::io_context io;
+  std::optional<rpc_acceptor> acceptor;
+  acceptor.emplace(io.get_executor(), shmio::create_only, name, small_rings());
+  rpc_buffer client(io.get_executor());
+  std::optional<std::error_code> result;
+  client.async_connect(name.str(), 1h, [&](std::error_code ec) { result = ec; });
+  io.poll();
+  acceptor.reset();
+  io.run_for(bound);
+  REQUIRE(result);
+  CHECK(*result == errc::peer_gone);
+}
+
+TEST_CASE("rpc_buffer: a cancelled connect completes with operation_aborted", "[rpc][service]") {
+  scoped_name name("svc");
+  asio::io_context io;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  rpc_buffer client(io.get_executor());
+  asio::cancellation_signal cancel;
+  std::optional<std::error_code> result;
+  client.async_connect(name.str(), 1h,
+                       asio::bind_cancellation_slot(cancel.slot(),
+                                                    [&](std::error_code ec) { result = ec; }));
+  io.poll();
+  cancel.emit(asio::cancellation_type::terminal);
+  io.run_for(bound);
+  REQUIRE(result);
+  CHECK(*result == asio::error::operation_aborted);
+  CHECK(shm_files_with(name.str() + "#") == 0);
+}
+
+TEST_CASE("rpc_buffer: each end of a connection learns that the other closed", "[rpc][service]") {
+  scoped_name name("svc");
+  asio::io_context io;
+  service::hold_counts counts;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  for (const bool client_closes : {true, false}) {
+    run_body(io, [&]() -> asio::awaitable<void> {
+      rpc_buffer client(io.get_executor());
+      rpc_buffer end = co_await connect_pair(acceptor, client, service::handler(counts));
+      rpc_buffer& closer = client_closes ? client : end;
+      rpc_buffer& other = client_closes ? end : client;
+      std::optional<std::error_code> closed, own;
+      other.async_wait_closed([&](std::error_code ec) { closed = ec; });
+      closer.async_wait_closed([&](std::error_code ec) { own = ec; });
+      // A call that the closing end is serving is cancelled by the close too.
+      std::optional<std::error_code> held;
+      client.async_request(asio::buffer(service::hold),
+                           [&](std::error_code ec, bytes_t) { held = ec; });
+      REQUIRE(co_await wait_until([&] { return counts.holding == 1; }));
+      closer.close();
+      REQUIRE(co_await wait_until([&] { return closed && own && held && counts.holding == 0; }));
+      CHECK(!*closed);
+      CHECK(*own == asio::error::operation_aborted);
+      CHECK(*held == (client_closes ? std::error_code(asio::error::operation_aborted)
+                                    : std::error_code(errc::peer_gone)));
+      // The other end's calls fail at once now.
+      auto [ec2, reply2] = co_await other.async_request(asio::buffer(bytes("x")), tuple_awaitable);
+      CHECK((ec2 == errc::peer_gone || ec2 == asio::error::operation_aborted));
+      other.close();
+    });
+  }
+  acceptor.close();
+}
+
+TEST_CASE("rpc_buffer: a blocking connect from a thread that does not run the io_context",
+          "[rpc][service]") {
+  scoped_name name("svc");
+  asio::io_context server_io, client_io;
+  service::hold_counts counts;
+  rpc_server server(server_io.get_executor(), shmio::create_only, name, service::handler(counts),
+                    small_rings());
+  std::thread server_thread([&] { server_io.run(); });
+  rpc_buffer client(client_io.get_executor());
+  client.connect(name.str());  // client_io does not run yet
+  CHECK(eventually([&] { return server.connection_count() == 1; }));
+  const auto request = service::payload(5000, 7);
+  std::optional<bytes_t> reply;
+  client.async_request(asio::buffer(request), [&](std::error_code ec, bytes_t r) {
+    CHECK_FALSE(ec);
+    reply = std::move(r);
+    client.close();
+  });
+  client_io.run_for(bound);
+  REQUIRE(reply);
+  CHECK(*reply == service::answer(request));
+  // The server drops the connection its client closed.
+  CHECK(eventually([&] { return server.connection_count() == 0; }));
+  CHECK(server.statistics().accepted == 1);
+  server.close();
+  server_thread.join();
+  CHECK(server_io.stopped());
+  CHECK(shm_files_with(name.str()) == 0);
+}
+
+// ---- client and server processes -----------------------------------------------------------
+
+namespace {
+
+// The io_context of an rpc_server, run on a thread of its own for the length of a test.
+struct server_thread {
+  asio::io_context io;
+  service::hold_counts counts;
+  rpc_server server;
+  std::thread runner;
+  explicit server_thread(std::string_view name)
+      : server(io.get_executor(), shmio::create_only, name, service::handler(counts),
+               small_rings()),
+        runner([this] { io.run(); }) {}
+  ~server_thread() {
+    server.close();
+    runner.join();
+  }
+};
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr int many_clients = 32;  // each sanitized process is large
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr int many_clients = 32;
+#else
+constexpr int many_clients = 256;
+#endif
+#else
+constexpr int many_clients = 256;
+#endif
+
+}  // namespace
+
+TEST_CASE("rpc_server: many client processes connected at once, each with checksummed calls",
+          "[rpc][service][process]") {
+  // Each connection costs the server a few descriptors (segment, doorbell, pidfd).
+  rlimit files{};
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  files.rlim_cur = std::min<rlim_t>(files.rlim_max, 8192);
+  ::setrlimit(RLIMIT_NOFILE, &files);
+
+  scoped_name name("svc");
+  server_thread s(name);
+  int gate[2];
+  REQUIRE(::pipe(gate) == 0);
+  // Only the read end goes to the clients: they see EOF when this process closes the write end.
+  REQUIRE(::fcntl(gate[1], F_SETFD, FD_CLOEXEC) == 0);
+  std::vector<std::unique_ptr<child>> clients;
+  for (int i = 0; i < many_clients; ++i)
+    clients.push_back(std::make_unique<child>(std::vector<std::string>{
+        peer_path(), "rpc-service-client", name.str(), "10", std::to_string(i),
+        std::to_string(gate[0])}));
+  // Every client is connected (and waits at the gate) before any calls.
+  INFO("connected: " << s.server.connection_count());
+  CHECK(eventually([&] { return s.server.connection_count() == many_clients; }, 60s));
+  ::close(gate[1]);
+  ::close(gate[0]);
+  int failed = 0;
+  for (auto& c : clients) {
+    const int rc = c->wait(60s);
+    if (rc != 0) {
+      ++failed;
+      UNSCOPED_INFO("client " << c->pid() << " exited with " << rc);
+    }
+  }
+  CHECK(failed == 0);
+  CHECK(eventually([&] { return s.server.connection_count() == 0; }));
+  CHECK(s.server.statistics().accepted == many_clients);
+  CHECK(s.server.statistics().refused == 0);
+}
+
+TEST_CASE("rpc_server: a client killed mid-call frees its connection; others are unaffected",
+          "[rpc][service][process]") {
+  scoped_name name("svc");
+  server_thread s(name);
+  child holder({peer_path(), "rpc-service-hold", name.str()});
+  REQUIRE(eventually([&] { return s.counts.holding == 1; }));
+  CHECK(s.server.connection_count() == 1);
+  holder.kill9();
+  // Its death is seen through its pidfd: the handler is cancelled, the channel goes.
+  CHECK(eventually([&] { return s.server.connection_count() == 0 && s.counts.cancelled == 1; }));
+  CHECK(eventually([&] { return shm_files_with(name.str() + "#") == 0; }));
+  child next({peer_path(), "rpc-service-client", name.str(), "20", "5"});
+  CHECK(next.wait() == 0);
+}
+
+TEST_CASE("rpc_buffer: a server killed mid-call fails its clients' calls with peer_gone",
+          "[rpc][service][process]") {
+  scoped_name name("svc");
+  child server({peer_path(), "rpc-service-server", name.str()});
+  asio::io_context io;
+  rpc_buffer client(io.get_executor());
+  // The server process is up when its service answers a connect.
+  REQUIRE(eventually([&] {
+    std::error_code ec;
+    client.connect(name.str(), 10s, ec);
+    return !ec;
+  }));
+  std::optional<std::error_code> call, closed;
+  std::chrono::steady_clock::time_point killed, failed;
+  client.async_wait_closed([&](std::error_code ec) { closed = ec; });
+  client.async_request(asio::buffer(service::hold), [&](std::error_code ec, bytes_t) {
+    failed = std::chrono::steady_clock::now();
+    call = ec;
+  });
+  // The call reaches the server: its packet leaves this process's ring.
+  io.run_for(50ms);
+  killed = std::chrono::steady_clock::now();
+  server.kill9();
+  CHECK(shmio::test::run_until(io, [&] { return call && closed; }));
+  REQUIRE(call);
+  CHECK(*call == errc::peer_gone);
+  REQUIRE(closed);
+  CHECK_FALSE(*closed);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(failed - killed).count();
+  INFO("peer_gone after " << ms << " ms");
+  CHECK(ms < 1000);  // within the 50 ms peer check (or the pidfd) on a quiet machine
+  client.close();
+}
+
+TEST_CASE("rpc_server: a thousand short-lived clients leave no descriptors, mappings or files",
+          "[rpc][service]") {
+  scoped_name name("svc");
+  server_thread s(name);
+  asio::io_context io;
+  auto work = asio::make_work_guard(io);
+  std::thread client_thread([&] { io.run(); });
+  auto one_client = [&](int i) {
+    rpc_buffer client(io.get_executor());
+    client.connect(name.str());
+    const auto request = service::payload(64, i);
+    auto reply = client.async_request(asio::buffer(request), asio::use_future);
+    CHECK(reply.get() == service::answer(request));
+    client.close();
+  };
+  for (int i = 0; i < 20; ++i)
+    one_client(i);  // warm-up: thread-locals, the wait hub, allocator pools
+  REQUIRE(eventually([&] { return s.server.connection_count() == 0; }));
+  const std::size_t fds = open_fds(), maps = mappings();
+  for (int i = 0; i < 1000; ++i)
+    one_client(i);
+  CHECK(eventually([&] { return s.server.connection_count() == 0; }));
+  CHECK(eventually([&] { return open_fds() <= fds; }));
+  CHECK(eventually([&] { return mappings() <= maps + 2; }));
+  CHECK(shm_files_with(name.str() + "#") == 0);
+  CHECK(s.server.statistics().accepted == 1020);
+  work.reset();
+  client_thread.join();
+}
+
+// ---- hostile connect requests ----------------------------------------------------------------
+
+namespace {
+
+// A writer into a listener's connect ring that goes around the client's rules.
+class connect_ring {
+ public:
+  explicit connect_ring(std::string_view name)
+      : seg_(shmio::open_only, name, shmio::object_kind::rpc_listener) {
+    detail::listener_settings settings;
+    REQUIRE_FALSE(detail::validate_listener(seg_.body(), settings));
+    std::error_code ec;
+    const std::uint16_t me =
+        detail::claim_participant(seg_.native_handle(), layout::max_participants, ec);
+    REQUIRE_FALSE(ec);
+    state_ = reinterpret_cast<layout::ring_state*>(seg_.body().data() + settings.ring_offset);
+    ring_.emplace(state_, settings.ring, seg_.native_handle(), me);
+  }
+  void publish(std::span<const std::byte> node) {
+    detail::write_claim c;
+    REQUIRE(ring_->try_claim_write(c) == detail::claim_status::claimed);
+    std::memcpy(c.data.data(), node.data(), std::min(node.size(), c.data.size()));
+    ring_->publish(c, static_cast<std::uint32_t>(node.size()));
+  }
+  layout::ring_state& state() { return *state_; }
+
+ private:
+  shmio::segment seg_;
+  layout::ring_state* state_ = nullptr;
+  std::optional<detail::ring_view> ring_;
+};
+
+bytes_t as_bytes(const layout::connect_request& r) {
+  const auto* p = reinterpret_cast<const std::byte*>(&r);
+  return {p, p + sizeof r};
+}
+
+}  // namespace
+
+TEST_CASE("rpc_acceptor: forged connect requests are refused and counted; real clients go on",
+          "[rpc][service]") {
+  scoped_name name("svc");
+  asio::io_context io;
+  service::hold_counts counts;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  connect_ring ring(name);
+  layout::connect_request good{};
+  good.version = layout::listener_version;
+  good.pid = static_cast<std::uint32_t>(::getpid());
+  good.nonce = 12345;  // no such channel
+  auto bad_version = good;
+  bad_version.version = 9;
+  auto zero_nonce = good;
+  zero_nonce.nonce = 0;
+  ring.publish(bytes_t(5, std::byte{7}));  // too short
+  ring.publish(as_bytes(bad_version));
+  ring.publish(as_bytes(zero_nonce));
+  ring.publish(as_bytes(good));  // well formed, but nobody made the channel
+  // A channel of the right name but the wrong sizes: refused too.
+  auto wrong_sizes = good;
+  wrong_sizes.nonce = 777;
+  rpc_options big = small_rings();
+  big.node_count = 64;
+  shmio::rpc_buffer impostor(io.get_executor(), shmio::create_only,
+                             detail::connection_name(name, good.pid, wrong_sizes.nonce),
+                             shmio::rpc_handler{}, big);
+  ring.publish(as_bytes(wrong_sizes));
+  run_body(io, [&]() -> asio::awaitable<void> {
+    rpc_buffer client(io.get_executor());
+    rpc_buffer end = co_await connect_pair(acceptor, client, service::handler(counts));
+    const auto request = service::payload(10, 1);
+    CHECK(co_await client.async_request(asio::buffer(request), asio::use_awaitable) ==
+          service::answer(request));
+    CHECK(acceptor.statistics().refused == 5);
+    CHECK(acceptor.statistics().accepted == 1);
+    client.close();
+    end.close();
+  });
+  impostor.close();
+  acceptor.close();
+}
+
+TEST_CASE("rpc_acceptor: a damaged connect ring fails the accept with corrupted, never spins",
+          "[rpc][service]") {
+  scoped_name name("svc");
+  asio::io_context io;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  connect_ring ring(name);
+  // Three laps behind its nodes, where no healthy head ever is: every read reports damage.
+  ring.state().head.position.store((std::uint64_t{1} << 48) - 3 * std::uint64_t{detail::listener_backlog});
+  ring.publish(bytes_t(sizeof(layout::connect_request)));  // wakes the acceptor
+  std::optional<std::error_code> result;
+  acceptor.async_accept([&](std::error_code ec, rpc_buffer) { result = ec; });
+  io.run_for(bound);
+  CHECK(io.stopped());
+  REQUIRE(result);
+  CHECK(*result == errc::corrupted);
+}
