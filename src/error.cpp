@@ -47,6 +47,8 @@ class category final : public std::error_category {
         return "messages lost: a writer lapped this subscriber";
       case errc::evicted:
         return "evicted: this subscriber held writers back past its lease, or died";
+      case errc::no_such_method:
+        return "no such method at the other end";
     }
     return "unknown shmio error";
   }

@@ -22,7 +22,10 @@
 #include <asio/executor_work_guard.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstring>
 #include <fstream>
+#include <map>
+#include <stdexcept>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +38,7 @@
 #include "shmio/detail/ring.hpp"
 #include "shmio/detail/ring_ops.hpp"
 #include "shmio/detail/rpc_listener.hpp"
+#include "shmio/detail/rpc_packet.hpp"
 #include "shmio/rpc_acceptor.hpp"
 #include "shmio/rpc_buffer.hpp"
 #include "shmio/rpc_server.hpp"
@@ -608,4 +612,139 @@ TEST_CASE("rpc_acceptor: a damaged connect ring fails the accept with corrupted,
   CHECK(io.stopped());
   REQUIRE(result);
   CHECK(*result == errc::corrupted);
+}
+
+// ---- named methods ---------------------------------------------------------------------------
+
+TEST_CASE("rpc_server: named methods, the unnamed one, and names that are not there",
+          "[rpc][service][methods]") {
+  scoped_name name("svc");
+  asio::io_context io;
+  std::map<std::string, std::string> store;
+  auto text_of = [](std::span<const std::byte> b) {
+    return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+  };
+  shmio::rpc_methods methods;
+  methods
+      .add("set",
+           shmio::rpc_sync_handler([&](std::uint64_t, std::span<const std::byte> in) {
+             const std::string kv = text_of(in);
+             const auto eq = kv.find('=');
+             store[kv.substr(0, eq)] = kv.substr(eq + 1);
+             return bytes_t{};
+           }))
+      .add("get",
+           shmio::rpc_handler([&](std::uint64_t, std::span<const std::byte> in)
+                                  -> asio::awaitable<bytes_t> {
+             auto it = store.find(text_of(in));
+             if (it == store.end()) throw std::runtime_error("no key '" + text_of(in) + "'");
+             co_return bytes(it->second);
+           }))
+      .add("", shmio::rpc_sync_handler([](std::uint64_t, std::span<const std::byte> in) {
+             return service::answer(in);
+           }));
+  const std::string long_name(shmio::rpc_methods::max_name, 'm');
+  methods.add(long_name, shmio::rpc_sync_handler([](std::uint64_t, std::span<const std::byte>) {
+                return bytes("long");
+              }));
+  CHECK_THROWS_AS(methods.add(long_name + "x", shmio::rpc_sync_handler(
+                                                   [](std::uint64_t, std::span<const std::byte>) {
+                                                     return bytes_t{};
+                                                   })),
+                  shmio::error);
+  CHECK_THROWS_AS(methods.add("empty", shmio::rpc_handler{}), shmio::error);
+  rpc_server server(io.get_executor(), shmio::create_only, name, methods, small_rings());
+  run_body(io, [&]() -> asio::awaitable<void> {
+    rpc_buffer client(io.get_executor());
+    co_await client.async_connect(name.str(), asio::use_awaitable);
+    co_await client.async_request("set", asio::buffer(std::string_view("colour=blue")),
+                                  asio::use_awaitable);
+    CHECK(text_of(co_await client.async_request("get", asio::buffer(std::string_view("colour")),
+                                                asio::use_awaitable)) == "blue");
+    // The handler's exception travels back as remote_error with its text.
+    auto [ec1, r1] = co_await client.async_request("get", asio::buffer(std::string_view("size")),
+                                                   tuple_awaitable);
+    CHECK(ec1 == errc::remote_error);
+    CHECK(text_of(r1) == "no key 'size'");
+    // Unnamed calls reach "".
+    const auto request = service::payload(3000, 3);
+    CHECK(co_await client.async_request(asio::buffer(request), asio::use_awaitable) ==
+          service::answer(request));
+    CHECK(text_of(co_await client.async_request(long_name, asio::buffer(request),
+                                                asio::use_awaitable)) == "long");
+    // Not there: at once, not at the timeout.
+    const auto start = std::chrono::steady_clock::now();
+    auto [ec2, r2] =
+        co_await client.async_request("del", asio::buffer(request), 1h, tuple_awaitable);
+    CHECK(ec2 == errc::no_such_method);
+    CHECK(text_of(r2) == "no method 'del' at this end");
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
+    // Names out of range never leave this process.
+    auto [ec3, r3] = co_await client.async_request("", asio::buffer(request), tuple_awaitable);
+    CHECK(ec3 == errc::invalid_argument);
+    auto [ec4, r4] =
+        co_await client.async_request(long_name + "x", asio::buffer(request), tuple_awaitable);
+    CHECK(ec4 == errc::invalid_argument);
+    client.close();
+    server.close();
+  });
+}
+
+TEST_CASE("rpc_buffer: an owner and opener serve named methods; a service without ones says so",
+          "[rpc][methods]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  shmio::rpc_methods methods;
+  methods.add("twice", shmio::rpc_sync_handler([](std::uint64_t, std::span<const std::byte> in) {
+    bytes_t out(in.begin(), in.end());
+    out.insert(out.end(), in.begin(), in.end());
+    return out;
+  }));
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, methods, small_rings());
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);  // serves nothing
+  run_body(io, [&]() -> asio::awaitable<void> {
+    CHECK(co_await opener.async_request("twice", asio::buffer(bytes("ab")), asio::use_awaitable) ==
+          bytes("abab"));
+    auto [ec1, r1] = co_await opener.async_request(asio::buffer(bytes("x")), tuple_awaitable);
+    CHECK(ec1 == errc::no_handler);
+    auto [ec2, r2] =
+        co_await owner.async_request("twice", asio::buffer(bytes("x")), tuple_awaitable);
+    CHECK(ec2 == errc::no_such_method);
+    owner.close();
+    opener.close();
+  });
+}
+
+TEST_CASE("rpc packets: flags other than the method's, or on other packets, are refused",
+          "[rpc][methods]") {
+  layout::packet_header h{};
+  h.type = static_cast<std::uint8_t>(layout::packet_type::request);
+  h.version = static_cast<std::uint8_t>(layout::rpc_version);
+  h.packet_index = 1;
+  h.packet_count = 1;
+  h.total_size = 0;
+  h.message_id = 1;
+  h.generation = 1;
+  auto parse = [](const layout::packet_header& header) {
+    bytes_t node(sizeof header);
+    std::memcpy(node.data(), &header, sizeof header);
+    return detail::parse_packet(node, 1024).has_value();
+  };
+  CHECK(parse(h));
+  h.flags = layout::packet_flag_method;
+  CHECK(parse(h));
+  h.flags = 2;
+  CHECK_FALSE(parse(h));
+  h.flags = layout::packet_flag_method;
+  h.type = static_cast<std::uint8_t>(layout::packet_type::response);
+  CHECK_FALSE(parse(h));
+  std::string_view method;
+  std::span<const std::byte> payload;
+  const auto named = detail::encode_named("get", bytes("key"));
+  REQUIRE(detail::split_named(named, method, payload));
+  CHECK(method == "get");
+  CHECK(bytes_t(payload.begin(), payload.end()) == bytes("key"));
+  CHECK_FALSE(detail::split_named(bytes_t{}, method, payload));
+  CHECK_FALSE(detail::split_named(bytes_t{std::byte{0}, std::byte{1}}, method, payload));
+  CHECK_FALSE(detail::split_named(bytes_t{std::byte{5}, std::byte{1}}, method, payload));
 }

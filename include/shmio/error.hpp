@@ -29,6 +29,7 @@ enum class errc {
   owner_died,     ///< The lock is yours, but its previous holder died holding it (see rw_lock.hpp).
   messages_lost,  ///< A lossy broadcast subscriber was lapped; the value says how many it lost.
   evicted,        ///< A reliable broadcast subscriber died or stalled past its lease, and left.
+  no_such_method,  ///< The RPC service has no method of the name called.
 };
 
 /// The category of shmio::errc values; its name is "shmio".

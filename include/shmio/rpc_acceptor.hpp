@@ -70,11 +70,17 @@ class rpc_acceptor {
   /// errc::corrupted (the connect ring is damaged). Operations complete in the order started.
   template <class CompletionToken>
   auto async_accept(rpc_handler handler, CompletionToken&& token) {
-    return start_accept({std::move(handler), {}}, std::forward<CompletionToken>(token));
+    return start_accept(detail::rpc_service::of(std::move(handler)),
+                        std::forward<CompletionToken>(token));
   }
   template <class CompletionToken>
   auto async_accept(rpc_sync_handler handler, CompletionToken&& token) {
-    return start_accept({{}, std::move(handler)}, std::forward<CompletionToken>(token));
+    return start_accept(detail::rpc_service::of(std::move(handler)),
+                        std::forward<CompletionToken>(token));
+  }
+  template <class CompletionToken>
+  auto async_accept(const rpc_methods& methods, CompletionToken&& token) {
+    return start_accept(detail::rpc_service::of(methods), std::forward<CompletionToken>(token));
   }
   template <class CompletionToken>
   auto async_accept(CompletionToken&& token) {

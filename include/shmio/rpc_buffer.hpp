@@ -40,6 +40,7 @@
 
 #include "shmio/error.hpp"
 #include "shmio/open_mode.hpp"
+#include "shmio/rpc_methods.hpp"
 #include "shmio/rpc_options.hpp"
 #include "shmio/wait_strategy.hpp"
 
@@ -48,6 +49,7 @@ namespace shmio {
 namespace detail {
 class rpc_channel;
 struct rpc_buffer_access;
+struct rpc_service;
 }
 
 class rpc_buffer {
@@ -64,6 +66,7 @@ class rpc_buffer {
   explicit rpc_buffer(const executor_type& ex, handler_type handler = {},
                       wait_strategy strategy = {});
   rpc_buffer(const executor_type& ex, sync_handler_type handler, wait_strategy strategy = {});
+  rpc_buffer(const executor_type& ex, rpc_methods methods, wait_strategy strategy = {});
 
   /// Creates the channel `name` as its owner. Without a handler, calls from the opener are
   /// answered at once with errc::no_handler. Throws shmio::error.
@@ -75,6 +78,11 @@ class rpc_buffer {
   rpc_buffer(const executor_type& ex, open_only_t, std::string_view name, handler_type handler = {},
              wait_strategy strategy = {});
   rpc_buffer(const executor_type& ex, open_only_t, std::string_view name, sync_handler_type handler,
+             wait_strategy strategy = {});
+  /// Ends that serve named methods (rpc_methods.hpp).
+  rpc_buffer(const executor_type& ex, create_only_t, std::string_view name, rpc_methods methods,
+             rpc_options options = {});
+  rpc_buffer(const executor_type& ex, open_only_t, std::string_view name, rpc_methods methods,
              wait_strategy strategy = {});
   /// The error_code forms: on failure `ec` is set and the object is closed.
   rpc_buffer(const executor_type& ex, create_only_t, std::string_view name, handler_type handler,
@@ -143,6 +151,15 @@ class rpc_buffer {
   template <class CompletionToken>
   auto async_request(asio::const_buffer payload, std::chrono::milliseconds timeout,
                      CompletionToken&& token);
+  /// Calls the other end's method `method` (see rpc_methods). As above; also
+  /// errc::no_such_method if the other end has no method of that name, and
+  /// errc::invalid_argument (at once) for a name that is empty or over rpc_methods::max_name.
+  template <class CompletionToken>
+  auto async_request(std::string_view method, asio::const_buffer payload,
+                     CompletionToken&& token);
+  template <class CompletionToken>
+  auto async_request(std::string_view method, asio::const_buffer payload,
+                     std::chrono::milliseconds timeout, CompletionToken&& token);
 
   /// Tells the other end (its pending calls fail with errc::peer_gone at once), aborts this
   /// end's pending calls and handlers, and releases the channel; the last end to close removes
@@ -152,12 +169,18 @@ class rpc_buffer {
  private:
   friend struct detail::rpc_buffer_access;
   rpc_buffer(const executor_type& ex, std::shared_ptr<detail::rpc_channel> channel);
+  // What a connect's channel serves: handler_, sync_handler_ or methods_.
+  detail::rpc_service client_service() const;
+  template <class CompletionToken>
+  auto start_request(std::vector<std::byte> message, std::uint16_t flags,
+                     std::chrono::milliseconds timeout, CompletionToken&& token);
 
   executor_type ex_;  // kept after close, so that late calls complete on it
   std::shared_ptr<detail::rpc_channel> channel_;
   // A client end's: what serves the other end's calls, for the channel a connect makes.
   handler_type handler_;
   sync_handler_type sync_handler_;
+  rpc_methods methods_;
   wait_strategy strategy_;
 };
 

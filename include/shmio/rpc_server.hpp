@@ -22,6 +22,7 @@
 #include <asio/any_io_executor.hpp>
 
 #include "shmio/open_mode.hpp"
+#include "shmio/rpc_methods.hpp"
 #include "shmio/rpc_options.hpp"
 
 namespace shmio {
@@ -40,6 +41,11 @@ class rpc_server {
              rpc_options options = {});
   rpc_server(const executor_type& ex, create_only_t, std::string_view name,
              rpc_sync_handler handler, rpc_options options = {});
+  /// A service of named methods (rpc_methods.hpp).
+  rpc_server(const executor_type& ex, create_only_t, std::string_view name, rpc_methods methods,
+             rpc_options options = {});
+  rpc_server(const executor_type& ex, create_only_t, std::string_view name, rpc_methods methods,
+             rpc_options options, std::error_code& ec);
   /// The error_code forms: on failure `ec` is set and the server is closed.
   rpc_server(const executor_type& ex, create_only_t, std::string_view name, rpc_handler handler,
              rpc_options options, std::error_code& ec);

@@ -27,34 +27,51 @@ std::shared_ptr<rpc_channel> open_or_throw(const asio::any_io_executor& ex, std:
 
 rpc_buffer::rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
                        handler_type handler, rpc_options options, std::error_code& ec)
-    : ex_(ex), channel_(rpc_channel::create(ex, name, {std::move(handler), {}}, options, ec)) {}
+    : ex_(ex), channel_(rpc_channel::create(ex, name, rpc_service::of(std::move(handler)), options, ec)) {}
 
 rpc_buffer::rpc_buffer(const executor_type& ex, open_only_t, std::string_view name,
                        handler_type handler, wait_strategy strategy, std::error_code& ec)
-    : ex_(ex), channel_(rpc_channel::open(ex, name, {std::move(handler), {}}, strategy, ec)) {}
+    : ex_(ex), channel_(rpc_channel::open(ex, name, rpc_service::of(std::move(handler)), strategy, ec)) {}
 
 rpc_buffer::rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
                        handler_type handler, rpc_options options)
-    : ex_(ex), channel_(create_or_throw(ex, name, {std::move(handler), {}}, options)) {}
+    : ex_(ex), channel_(create_or_throw(ex, name, rpc_service::of(std::move(handler)), options)) {}
 
 // A plain handler is kept as such: the channel runs it inline as its request arrives.
 rpc_buffer::rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
                        sync_handler_type handler, rpc_options options)
-    : ex_(ex), channel_(create_or_throw(ex, name, {{}, std::move(handler)}, options)) {}
+    : ex_(ex), channel_(create_or_throw(ex, name, rpc_service::of(std::move(handler)), options)) {}
 
 rpc_buffer::rpc_buffer(const executor_type& ex, open_only_t, std::string_view name,
                        handler_type handler, wait_strategy strategy)
-    : ex_(ex), channel_(open_or_throw(ex, name, {std::move(handler), {}}, strategy)) {}
+    : ex_(ex), channel_(open_or_throw(ex, name, rpc_service::of(std::move(handler)), strategy)) {}
 
 rpc_buffer::rpc_buffer(const executor_type& ex, open_only_t, std::string_view name,
                        sync_handler_type handler, wait_strategy strategy)
-    : ex_(ex), channel_(open_or_throw(ex, name, {{}, std::move(handler)}, strategy)) {}
+    : ex_(ex), channel_(open_or_throw(ex, name, rpc_service::of(std::move(handler)), strategy)) {}
 
 rpc_buffer::rpc_buffer(const executor_type& ex, handler_type handler, wait_strategy strategy)
     : ex_(ex), handler_(std::move(handler)), strategy_(strategy) {}
 
 rpc_buffer::rpc_buffer(const executor_type& ex, sync_handler_type handler, wait_strategy strategy)
     : ex_(ex), sync_handler_(std::move(handler)), strategy_(strategy) {}
+
+rpc_buffer::rpc_buffer(const executor_type& ex, rpc_methods methods, wait_strategy strategy)
+    : ex_(ex), methods_(std::move(methods)), strategy_(strategy) {}
+
+rpc_buffer::rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
+                       rpc_methods methods, rpc_options options)
+    : ex_(ex), channel_(create_or_throw(ex, name, rpc_service::of(methods), options)) {}
+
+rpc_buffer::rpc_buffer(const executor_type& ex, open_only_t, std::string_view name,
+                       rpc_methods methods, wait_strategy strategy)
+    : ex_(ex), channel_(open_or_throw(ex, name, rpc_service::of(methods), strategy)) {}
+
+detail::rpc_service rpc_buffer::client_service() const {
+  if (handler_) return rpc_service::of(handler_);
+  if (sync_handler_) return rpc_service::of(sync_handler_);
+  return rpc_service::of(methods_);
+}
 
 rpc_buffer::rpc_buffer(const executor_type& ex, std::shared_ptr<rpc_channel> channel)
     : ex_(ex), channel_(std::move(channel)) {}
@@ -68,6 +85,7 @@ rpc_buffer& rpc_buffer::operator=(rpc_buffer&& other) noexcept {
     channel_ = std::move(other.channel_);
     handler_ = std::move(other.handler_);
     sync_handler_ = std::move(other.sync_handler_);
+    methods_ = std::move(other.methods_);
     strategy_ = other.strategy_;
   }
   return *this;
@@ -83,7 +101,7 @@ void rpc_buffer::connect(std::string_view service, std::chrono::milliseconds tim
                          std::error_code& ec) {
   close();
   ec.clear();
-  auto ch = rpc_channel::connect(ex_, service, {handler_, sync_handler_}, strategy_, ec);
+  auto ch = rpc_channel::connect(ex_, service, client_service(), strategy_, ec);
   if (!ch) return;
   channel_ = std::move(ch);
   ec = channel_->wait_connected(timeout);

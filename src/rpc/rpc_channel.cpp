@@ -93,7 +93,8 @@ std::error_code validate_channel(std::span<const std::byte> body, channel_settin
 
 std::error_code error_from_wire(int value) {
   // Only shmio's own values travel; anything else is reported as a remote failure.
-  if (value >= static_cast<int>(errc::not_found) && value <= static_cast<int>(errc::no_handler))
+  if (value >= static_cast<int>(errc::not_found) &&
+      value <= static_cast<int>(errc::no_such_method))
     return static_cast<errc>(value);
   return errc::remote_error;
 }
@@ -399,10 +400,23 @@ void rpc_channel::on_message(incoming_message m) {
     case packet_type::request: {
       stats_.requests_received.fetch_add(1, std::memory_order_relaxed);
       stats_.bytes_received.fetch_add(m.payload.size(), std::memory_order_relaxed);
-      if (!service_) return send_error(m.id, errc::no_handler, "no handler at this end");
+      std::string_view name;
+      std::span<const std::byte> payload = m.payload;
+      const bool named = (m.flags & layout::packet_flag_method) != 0;
+      if (named && !split_named(m.payload, name, payload)) {
+        stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
+        return send_error(m.id, errc::corrupted, "malformed method name");
+      }
+      const rpc_method* method = service_.find(name);
+      if (!method) {
+        if (!named) return send_error(m.id, errc::no_handler, "no handler at this end");
+        return send_error(m.id, errc::no_such_method,
+                          "no method '" + std::string(name) + "' at this end");
+      }
       // A plain handler runs here and now: no coroutine to start, no trip through the
       // scheduler, nothing to cancel (a cancel packet that comes later finds nothing).
-      if (service_.sync) return serve_now(m);
+      if (method->sync) return serve_now(m.id, method->sync, payload);
+      const std::size_t skip = static_cast<std::size_t>(payload.data() - m.payload.data());
       const std::uint64_t id = m.id;
       serving_call* call = start_serving(id);
       if (!call) {
@@ -414,7 +428,7 @@ void rpc_channel::on_message(incoming_message m) {
       wake_housekeeping();  // watch the caller while we serve it
       // The signal must outlive the coroutine (its slot holds the coroutine's cancellation
       // state), so the entry goes only when the coroutine has finished: in its completion.
-      asio::co_spawn(strand_, serve(shared_from_this(), std::move(m), session_),
+      asio::co_spawn(strand_, serve(shared_from_this(), std::move(m), skip, &method->async, session_),
                      asio::bind_cancellation_slot(
                          call->signal.slot(),
                          asio::bind_executor(inline_executor{}, [self = shared_from_this(), id,
@@ -450,13 +464,15 @@ void rpc_channel::on_message(incoming_message m) {
 }
 
 asio::awaitable<void> rpc_channel::serve([[maybe_unused]] std::shared_ptr<rpc_channel> self,
-                                         incoming_message request, std::uint64_t session) {
+                                         incoming_message request, std::size_t skip,
+                                         const rpc_handler* handler, std::uint64_t session) {
   if (closed_ || session != session_) co_return;  // its caller went before it started
   std::vector<std::byte> reply;
   std::error_code failure;
   std::string text;
   try {
-    reply = co_await service_.async(request.id, request.payload);
+    // `handler` lives in service_, which lives as long as the channel (held by `self`).
+    reply = co_await (*handler)(request.id, std::span<const std::byte>(request.payload).subspan(skip));
   } catch (...) {
     failure = errc::remote_error;
     text = describe(std::current_exception());
@@ -467,18 +483,19 @@ asio::awaitable<void> rpc_channel::serve([[maybe_unused]] std::shared_ptr<rpc_ch
   answer(request.id, std::move(reply), failure, text);
 }
 
-void rpc_channel::serve_now(const incoming_message& request) {
+void rpc_channel::serve_now(std::uint64_t id, const rpc_sync_handler& handler,
+                            std::span<const std::byte> payload) {
   std::vector<std::byte> reply;
   std::error_code failure;
   std::string text;
   try {
-    reply = service_.sync(request.id, request.payload);
+    reply = handler(id, payload);
   } catch (...) {
     failure = errc::remote_error;
     text = describe(std::current_exception());
   }
   // The handler ran inside this strand's turn: neither a close nor a new session came between.
-  answer(request.id, std::move(reply), failure, text);
+  answer(id, std::move(reply), failure, text);
 }
 
 rpc_channel::serving_call* rpc_channel::start_serving(std::uint64_t id) {
@@ -590,12 +607,13 @@ asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<
 // ---- calls -------------------------------------------------------------------------------
 
 void rpc_channel::start_call(std::uint64_t id, std::unique_ptr<pending_call> call,
-                             std::vector<std::byte> payload, std::chrono::milliseconds timeout) {
+                             std::vector<std::byte> payload, std::chrono::milliseconds timeout,
+                             std::uint16_t flags) {
   // Dispatched, not posted: called from a thread of the executor while the strand is free, the
   // request goes out now instead of after a trip through the scheduler. (This never completes
   // the call inside the initiating function: every completion is posted, see rpc_call.)
   asio::dispatch(strand_, [self = shared_from_this(), id, call = std::move(call),
-                           payload = std::move(payload), timeout]() mutable {
+                           payload = std::move(payload), timeout, flags]() mutable {
     // Posted, not dispatched: this may run inside the caller's initiating function.
     if (self->closed_)
       return call->complete(self->failure_ ? self->failure_ : asio::error::operation_aborted, {},
@@ -612,7 +630,9 @@ void rpc_channel::start_call(std::uint64_t id, std::unique_ptr<pending_call> cal
     self->stats_.pending.fetch_add(1, std::memory_order_relaxed);
     self->stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
     self->stats_.bytes_sent.fetch_add(payload.size(), std::memory_order_relaxed);
-    self->send({packet_type::request, id, 0, std::move(payload)});
+    outgoing_message request{packet_type::request, id, 0, std::move(payload)};
+    request.flags = flags;
+    self->send(std::move(request));
     self->wake_housekeeping();
   });
 }

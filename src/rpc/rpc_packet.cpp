@@ -23,6 +23,7 @@ std::size_t encode_packet(const outgoing_message& m, std::uint32_t index, std::u
   h.packet_count = packets_for(total, per);
   h.response_to = m.response_to;
   h.generation = m.generation;
+  h.flags = m.flags;
   std::memcpy(node.data(), &h, sizeof h);
   if (chunk) std::memcpy(node.data() + sizeof h, m.payload.data() + offset, chunk);
   return sizeof h + chunk;
@@ -36,6 +37,9 @@ std::optional<packet_view> parse_packet(std::span<const std::byte> node,
   const auto& h = p.header;
   if (h.type < static_cast<std::uint8_t>(packet_type::request) ||
       h.type > static_cast<std::uint8_t>(packet_type::accept) || h.version != layout::rpc_version)
+    return {};
+  if ((h.flags & ~layout::packet_flag_method) != 0 ||
+      (h.flags != 0 && h.type != static_cast<std::uint8_t>(packet_type::request)))
     return {};
   const std::uint32_t per = payload_per_packet(node_size);
   if (h.packet_count != packets_for(h.total_size, per) || h.packet_index == 0 ||
@@ -64,6 +68,7 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
     out.response_to = h.response_to;
     out.payload.assign(p.chunk.begin(), p.chunk.end());
     out.generation = h.generation;
+    out.flags = h.flags;
     return result::complete;
   }
   auto it = partial_.find(h.message_id);
@@ -72,8 +77,10 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
       if (it != partial_.end()) partial_.erase(it);
       return result::rejected;
     }
-    partial part{
-        {type, h.message_id, h.response_to, {}, h.generation}, 2, h.packet_count, h.total_size};
+    partial part{{type, h.message_id, h.response_to, {}, h.generation, h.flags},
+                 2,
+                 h.packet_count,
+                 h.total_size};
     // Grow as packets arrive: a forged total must not make us allocate it up front.
     part.message.payload.reserve(std::min<std::size_t>(h.total_size, std::size_t{1} << 20));
     part.message.payload.insert(part.message.payload.end(), p.chunk.begin(), p.chunk.end());
@@ -84,7 +91,7 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
   partial& part = it->second;
   if (h.packet_index != part.next_index || h.packet_count != part.packet_count ||
       h.total_size != part.total_size || static_cast<std::uint8_t>(part.message.type) != h.type ||
-      h.generation != part.message.generation) {
+      h.generation != part.message.generation || h.flags != part.message.flags) {
     partial_.erase(it);
     return result::rejected;
   }
@@ -93,6 +100,24 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
   out = std::move(part.message);
   partial_.erase(it);
   return result::complete;
+}
+
+std::vector<std::byte> encode_named(std::string_view method, std::span<const std::byte> payload) {
+  std::vector<std::byte> out(1 + method.size() + payload.size());
+  out[0] = static_cast<std::byte>(method.size());  // 1..255: checked by the caller
+  std::memcpy(out.data() + 1, method.data(), method.size());
+  if (!payload.empty()) std::memcpy(out.data() + 1 + method.size(), payload.data(), payload.size());
+  return out;
+}
+
+bool split_named(std::span<const std::byte> message, std::string_view& method,
+                 std::span<const std::byte>& payload) noexcept {
+  if (message.empty()) return false;
+  const std::size_t length = std::to_integer<std::size_t>(message[0]);
+  if (length == 0 || 1 + length > message.size()) return false;
+  method = {reinterpret_cast<const char*>(message.data()) + 1, length};
+  payload = message.subspan(1 + length);
+  return true;
 }
 
 std::vector<std::byte> encode_error(int value, std::string_view text) {

@@ -18,10 +18,10 @@ namespace detail {
 // initiations never complete inline, and closing an end runs none).
 class rpc_server_impl : public std::enable_shared_from_this<rpc_server_impl> {
  public:
-  rpc_server_impl(const asio::any_io_executor& ex, rpc_acceptor acceptor, rpc_service handlers)
+  rpc_server_impl(const asio::any_io_executor& ex, rpc_acceptor acceptor, rpc_methods methods)
       : strand_(asio::make_strand(ex)),
         acceptor_(std::move(acceptor)),
-        handlers_(std::move(handlers)) {}
+        methods_(std::move(methods)) {}
 
   void start() {
     std::lock_guard lock(mutex_);
@@ -58,12 +58,7 @@ class rpc_server_impl : public std::enable_shared_from_this<rpc_server_impl> {
       self->add(std::move(connection));
       self->accept_next();
     };
-    if (handlers_.sync)
-      acceptor_.async_accept(handlers_.sync, asio::bind_executor(strand_, std::move(on_accept)));
-    else if (handlers_.async)
-      acceptor_.async_accept(handlers_.async, asio::bind_executor(strand_, std::move(on_accept)));
-    else
-      acceptor_.async_accept(asio::bind_executor(strand_, std::move(on_accept)));
+    acceptor_.async_accept(methods_, asio::bind_executor(strand_, std::move(on_accept)));
   }
 
   void add(rpc_buffer connection) {  // under the mutex
@@ -85,7 +80,7 @@ class rpc_server_impl : public std::enable_shared_from_this<rpc_server_impl> {
   asio::strand<asio::any_io_executor> strand_;
   mutable std::mutex mutex_;
   rpc_acceptor acceptor_;
-  rpc_service handlers_;
+  rpc_methods methods_;  // shared by every connection
   std::unordered_map<std::uint64_t, rpc_buffer> connections_;
   std::uint64_t next_id_ = 0;
   bool closed_ = false;
@@ -95,24 +90,32 @@ class rpc_server_impl : public std::enable_shared_from_this<rpc_server_impl> {
 
 namespace {
 
+// A service of one handler: the unnamed method (none, for an empty handler).
+template <class Handler>
+rpc_methods unnamed(Handler handler) {
+  rpc_methods methods;
+  if (handler) methods.add("", std::move(handler));
+  return methods;
+}
+
 std::shared_ptr<detail::rpc_server_impl> make_server(const asio::any_io_executor& ex,
                                                      std::string_view name,
-                                                     detail::rpc_service handlers,
+                                                     rpc_methods methods,
                                                      const rpc_options& options,
                                                      std::error_code& ec) {
   rpc_acceptor acceptor(ex, create_only, name, options, ec);
   if (ec) return nullptr;
-  auto im = std::make_shared<detail::rpc_server_impl>(ex, std::move(acceptor), std::move(handlers));
+  auto im = std::make_shared<detail::rpc_server_impl>(ex, std::move(acceptor), std::move(methods));
   im->start();
   return im;
 }
 
 std::shared_ptr<detail::rpc_server_impl> make_or_throw(const asio::any_io_executor& ex,
                                                        std::string_view name,
-                                                       detail::rpc_service handlers,
+                                                       rpc_methods methods,
                                                        const rpc_options& options) {
   std::error_code ec;
-  auto im = make_server(ex, name, std::move(handlers), options, ec);
+  auto im = make_server(ex, name, std::move(methods), options, ec);
   detail::throw_if(ec, "create rpc service", name);
   return im;
 }
@@ -121,19 +124,27 @@ std::shared_ptr<detail::rpc_server_impl> make_or_throw(const asio::any_io_execut
 
 rpc_server::rpc_server(const executor_type& ex, create_only_t, std::string_view name,
                        rpc_handler handler, rpc_options options)
-    : ex_(ex), name_(name), impl_(make_or_throw(ex, name, {std::move(handler), {}}, options)) {}
+    : ex_(ex), name_(name), impl_(make_or_throw(ex, name, unnamed(std::move(handler)), options)) {}
 
 rpc_server::rpc_server(const executor_type& ex, create_only_t, std::string_view name,
                        rpc_sync_handler handler, rpc_options options)
-    : ex_(ex), name_(name), impl_(make_or_throw(ex, name, {{}, std::move(handler)}, options)) {}
+    : ex_(ex), name_(name), impl_(make_or_throw(ex, name, unnamed(std::move(handler)), options)) {}
 
 rpc_server::rpc_server(const executor_type& ex, create_only_t, std::string_view name,
                        rpc_handler handler, rpc_options options, std::error_code& ec)
-    : ex_(ex), name_(name), impl_(make_server(ex, name, {std::move(handler), {}}, options, ec)) {}
+    : ex_(ex), name_(name), impl_(make_server(ex, name, unnamed(std::move(handler)), options, ec)) {}
 
 rpc_server::rpc_server(const executor_type& ex, create_only_t, std::string_view name,
                        rpc_sync_handler handler, rpc_options options, std::error_code& ec)
-    : ex_(ex), name_(name), impl_(make_server(ex, name, {{}, std::move(handler)}, options, ec)) {}
+    : ex_(ex), name_(name), impl_(make_server(ex, name, unnamed(std::move(handler)), options, ec)) {}
+
+rpc_server::rpc_server(const executor_type& ex, create_only_t, std::string_view name,
+                       rpc_methods methods, rpc_options options)
+    : ex_(ex), name_(name), impl_(make_or_throw(ex, name, std::move(methods), options)) {}
+
+rpc_server::rpc_server(const executor_type& ex, create_only_t, std::string_view name,
+                       rpc_methods methods, rpc_options options, std::error_code& ec)
+    : ex_(ex), name_(name), impl_(make_server(ex, name, std::move(methods), options, ec)) {}
 
 rpc_server::rpc_server(rpc_server&&) noexcept = default;
 

@@ -242,12 +242,18 @@ enum class packet_type : std::uint8_t {
   accept = 6,    // an acceptor's end took this connection (the first packet it sends); no payload
 };
 
+// Packet flags. A request with packet_flag_method names the method it calls: its message starts
+// with the name's length (u8, 1..max_method_name), then the name's bytes, then the payload.
+// Every packet of a message carries the same flags; unknown bits make a packet invalid.
+inline constexpr std::uint16_t packet_flag_method = 1;
+inline constexpr std::size_t max_method_name = 255;
+
 // The C# SharedMemory library's 32 bytes, with u32 packet numbers, a version, and the opener
 // generation appended.
 struct packet_header {
   std::uint8_t type;           // packet_type
   std::uint8_t version;        // rpc_version
-  std::uint16_t flags;         // 0
+  std::uint16_t flags;         // packet_flag_method, or 0
   std::uint32_t packet_index;  // 1-based, <= packet_count
   std::uint64_t message_id;    // unique per sender (random start, then +1)
   std::uint32_t total_size;    // payload bytes of the whole message (< 4 GiB)

@@ -30,16 +30,35 @@
 #include "shmio/detail/rpc_listener.hpp"
 #include "shmio/detail/rpc_packet.hpp"
 #include "shmio/detail/waiter.hpp"
+#include "shmio/rpc_methods.hpp"
 #include "shmio/rpc_options.hpp"
 #include "shmio/segment.hpp"
 
 namespace shmio::detail {
 
-/// What serves the requests that reach this end: a coroutine handler, a plain one, or neither.
+/// What serves the requests that reach this end: the unnamed method (a coroutine handler, a
+/// plain one, or neither) and the named ones.
 struct rpc_service {
-  rpc_handler async;
-  rpc_sync_handler sync;
-  explicit operator bool() const noexcept { return async || sync; }
+  rpc_method unnamed;
+  std::shared_ptr<const method_table> methods;  // may hold "" too, for a service without `unnamed`
+
+  static rpc_service of(rpc_handler h) { return {{std::move(h), {}}, {}}; }
+  static rpc_service of(rpc_sync_handler h) { return {{{}, std::move(h)}, {}}; }
+  static rpc_service of(const rpc_methods& m) {
+    rpc_service s{{}, m.table()};
+    // The unnamed method without a lookup per call.
+    if (s.methods)
+      if (auto it = s.methods->find(std::string_view()); it != s.methods->end()) s.unnamed = it->second;
+    return s;
+  }
+
+  /// The method a request for `name` ("" for an unnamed call) reaches; null if none.
+  const rpc_method* find(std::string_view name) const {
+    if (name.empty() && (unnamed.async || unnamed.sync)) return &unnamed;
+    if (!methods) return nullptr;
+    auto it = methods->find(name);
+    return it == methods->end() ? nullptr : &it->second;
+  }
 };
 
 class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
@@ -102,7 +121,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::uint64_t next_id() noexcept { return next_id_.fetch_add(1, std::memory_order_relaxed); }
   /// Sends a request; `call` completes when its reply, timeout, cancellation or end comes.
   void start_call(std::uint64_t id, std::unique_ptr<pending_call> call,
-                  std::vector<std::byte> payload, std::chrono::milliseconds timeout);
+                  std::vector<std::byte> payload, std::chrono::milliseconds timeout,
+                  std::uint16_t flags = 0);
   /// Gives up on a call (cancellation through its slot): completes it with operation_aborted.
   void cancel_call(std::uint64_t id);
   void close() noexcept;
@@ -149,10 +169,12 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   asio::awaitable<void> writer_loop(std::shared_ptr<rpc_channel> self);
   asio::awaitable<void> housekeeping_loop(std::shared_ptr<rpc_channel> self);
   asio::awaitable<void> serve(std::shared_ptr<rpc_channel> self, incoming_message request,
+                              std::size_t skip, const rpc_handler* handler,
                               std::uint64_t session);
   void on_packet(std::span<const std::byte> bytes);
   void on_message(incoming_message m);
-  void serve_now(const incoming_message& request);
+  void serve_now(std::uint64_t id, const rpc_sync_handler& handler,
+                 std::span<const std::byte> payload);
   /// The entry of a coroutine handler about to run for request `id`; null if `id` has one.
   serving_call* start_serving(std::uint64_t id);
   /// Drops the entry once the handler's co_spawn has completed, keeping its node for reuse.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <system_error>
 #include <unordered_map>
 #include <vector>
@@ -35,6 +36,7 @@ struct outgoing_message {
   std::vector<std::byte> payload;
   std::uint32_t next_packet = 1;  // the first packet not yet written
   std::uint64_t generation = 0;   // the opener it is from or to: stamped on every packet
+  std::uint16_t flags = 0;        // layout::packet_flag_method, or 0
 };
 
 /// Writes packet `index` (1-based) of `m` into `node`; returns the bytes used.
@@ -61,6 +63,7 @@ struct incoming_message {
   std::uint64_t response_to;
   std::vector<std::byte> payload;
   std::uint64_t generation = 0;  // the opener it is from or to
+  std::uint16_t flags = 0;       // as every packet of it had them
 };
 
 /// Collects packets per message id. Packets of one message arrive in order (one writer writes
@@ -94,6 +97,12 @@ class reassembler {
   std::unordered_map<std::uint64_t, partial> partial_;
   bool last_too_large_ = false;
 };
+
+/// A named request's payload: the method's name in front of the caller's bytes.
+std::vector<std::byte> encode_named(std::string_view method, std::span<const std::byte> payload);
+/// Splits a named request's message; false if its name's length is out of range.
+bool split_named(std::span<const std::byte> message, std::string_view& method,
+                 std::span<const std::byte>& payload) noexcept;
 
 /// Error payload: u32 error value, then the text.
 std::vector<std::byte> encode_error(int value, std::string_view text);

@@ -97,22 +97,20 @@ struct rpc_cancel {
 }  // namespace detail
 
 template <class CompletionToken>
-auto rpc_buffer::async_request(asio::const_buffer payload, std::chrono::milliseconds timeout,
-                               CompletionToken&& token) {
-  // Copied now, not when the operation starts: with a lazy token (deferred, an awaitable kept
-  // for later) the caller's buffer may be gone by then.
-  const auto* p = static_cast<const std::byte*>(payload.data());
-  std::vector<std::byte> copy(p, p + payload.size());
+auto rpc_buffer::start_request(std::vector<std::byte> message, std::uint16_t flags,
+                               std::chrono::milliseconds timeout, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::vector<std::byte>)>(
       [](auto handler, const std::shared_ptr<detail::rpc_channel>& ch, const executor_type& ex,
-         std::vector<std::byte> data, std::chrono::milliseconds limit) {
+         std::vector<std::byte> data, std::uint16_t packet_flags, std::chrono::milliseconds limit) {
         using handler_t = decltype(handler);
-        if (!ch) {  // closed: complete on the object's executor, as any other completion
+        // Closed, or a method name out of range: complete on the object's executor, as any
+        // other completion (never inside this function).
+        if (!ch || (packet_flags & detail::layout::packet_flag_method && data.empty())) {
           auto hex = asio::get_associated_executor(handler, ex);
-          return asio::post(
-              hex, asio::experimental::append(std::move(handler),
-                                              std::error_code(asio::error::operation_aborted),
-                                              std::vector<std::byte>{}));
+          const std::error_code ec = ch ? std::error_code(errc::invalid_argument)
+                                        : std::error_code(asio::error::operation_aborted);
+          return asio::post(hex, asio::experimental::append(std::move(handler), ec,
+                                                            std::vector<std::byte>{}));
         }
         const std::uint64_t id = ch->next_id();
         auto slot = asio::get_associated_cancellation_slot(handler);
@@ -121,9 +119,39 @@ auto rpc_buffer::async_request(asio::const_buffer payload, std::chrono::millisec
         ch->start_call(
             id,
             std::make_unique<detail::rpc_call<handler_t>>(std::move(handler), ch->get_executor()),
-            std::move(data), limit);
+            std::move(data), limit, packet_flags);
       },
-      token, channel_, ex_, std::move(copy), timeout);
+      token, channel_, ex_, std::move(message), flags, timeout);
+}
+
+template <class CompletionToken>
+auto rpc_buffer::async_request(asio::const_buffer payload, std::chrono::milliseconds timeout,
+                               CompletionToken&& token) {
+  // Copied now, not when the operation starts: with a lazy token (deferred, an awaitable kept
+  // for later) the caller's buffer may be gone by then.
+  const auto* p = static_cast<const std::byte*>(payload.data());
+  return start_request(std::vector<std::byte>(p, p + payload.size()), 0, timeout,
+                       std::forward<CompletionToken>(token));
+}
+
+template <class CompletionToken>
+auto rpc_buffer::async_request(std::string_view method, asio::const_buffer payload,
+                               std::chrono::milliseconds timeout, CompletionToken&& token) {
+  // An empty message with the method flag stands for a name out of range (see start_request).
+  std::vector<std::byte> message;
+  if (!method.empty() && method.size() <= rpc_methods::max_name)
+    message = detail::encode_named(
+        method, {static_cast<const std::byte*>(payload.data()), payload.size()});
+  return start_request(std::move(message), detail::layout::packet_flag_method, timeout,
+                       std::forward<CompletionToken>(token));
+}
+
+template <class CompletionToken>
+auto rpc_buffer::async_request(std::string_view method, asio::const_buffer payload,
+                               CompletionToken&& token) {
+  return async_request(method, payload,
+                       channel_ ? channel_->default_timeout() : std::chrono::seconds(30),
+                       std::forward<CompletionToken>(token));
 }
 
 template <class CompletionToken>
@@ -136,7 +164,7 @@ auto rpc_buffer::async_connect(std::string_view service, std::chrono::millisecon
         auto slot = asio::get_associated_cancellation_slot(handler);
         auto op = std::make_unique<detail::rpc_signal<handler_t>>(std::move(handler), ex_);
         std::error_code ec;
-        channel_ = detail::rpc_channel::connect(ex_, name, {handler_, sync_handler_}, strategy_, ec);
+        channel_ = detail::rpc_channel::connect(ex_, name, client_service(), strategy_, ec);
         if (!channel_) return op->complete(ec, false);  // posted: never inside this function
         if (slot.is_connected())
           slot.template emplace<detail::rpc_connect_cancel>(detail::rpc_connect_cancel{channel_});

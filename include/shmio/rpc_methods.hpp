@@ -1,0 +1,82 @@
+#pragma once
+// shmio::rpc_methods — the named methods an RPC service (or either end of a channel) serves.
+//
+//   shmio::rpc_methods methods;
+//   methods.add("get", get_handler)        // a coroutine handler (rpc_handler)
+//          .add("set", set_handler)        // or a plain one (rpc_sync_handler)
+//          .add("", fallback);             // "": what calls without a method name reach
+//   shmio::rpc_server server(ex, shmio::create_only, "kv", std::move(methods));
+//
+//   co_await client.async_request("get", asio::buffer(key), asio::use_awaitable);
+//
+// A call to a name that is not there completes at once with errc::no_such_method; a call
+// without a name, where "" is not there, with errc::no_handler. Names are 1 to 255 bytes.
+// The table is shared, not copied, by every connection that serves it.
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "shmio/error.hpp"
+#include "shmio/rpc_options.hpp"
+
+namespace shmio {
+
+namespace detail {
+/// One method: a coroutine handler or a plain one.
+struct rpc_method {
+  rpc_handler async;
+  rpc_sync_handler sync;
+};
+struct method_name_hash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept {
+    return std::hash<std::string_view>{}(s);
+  }
+};
+using method_table =
+    std::unordered_map<std::string, rpc_method, method_name_hash, std::equal_to<>>;
+}  // namespace detail
+
+class rpc_methods {
+ public:
+  /// The longest method name.
+  static constexpr std::size_t max_name = 255;
+
+  rpc_methods() = default;
+
+  /// Adds (or replaces) the method `name`; "" is the unnamed method. Throws shmio::error
+  /// (errc::invalid_argument) for a name over max_name bytes or an empty handler.
+  rpc_methods& add(std::string_view name, rpc_handler handler) {
+    return put(name, {std::move(handler), {}}, static_cast<bool>(handler));
+  }
+  rpc_methods& add(std::string_view name, rpc_sync_handler handler) {
+    return put(name, {{}, std::move(handler)}, static_cast<bool>(handler));
+  }
+
+  bool empty() const noexcept { return !table_ || table_->empty(); }
+  std::size_t size() const noexcept { return table_ ? table_->size() : 0; }
+  bool contains(std::string_view name) const { return table_ && table_->contains(name); }
+
+  /// The table, for the channels that serve it (shared: later add()s copy it first).
+  std::shared_ptr<const detail::method_table> table() const noexcept { return table_; }
+
+ private:
+  rpc_methods& put(std::string_view name, detail::rpc_method method, bool callable) {
+    if (name.size() > max_name || !callable)
+      detail::throw_if(errc::invalid_argument, "add rpc method", name);
+    // Copy on write: channels made from an earlier state keep theirs.
+    auto next = table_ ? std::make_shared<detail::method_table>(*table_)
+                       : std::make_shared<detail::method_table>();
+    next->insert_or_assign(std::string(name), std::move(method));
+    table_ = std::move(next);
+    return *this;
+  }
+
+  std::shared_ptr<const detail::method_table> table_;
+};
+
+}  // namespace shmio
