@@ -3,12 +3,16 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <asio/io_context.hpp>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "shmio/broadcast_buffer.hpp"
@@ -16,6 +20,9 @@
 #include "shmio/circular_buffer.hpp"
 #include "shmio/inspect.hpp"
 #include "shmio/named_event.hpp"
+#include "shmio/rpc_acceptor.hpp"
+#include "shmio/rpc_buffer.hpp"
+#include "shmio/rpc_server.hpp"
 #include "shmio/shared_array.hpp"
 #include "support.hpp"
 
@@ -35,6 +42,14 @@ constexpr std::uint64_t bc_tail = body + 64;           // broadcast tail
 constexpr std::uint64_t bc_writer = body + 128;        // writers' lock word
 constexpr std::uint64_t bc_high = body + 192;          // joins.high_water
 constexpr std::uint64_t bc_entries = body + 1408;      // subscriber entry 0
+// An rpc service's listener header, and its connect ring (a ring body: header, then nodes).
+constexpr std::uint64_t svc_node_size = body + 8;
+constexpr std::uint64_t svc_timeout = body + 16;
+constexpr std::uint64_t svc_ring_offset = body + 24;
+constexpr std::uint64_t svc_ring_bytes = body + 32;
+constexpr std::uint64_t svc_backlog = body + 44;
+constexpr std::uint64_t svc_ring = body + 64;
+constexpr std::uint64_t svc_nodes = svc_ring + 1344;  // node i at + 64 * i (32-byte requests)
 
 std::string file_of(const std::string& name) {
   return "/dev/shm/shmio.u" + std::to_string(::getuid()) + "." + name;
@@ -63,6 +78,41 @@ void overwrite(const std::string& path, std::uint64_t offset, const void* data, 
 
 constexpr std::uint64_t published_version(std::uint64_t position) {
   return 2 * position + 2;
+}
+
+// The server of an rpc service, its io_context run on a thread for the length of a test; closed
+// and joined even when a check fails.
+struct service_thread {
+  asio::io_context io;
+  shmio::rpc_server server;
+  std::thread runner;
+  service_thread(std::string_view name, const shmio::rpc_options& options)
+      : server(io.get_executor(), shmio::create_only, name,
+               shmio::rpc_sync_handler([](std::uint64_t, std::span<const std::byte> in) {
+                 return std::vector<std::byte>(in.begin(), in.end());
+               }),
+               options),
+        runner([this] { io.run(); }) {}
+  ~service_thread() {
+    server.close();
+    runner.join();
+  }
+};
+
+// Leaves behind an rpc service whose server exited without closing it: stale, its server gone.
+// With `channel`, the child also made that rpc channel as its owner (as a client does to connect)
+// and left it behind too. Returns the child's pid.
+std::uint32_t leave_dead_service(const std::string& name, const std::string& channel = {}) {
+  shmio::test::child c([&] {
+    asio::io_context io;
+    shmio::rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name);
+    std::optional<shmio::rpc_buffer> owner;
+    if (!channel.empty()) owner.emplace(io.get_executor(), shmio::create_only, channel);
+    ::_exit(0);  // no destructor: the files stay, and the exit drops their locks
+    return 0;
+  });
+  REQUIRE(c.wait() == 0);
+  return static_cast<std::uint32_t>(c.pid());
 }
 
 std::uint32_t dead_pid() {
@@ -549,4 +599,284 @@ TEST_CASE("inspect survives random damage to locked-buffer and broadcast bodies"
               4);
     }
   }
+}
+
+TEST_CASE("inspect reads an rpc service: channel sizes, server, backlog and its clients",
+          "[inspect]") {
+  scoped_name name("inspect");
+  shmio::rpc_options options;
+  options.node_count = 4;
+  options.node_size = 512;
+  options.max_message_size = 10000;
+  options.default_timeout = 1500ms;
+  service_thread service(name, options);
+  asio::io_context client_io;  // the connects block; the clients' io_context is polled only
+  shmio::rpc_buffer a(client_io.get_executor()), b(client_io.get_executor());
+  a.connect(name.str());
+  b.connect(name.str());
+  client_io.poll();  // what a connect leaves to the clients' strands: they let go of the service
+  // A connect returns once the server's end holds the channel, a moment before the server
+  // counts it as accepted.
+  REQUIRE(shmio::test::eventually([&] { return service.server.connection_count() == 2; }));
+  // Named like a connection, but not one: another kind, the nonce spelt in upper case, and
+  // another service whose name starts with this one's.
+  shmio::circular_buffer not_rpc(client_io.get_executor(), shmio::create_only,
+                                 name.str() + "#7.0000000000000007", 4, 32);
+  shmio::rpc_buffer upper(client_io.get_executor(), shmio::create_only,
+                          name.str() + "#7.000000000000000A");
+  shmio::rpc_buffer other(client_io.get_executor(), shmio::create_only,
+                          name.str() + "x#7.0000000000000007");
+  const auto me = static_cast<std::uint32_t>(::getpid());
+
+  std::error_code ec;
+  auto info = shmio::inspect::examine(name.str(), ec);
+  REQUIRE_FALSE(ec);
+  CHECK(info.live);
+  CHECK_FALSE(info.status);
+  CHECK(shmio::inspect::kind_name(info.kind) == "rpc_service");
+  REQUIRE(info.rpc_service);
+  const auto s = *info.rpc_service;
+  CHECK(s.node_count == 4);
+  CHECK(s.node_size == 512);
+  CHECK(s.max_message_size == 10000);
+  REQUIRE(s.default_timeout_ms);
+  CHECK(*s.default_timeout_ms == 1500);
+  CHECK(s.server_pid == me);
+  CHECK(s.server_alive);
+  CHECK(s.accepted == 2);
+  CHECK(s.requests.node_count == 256);
+  CHECK(s.requests.node_size == 32);
+  CHECK(s.waiting() == 0);
+  CHECK(s.requests.free == 256);
+  CHECK(s.clients_complete);
+  REQUIRE(s.clients.size() == 2);
+  CHECK(s.live_clients() == 2);
+  CHECK(std::is_sorted(s.clients.begin(), s.clients.end(),
+                       [](auto& x, auto& y) { return x.name < y.name; }));
+  for (const auto& c : s.clients) {
+    CHECK((c.name == a.name() || c.name == b.name()));
+    CHECK(c.pid == me);
+    CHECK(c.alive);
+    CHECK(c.server_attached);
+    CHECK_FALSE(c.status);
+  }
+  CHECK(s.clients[0].name != s.clients[1].name);
+
+  // The listing finds the same clients among its own files.
+  auto all = shmio::inspect::list(ec);
+  REQUIRE_FALSE(ec);
+  auto listed = std::find_if(all.begin(), all.end(), [&](auto& x) { return x.name == name.str(); });
+  REQUIRE(listed != all.end());
+  REQUIRE(listed->rpc_service);
+  REQUIRE(listed->rpc_service->clients.size() == 2);
+  CHECK(listed->rpc_service->clients[0].name == s.clients[0].name);
+  CHECK(listed->rpc_service->clients[1].name == s.clients[1].name);
+
+  // A client that closes: the server drops its end, and the channel goes with the two ends.
+  a.close();
+  CHECK(shmio::test::eventually([&] {
+    client_io.poll();
+    auto now = shmio::inspect::examine(name.str(), ec);
+    return now.rpc_service && now.rpc_service->clients.size() == 1 &&
+           now.rpc_service->clients[0].name == b.name();
+  }));
+}
+
+TEST_CASE("inspect tells an rpc service whose server died, and its clients' channels",
+          "[inspect]") {
+  scoped_name name("inspect");
+  // As connection_name spells it: the service's name, '#', the pid, '.', 16 hex digits.
+  const std::string channel = name.str() + "#4242.000000000000feed";
+  const std::uint32_t server = leave_dead_service(name.str(), channel);
+  std::error_code ec;
+  auto info = shmio::inspect::examine(name.str(), ec);
+  REQUIRE_FALSE(ec);
+  CHECK_FALSE(info.live);
+  CHECK(info.stale);
+  CHECK_FALSE(info.status);  // a dead server is a state a new server recovers from, not damage
+  REQUIRE(info.rpc_service);
+  CHECK(info.rpc_service->server_pid == server);
+  CHECK_FALSE(info.rpc_service->server_alive);
+  CHECK(info.rpc_service->accepted == 0);
+  CHECK(info.rpc_service->node_count == 64);  // rpc_options' defaults
+  CHECK(info.rpc_service->node_size == 16 * 1024);
+  REQUIRE(info.rpc_service->clients.size() == 1);
+  auto c = info.rpc_service->clients[0];
+  CHECK(c.name == channel);
+  CHECK(c.pid == server);
+  CHECK_FALSE(c.alive);
+  CHECK_FALSE(c.server_attached);
+  CHECK_FALSE(c.status);
+  CHECK(info.rpc_service->live_clients() == 0);
+
+  // A damaged channel is still the service's, shown with what is wrong with it.
+  const std::uint32_t version = 99;
+  overwrite(file_of(channel), body, &version, sizeof version);
+  info = shmio::inspect::examine(name.str(), ec);
+  REQUIRE(info.rpc_service);
+  REQUIRE(info.rpc_service->clients.size() == 1);
+  c = info.rpc_service->clients[0];
+  CHECK(c.status == shmio::errc::incompatible);
+  CHECK(c.problem.find("rpc version 99") != std::string::npos);
+  CHECK(c.pid == 0);
+
+  CHECK(shmio::inspect::remove_if_stale(channel, ec));
+  CHECK(shmio::inspect::remove_if_stale(name.str(), ec));
+}
+
+TEST_CASE("inspect tells the clients of a service whose server was killed", "[inspect]") {
+  scoped_name name("inspect");
+  shmio::test::child server({shmio::test::peer_path(), "rpc-service-server", name.str()});
+  asio::io_context io;
+  shmio::rpc_buffer client(io.get_executor());
+  // The server process is up when its service answers a connect.
+  REQUIRE(shmio::test::eventually([&] {
+    std::error_code ec;
+    client.connect(name.str(), 10s, ec);
+    return !ec;
+  }));
+  io.poll();  // what the connect leaves to the client's strand: it lets go of the service
+  std::error_code ec;
+  shmio::inspect::segment_info info;
+  // A connect returns once the server's end holds the channel, a moment before the server
+  // counts it as accepted.
+  CHECK(shmio::test::eventually([&] {
+    info = shmio::inspect::examine(name.str(), ec);
+    return info.rpc_service && info.rpc_service->accepted == 1;
+  }));
+  REQUIRE(info.rpc_service);
+  CHECK(info.rpc_service->server_alive);
+  CHECK(info.rpc_service->server_pid == static_cast<std::uint32_t>(server.pid()));
+  REQUIRE(info.rpc_service->clients.size() == 1);
+  CHECK(info.rpc_service->clients[0].server_attached);
+
+  server.kill9();
+  info = shmio::inspect::examine(name.str(), ec);
+  REQUIRE_FALSE(ec);
+  CHECK(info.stale);
+  REQUIRE(info.rpc_service);
+  CHECK_FALSE(info.rpc_service->server_alive);
+  CHECK(info.rpc_service->accepted == 1);
+  REQUIRE(info.rpc_service->clients.size() == 1);
+  const auto c = info.rpc_service->clients[0];
+  CHECK(c.name == client.name());
+  CHECK(c.pid == static_cast<std::uint32_t>(::getpid()));
+  CHECK(c.alive);                  // this process still holds its end
+  CHECK_FALSE(c.server_attached);  // the service's end died with its process
+  CHECK(info.rpc_service->live_clients() == 1);
+}
+
+TEST_CASE("inspect reports damaged rpc service headers as corrupted", "[inspect]") {
+  scoped_name name("inspect");
+  const std::string path = file_of(name.str());
+  leave_dead_service(name.str());
+  std::error_code ec;
+  auto status_after = [&](std::uint64_t offset, auto value) {
+    overwrite(path, offset, &value, sizeof value);
+    return shmio::inspect::examine(name.str(), ec);
+  };
+  SECTION("another listener version") {
+    auto info = status_after(body, std::uint32_t{2});
+    CHECK(info.status == shmio::errc::incompatible);
+    CHECK(info.problem.find("rpc service version 2") != std::string::npos);
+    CHECK_FALSE(info.rpc_service);
+  }
+  SECTION("a channel node size with no room for a packet header") {
+    auto info = status_after(svc_node_size, std::uint32_t{40});
+    CHECK(info.status == shmio::errc::corrupted);
+    CHECK(info.problem.find("channel rings of 64 nodes of 40 bytes") != std::string::npos);
+    CHECK_FALSE(info.rpc_service);
+  }
+  SECTION("a channel node count of 1") {
+    CHECK(status_after(body + 4, std::uint32_t{1}).status == shmio::errc::corrupted);
+  }
+  SECTION("a default timeout past what a duration holds") {
+    auto info = status_after(svc_timeout, std::uint64_t{1} << 63);
+    CHECK(info.status == shmio::errc::corrupted);
+    CHECK(info.problem.find("default timeout") != std::string::npos);
+  }
+  SECTION("no default timeout is not damage") {
+    auto info = status_after(svc_timeout, ~std::uint64_t{0});
+    CHECK_FALSE(info.status);
+    REQUIRE(info.rpc_service);
+    CHECK_FALSE(info.rpc_service->default_timeout_ms);
+  }
+  SECTION("a ring offset past the file") {
+    auto info = status_after(svc_ring_offset, std::uint64_t{1} << 40);
+    CHECK(info.status == shmio::errc::corrupted);
+    CHECK(info.problem.find("inconsistent with the file size") != std::string::npos);
+  }
+  SECTION("ring bytes that do not fit the file") {
+    CHECK(status_after(svc_ring_bytes, std::uint64_t{64}).status == shmio::errc::corrupted);
+  }
+  SECTION("a backlog the connect ring does not have") {
+    auto info = status_after(svc_backlog, std::uint32_t{100000});
+    CHECK(info.status == shmio::errc::corrupted);
+    CHECK(info.problem.find("backlog 100000 but the connect ring has 256 nodes") !=
+          std::string::npos);
+  }
+  SECTION("a connect ring header that does not fit the file") {
+    auto info = status_after(svc_ring, std::uint32_t{0xFFFFFFFF});
+    CHECK(info.status == shmio::errc::corrupted);
+    CHECK(info.problem.find("connect ring header") != std::string::npos);
+  }
+  SECTION("a connect ring of nodes too large for a request") {
+    CHECK(status_after(svc_ring + 4, std::uint32_t{64}).status == shmio::errc::corrupted);
+  }
+  SECTION("a connect ring node of another lap") {
+    auto info = status_after(svc_nodes + 64 * 3, std::uint64_t{12345} << 16);
+    CHECK(info.status == shmio::errc::corrupted);
+    CHECK(info.problem.find("1 invalid connect ring nodes") != std::string::npos);
+    REQUIRE(info.rpc_service);
+    CHECK(info.rpc_service->requests.invalid == 1);
+    CHECK(info.rpc_service->requests.free == 255);
+  }
+  CHECK_FALSE(ec);
+  shmio::inspect::remove_if_stale(name.str(), ec);
+}
+
+TEST_CASE("inspect survives random damage to an rpc service", "[inspect]") {
+  scoped_name name("inspect");
+  const std::string path = file_of(name.str());
+  std::mt19937_64 rng(Catch::rngSeed());
+  for (int round = 0; round < 100; ++round) {
+    leave_dead_service(name.str());
+    // The listener header, the connect ring's header and lines, and its first nodes: where
+    // every size, offset and node word lives.
+    for (int k = 0; k < 4; ++k) {
+      const std::uint64_t offset = body + rng() % (64 + 1344 + 4 * 64 - 8);
+      const std::uint64_t garbage = rng();
+      overwrite(path, offset, &garbage, sizeof garbage);
+    }
+    std::error_code ec;
+    auto info = shmio::inspect::examine(name.str(), ec);
+    REQUIRE_FALSE(ec);
+    CHECK((!info.status || info.status == shmio::errc::corrupted ||
+           info.status == shmio::errc::incompatible));
+    if (info.rpc_service) {
+      const auto& r = info.rpc_service->requests;
+      CHECK(r.used() + r.free + r.invalid == r.node_count);
+      CHECK(r.node_count == 256);
+    }
+    REQUIRE(shmio::inspect::remove_if_stale(name.str(), ec));
+  }
+}
+
+TEST_CASE("inspect says when a service's name is too long to find all its clients", "[inspect]") {
+  scoped_name base("inspect");
+  asio::io_context io;
+  // Its own file name fits; a connection's, 28 bytes longer ("#" pid "." nonce), may be cut.
+  const std::string long_name = base.str() + std::string(200, 'x');
+  shmio::rpc_acceptor acceptor(io.get_executor(), shmio::create_only, long_name);
+  shmio::rpc_acceptor short_one(io.get_executor(), shmio::create_only, base.str());
+  std::error_code ec;
+  auto info = shmio::inspect::examine(long_name, ec);
+  REQUIRE_FALSE(ec);
+  CHECK_FALSE(info.name_cut);
+  REQUIRE(info.rpc_service);
+  CHECK_FALSE(info.rpc_service->clients_complete);
+  CHECK(info.rpc_service->clients.empty());
+  info = shmio::inspect::examine(base.str(), ec);
+  REQUIRE(info.rpc_service);
+  CHECK(info.rpc_service->clients_complete);
 }

@@ -5,8 +5,10 @@
 //                                   shared_array<uint32_t> of 10 (two shares held) NAME.array,
 //                                   a buffer_read_write of 64 bytes (locked) NAME.buffer, and a
 //                                   reliable broadcast (8 x 32 B) with 3 messages and one
-//                                   subscriber that read 1 of them, NAME.broadcast; prints
-//                                   "ready", and keeps them until its stdin closes
+//                                   subscriber that read 1 of them, NAME.broadcast, and an rpc
+//                                   service (channels of 4 x 256 B) with two clients of its
+//                                   own connected, NAME.service; prints "ready", and keeps them
+//                                   until its stdin closes
 //   inspector_fixture reader NAME   opens the ring NAME (empty) and waits to read; prints "ready"
 //                                   first; exits when a message comes
 //   inspector_fixture abandon NAME  creates the ring NAME with 2 messages and exits without
@@ -15,12 +17,17 @@
 //                                             whose lock it holds
 //   inspector_fixture abandon-broadcast NAME  the same with a broadcast (4 x 32 B, 2 entries),
 //                                             a subscriber, and 2 messages
+//   inspector_fixture abandon-service NAME    the same with an rpc service: its server gone
 #include <unistd.h>
 
 #include <asio/io_context.hpp>
+#include <chrono>
 #include <cstdio>
 #include <shmio/shmio.hpp>
+#include <span>
 #include <string>
+#include <thread>
+#include <vector>
 
 int main(int argc, char** argv) {
   if (argc != 3) return 2;
@@ -51,11 +58,35 @@ int main(int argc, char** argv) {
       publisher.write(asio::buffer("news", 4), forever);
     char news[32];
     subscriber.read(asio::buffer(news), forever);
+    // The service accepts on a thread of its own; the blocking connects need nothing run here.
+    asio::io_context server_io;
+    const shmio::rpc_options channels{.node_count = 4, .node_size = 256};
+    shmio::rpc_server server(
+        server_io.get_executor(), shmio::create_only, name + ".service",
+        shmio::rpc_sync_handler([](std::uint64_t, std::span<const std::byte> in) {
+          return std::vector<std::byte>(in.begin(), in.end());
+        }),
+        channels);
+    std::thread server_thread([&] { server_io.run(); });
+    shmio::rpc_buffer client1(ex), client2(ex);
+    client1.connect(name + ".service");
+    client2.connect(name + ".service");
+    io.poll();  // what the connects leave to the clients' strands: they let go of the service
+    // A connect returns once the server's end holds the channel, a moment before the server
+    // counts it as accepted.
+    for (int ms = 0; server.connection_count() != 2; ++ms) {
+      if (ms == 10'000) ::_exit(1);  // no "ready": the test reports it
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     std::printf("ready\n");
     std::fflush(stdout);
     char c;
     while (::read(0, &c, 1) > 0) {
     }
+    client1.close();
+    client2.close();
+    server.close();
+    server_thread.join();
     return 0;
   }
   if (cmd == "reader") {
@@ -85,6 +116,10 @@ int main(int argc, char** argv) {
                                        shmio::broadcast_role::subscriber);
     for (int i = 0; i < 2; ++i)
       publisher.write(asio::buffer("left", 4), forever);
+    ::_exit(0);
+  }
+  if (cmd == "abandon-service") {
+    shmio::rpc_acceptor acceptor(ex, shmio::create_only, name);
     ::_exit(0);
   }
   return 2;

@@ -129,6 +129,40 @@ try:
     human = run("stat", prefix + "live.ring").stdout
     check("state:    live" in human and "3 published" in human, f"human stat: {human}")
 
+    # ---- an rpc service and its two clients ------------------------------------------------
+    svc = listing.get(prefix + "live.service")
+    check(svc is not None and svc["kind"] == "rpc_service" and svc["status"] == "ok"
+          and svc["live"], f"service {svc}")
+    if svc:
+        r = svc["rpc_service"]
+        check(r["server_alive"] and r["server_pid"] == holder.pid and r["accepted"] == 2
+              and r["node_count"] == 4 and r["node_size"] == 256
+              and r["default_timeout_ms"] == 30000 and r["backlog"] == 256
+              and r["waiting"] == 0 and r["requests"]["node_count"] == 256
+              and r["clients_complete"] and r["live_clients"] == 2, f"service state {r}")
+        clients = r["clients"]
+        check(len(clients) == 2 and all(
+            c["name"].startswith(prefix + "live.service#") and c["pid"] == holder.pid
+            and c["alive"] and c["server_attached"] and c["status"] == "ok" for c in clients),
+            f"service clients {clients}")
+        # Each client's channel is listed too, as the rpc segment it is.
+        for c in clients:
+            ch = listing.get(c["name"], {})
+            check(ch.get("kind") == "rpc" and ch["rpc"]["owner_pid"] == holder.pid
+                  and ch["rpc"]["opener_attached"], f"client channel {ch}")
+        check(js("stat", prefix + "live.service")["rpc_service"]["clients"] == clients,
+              "stat finds the same clients as ls")
+    human = run("ls", prefix).stdout
+    check("rpc_service" in human
+          and "server alive; 2 clients (2 live), 0/256 requests waiting, 2 accepted" in human,
+          f"human ls of the service: {human}")
+    human = run("stat", prefix + "live.service").stdout
+    check(f"server:   pid {holder.pid}, alive; 2 connections accepted so far" in human
+          and "channels: 4 nodes of 256 B each way" in human and "default timeout 30000 ms" in human
+          and "requests: 0 waiting, backlog 256" in human and "clients:  2 (2 live)" in human
+          and human.count(f"client pid {holder.pid} alive, server end attached") == 2
+          and "connect ring: 256 nodes of 32 B" in human, f"human stat of the service: {human}")
+
     # ---- a parked reader shows up ---------------------------------------------------------
     # Four readers on the ring of three messages: three take one each and exit, one parks.
     target = prefix + "live.ring"
@@ -201,6 +235,11 @@ corrupt_as("abandon-broadcast", prefix + "badentry", 64 + 1408 + 8, struct.pack(
 corrupt_as("abandon-broadcast", prefix + "badslot", 64 + 1408 + 2 * 64 + 64,
            struct.pack("<Q", 2 * 2 + 2))  # slot 1 claims position 2
 corrupt_as("abandon-broadcast", prefix + "badbcversion", 64, struct.pack("<I", 9))
+# An rpc service whose server died; one whose channel node size has no room for a packet
+# header; one whose backlog disagrees with its connect ring.
+subprocess.run([fixture, "abandon-service", prefix + "deadservice"], timeout=30, check=True)
+corrupt_as("abandon-service", prefix + "badservice", 64 + 8, struct.pack("<I", 8))
+corrupt_as("abandon-service", prefix + "badbacklog", 64 + 44, struct.pack("<I", 7))
 temp = f"{shm}.shmio.tmp.{dead_pid()}.00000000deadbeef"
 with open(temp, "wb") as f:
     f.write(b"\0" * 100)
@@ -210,7 +249,8 @@ for n, status in [("badmagic", "corrupted"), ("badsize", "corrupted"), ("badring
                   ("badnode", "corrupted"), ("badversion", "incompatible"), ("short", "corrupted"),
                   ("badkind", "ok"), ("deadlock", "ok"), ("badlockword", "corrupted"),
                   ("badelement", "corrupted"), ("bcast", "ok"), ("badentry", "corrupted"),
-                  ("badslot", "corrupted"), ("badbcversion", "incompatible")]:
+                  ("badslot", "corrupted"), ("badbcversion", "incompatible"),
+                  ("deadservice", "ok"), ("badservice", "corrupted"), ("badbacklog", "corrupted")]:
     s = listing.get(prefix + n)
     check(s is not None and s["status"] == status and s["stale"], f"{n}: {s}")
 check(listing[prefix + "badkind"]["kind"] == "kind 42", "unknown kind shown by number")
@@ -232,6 +272,17 @@ check(listing.get(prefix + "badslot", {}).get("broadcast", {}).get("invalid") ==
       "bad slot counted")
 human = run("stat", prefix + "badslot").stdout
 check("CORRUPTED" in human and "1 INVALID" in human, f"human stat of a bad slot: {human}")
+ds = listing.get(prefix + "deadservice", {}).get("rpc_service", {})
+check(ds.get("server_alive") is False and ds.get("clients") == [] and ds.get("accepted") == 0
+      and ds.get("server_pid", 0) > 0, f"abandoned service: {ds}")
+human = run("stat", prefix + "deadservice").stdout
+check(", gone; 0 connections accepted so far" in human and "clients:  0 (0 live)" in human,
+      f"human stat of an abandoned service: {human}")
+check("backlog 7 but the connect ring has 256 nodes"
+      in listing.get(prefix + "badbacklog", {}).get("problem", ""), "bad backlog named")
+check("rpc_service" not in listing.get(prefix + "badservice", {}), "bad service not shown")
+human = run("stat", prefix + "badservice").stdout
+check("CORRUPTED: channel rings of" in human, f"human stat of a bad service: {human}")
 temps = js("ls", os.path.basename(temp))
 check(len(temps) == 1 and temps[0]["temporary"] and temps[0]["stale"], f"temporary file: {temps}")
 

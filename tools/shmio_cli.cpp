@@ -127,6 +127,18 @@ std::string lag_text(const inspect::broadcast_info& b) {
   return b.slowest_lag ? std::to_string(*b.slowest_lag) : std::string("-");
 }
 
+std::string timeout_text(const inspect::rpc_service_info& r) {
+  return r.default_timeout_ms ? "default timeout " + std::to_string(*r.default_timeout_ms) + " ms"
+                              : std::string("no default timeout");
+}
+
+// "2 clients (1 live)"; "at least ..." when some connections' names were cut (see inspect.hpp).
+std::string clients_text(const inspect::rpc_service_info& r) {
+  return std::string(r.clients_complete ? "" : "at least ") +
+         count(r.clients.size(), "client", "clients") + " (" + std::to_string(r.live_clients()) +
+         " live)";
+}
+
 std::string details(const inspect::segment_info& s) {
   if (s.status) return "CORRUPTED: " + s.problem;
   if (s.locked)
@@ -139,6 +151,11 @@ std::string details(const inspect::segment_info& s) {
            std::to_string(s.broadcast->slot_count) + " slots, seq " +
            std::to_string(s.broadcast->write_sequence) + ", slowest lag " + lag_text(*s.broadcast);
   if (s.ring) return "nodes " + ring_summary(*s.ring);
+  if (s.rpc_service)
+    return std::string("server ") + (s.rpc_service->server_alive ? "alive" : "gone") + "; " +
+           clients_text(*s.rpc_service) + ", " + std::to_string(s.rpc_service->waiting()) + "/" +
+           std::to_string(s.rpc_service->requests.node_count) + " requests waiting, " +
+           std::to_string(s.rpc_service->accepted) + " accepted";
   if (s.rpc)
     return std::string("owner ") + (s.rpc->owner_attached ? "attached" : "gone") + ", opener " +
            (s.rpc->opener_attached ? "attached" : "none") + "; to owner " +
@@ -223,6 +240,27 @@ void print_detail(const inspect::segment_info& s) {
     print_ring("ring to opener", s.rpc->to_opener);
     print_ring("ring to owner", s.rpc->to_owner);
   }
+  if (s.rpc_service) {
+    const auto& r = *s.rpc_service;
+    std::printf("server:   pid %u, %s; %llu connections accepted so far\n", r.server_pid,
+                r.server_alive ? "alive" : "gone", static_cast<unsigned long long>(r.accepted));
+    std::printf("channels: %u nodes of %s each way, messages up to %s, %s\n", r.node_count,
+                bytes(r.node_size).c_str(), bytes(r.max_message_size).c_str(),
+                timeout_text(r).c_str());
+    std::printf("requests: %u waiting, backlog %u\n", r.waiting(), r.requests.node_count);
+    std::printf("clients:  %s%zu (%u live)%s\n", r.clients_complete ? "" : "at least ",
+                r.clients.size(), r.live_clients(),
+                r.clients_complete ? ""
+                                   : "; connections with names too long for a file name "
+                                     "are not found");
+    for (const auto& c : r.clients) {
+      std::printf("  %s  client pid %u %s, server end %s", printable(c.name).c_str(), c.pid,
+                  c.alive ? "alive" : "gone", c.server_attached ? "attached" : "none");
+      if (c.status) std::printf("; CORRUPTED: %s", c.problem.c_str());
+      std::printf("\n");
+    }
+    print_ring("connect ring", r.requests);
+  }
   if (s.locked) {
     const auto& l = s.locked->lock;
     std::printf("data:     %llu elements of %s (align %u), %s\n",
@@ -260,6 +298,12 @@ void print_detail(const inspect::segment_info& s) {
 }
 
 // ---- JSON ---------------------------------------------------------------------------------
+
+// "ok", "corrupted" or "incompatible".
+std::string status_name(const std::error_code& status) {
+  if (!status) return "ok";
+  return status == shmio::errc::incompatible ? "incompatible" : "corrupted";
+}
 
 void write_queue(json_writer& j, const inspect::wait_queue_info& q) {
   j.begin_object();
@@ -302,9 +346,7 @@ void write_segment(json_writer& j, const inspect::segment_info& s) {
   j.key("live").value(s.live);
   j.key("stale").value(s.stale);
   j.key("size").value(s.file_size);
-  j.key("status").value(
-      s.status ? std::string(s.status == shmio::errc::incompatible ? "incompatible" : "corrupted")
-               : std::string("ok"));
+  j.key("status").value(status_name(s.status));
   if (s.status) j.key("problem").value(s.problem);
   if (s.temporary) {
     j.key("creator_pid").value(std::uint64_t{s.temp_pid});
@@ -340,6 +382,40 @@ void write_segment(json_writer& j, const inspect::segment_info& s) {
     write_ring(j, s.rpc->to_opener);
     j.key("to_owner");
     write_ring(j, s.rpc->to_owner);
+    j.end_object();
+  }
+  if (s.rpc_service) {
+    const auto& r = *s.rpc_service;
+    j.key("rpc_service").begin_object();
+    j.key("node_count").value(std::uint64_t{r.node_count});
+    j.key("node_size").value(std::uint64_t{r.node_size});
+    j.key("max_message_size").value(std::uint64_t{r.max_message_size});
+    j.key("default_timeout_ms");
+    if (r.default_timeout_ms)
+      j.value(*r.default_timeout_ms);
+    else
+      j.null();
+    j.key("server_pid").value(std::uint64_t{r.server_pid});
+    j.key("server_alive").value(r.server_alive);
+    j.key("accepted").value(r.accepted);
+    j.key("backlog").value(std::uint64_t{r.requests.node_count});
+    j.key("waiting").value(std::uint64_t{r.waiting()});
+    j.key("clients_complete").value(r.clients_complete);
+    j.key("live_clients").value(std::uint64_t{r.live_clients()});
+    j.key("clients").begin_array();
+    for (const auto& c : r.clients) {
+      j.begin_object();
+      j.key("name").value(c.name);
+      j.key("pid").value(std::uint64_t{c.pid});
+      j.key("alive").value(c.alive);
+      j.key("server_attached").value(c.server_attached);
+      j.key("status").value(status_name(c.status));
+      if (c.status) j.key("problem").value(c.problem);
+      j.end_object();
+    }
+    j.end_array();
+    j.key("requests");
+    write_ring(j, r.requests);
     j.end_object();
   }
   if (s.locked) {

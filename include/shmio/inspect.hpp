@@ -118,6 +118,44 @@ struct broadcast_info {
   wait_queue_info writers;
 };
 
+/// One connection of an RPC service: the rpc channel its client made to connect, found by its
+/// name (the service's name, '#', the client's pid and a nonce).
+struct rpc_client_info {
+  std::string name;              ///< the channel's segment name
+  std::uint32_t pid = 0;         ///< the client's, as the channel records it; informational
+  bool alive = false;            ///< the client holds its end (the channel's owner lock)
+  bool server_attached = false;  ///< the service's end holds the channel (its opener lock)
+  std::error_code status;        ///< clear, or why the channel cannot be trusted
+  std::string problem;           ///< what exactly is wrong, when status is set
+};
+
+/// An RPC service (object_kind::rpc_listener, made by an rpc_acceptor or rpc_server): the sizes
+/// of every connection's channel, its server, the connect requests waiting and its clients.
+struct rpc_service_info {
+  std::uint32_t node_count = 0;  ///< of each ring of a connection's channel
+  std::uint32_t node_size = 0;   ///< of each ring of a connection's channel
+  std::uint32_t max_message_size = 0;
+  std::optional<std::uint64_t> default_timeout_ms;  ///< empty: calls have no default timeout
+  std::uint32_t server_pid = 0;                     ///< as recorded; informational
+  bool server_alive = false;   ///< an acceptor holds the service (its lock byte is held)
+  std::uint64_t accepted = 0;  ///< connections accepted so far, as recorded; informational
+  ring_info requests;          ///< the connect ring; its node_count is the backlog
+  /// The rpc channels of this service in /dev/shm, sorted by name: connected clients, and the
+  /// channels of clients still connecting or gone but not yet cleaned up.
+  std::vector<rpc_client_info> clients;
+  /// False when the service's name is so long that its connections' file names may be cut: a
+  /// cut name cannot be told to be this service's, so such connections are missing.
+  bool clients_complete = true;
+
+  std::uint32_t waiting() const noexcept { return requests.published; }  ///< connect requests
+  std::uint32_t live_clients() const noexcept {
+    std::uint32_t n = 0;
+    for (const auto& c : clients)
+      n += c.alive;
+    return n;
+  }
+};
+
 /// "free", "shared", "claimed" or "exclusive".
 std::string lock_state_name(lock_info::state_kind state);
 
@@ -148,17 +186,20 @@ struct segment_info {
   std::optional<rpc_info> rpc;
   std::optional<locked_buffer_info> locked;  ///< shared_array, buffer_read_write
   std::optional<broadcast_info> broadcast;
+  std::optional<rpc_service_info> rpc_service;
 };
 
 /// The name of an object_kind ("circular_buffer"), or "kind N" for one this build does not know.
 std::string kind_name(std::uint32_t kind);
 
 /// Every segment file of this user (their own names, and machine-wide names they own), plus the
-/// temporary files of unfinished creates, sorted by name.
+/// temporary files of unfinished creates, sorted by name. An RPC service's clients are the
+/// channels of the same listing that are named for it.
 std::vector<segment_info> list(std::error_code& ec);
 /// The segment `name`, or errc::not_found.
 segment_info examine(std::string_view name, std::error_code& ec);
-/// The file at `path`, which must be a shmio file in /dev/shm (else errc::invalid_name).
+/// The file at `path`, which must be a shmio file in /dev/shm (else errc::invalid_name). For an
+/// RPC service this also looks through /dev/shm for its clients' channels.
 segment_info examine_file(const std::string& path, std::error_code& ec);
 
 /// Removes the segment `name` if no process holds it (true), with the same locking protocol as

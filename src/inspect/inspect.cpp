@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <tuple>
 
 #include "shmio/detail/broadcast_ring.hpp"
@@ -13,6 +14,7 @@
 #include "shmio/detail/names.hpp"
 #include "shmio/detail/platform.hpp"
 #include "shmio/detail/ring.hpp"
+#include "shmio/detail/rpc_listener.hpp"
 #include "shmio/detail/rw_lock_view.hpp"
 #include "shmio/detail/segment_locks.hpp"
 
@@ -123,23 +125,25 @@ wait_queue_info read_queue(const layout::wait_queue& q) {
   return out;
 }
 
-// `body` has passed ring_view::validate.
-ring_info read_ring(std::span<const std::byte> body) {
+// `g` is what ring_view::validate found in `body`: the header is not read again, as a peer may
+// have changed it since, and only the values checked may bound the walk over the nodes.
+ring_info read_ring(std::span<const std::byte> body, const detail::ring_geometry& g) {
   const auto& st = *reinterpret_cast<const layout::ring_state*>(body.data());
   ring_info r;
-  r.node_count = st.header.node_count;
-  r.node_size = st.header.node_size;
+  r.node_count = g.node_count;
+  r.node_size = g.node_size;
   // relaxed: snapshot for display, as everywhere here.
   r.head = st.head.position.load(std::memory_order_relaxed);
   r.tail = st.tail.position.load(std::memory_order_relaxed);
   r.readers = read_queue(st.readers);
   r.writers = read_queue(st.writers);
-  const std::byte* nodes = body.data() + st.header.nodes_offset;
+  const std::byte* nodes = body.data() + g.nodes_offset;
   const std::uint64_t turn_mask = (std::uint64_t{1} << (64 - layout::node_turn_shift)) - 1;
   for (std::uint32_t i = 0; i < r.node_count; ++i) {
-    const auto& n = *reinterpret_cast<const layout::node_header*>(
-        nodes + std::size_t{i} * st.header.node_stride);
+    const auto& n =
+        *reinterpret_cast<const layout::node_header*>(nodes + std::size_t{i} * g.node_stride);
     const std::uint64_t w = n.word.load(std::memory_order_relaxed);  // relaxed: snapshot
+    const std::uint32_t length = n.length;                           // one copy: checked, counted
     const std::uint64_t turn = (w >> layout::node_turn_shift) & turn_mask;
     const bool owned = (w & layout::node_owner_mask) != 0;
     const bool reading = (w & layout::node_reading_bit) != 0;
@@ -151,7 +155,7 @@ ring_info read_ring(std::span<const std::byte> body) {
     } else if (lap_offset == (i + 1) % r.node_count && (owned == reading)) {
       if (owned)
         ++r.reading;
-      else if (n.length > r.node_size)
+      else if (length > r.node_size)
         ++r.invalid;
       else
         ++r.published;
@@ -167,18 +171,20 @@ void read_event(std::span<const std::byte> body, segment_info& info) {
     return set_problem(info, errc::corrupted, "event body too small");
   const auto& ev = *reinterpret_cast<const layout::event_state*>(body.data());
   const std::uint32_t signalled = ev.signalled.load(std::memory_order_relaxed);  // snapshot
-  if (ev.mode != layout::event_auto_reset && ev.mode != layout::event_manual_reset)
-    return set_problem(info, errc::corrupted, "event mode " + std::to_string(ev.mode));
+  const std::uint32_t mode = ev.mode;  // one copy: the value checked is the value shown
+  if (mode != layout::event_auto_reset && mode != layout::event_manual_reset)
+    return set_problem(info, errc::corrupted, "event mode " + std::to_string(mode));
   if (signalled > 1)
     return set_problem(info, errc::corrupted, "event state " + std::to_string(signalled));
   info.event =
-      event_info{signalled == 1, ev.mode == layout::event_manual_reset, read_queue(ev.waiters)};
+      event_info{signalled == 1, mode == layout::event_manual_reset, read_queue(ev.waiters)};
 }
 
 void read_circular_buffer(std::span<const std::byte> body, segment_info& info) {
-  if (detail::ring_view::validate(body))
+  detail::ring_geometry g;
+  if (detail::ring_view::validate(body, g))
     return set_problem(info, errc::corrupted, "ring header inconsistent with the file size");
-  info.ring = read_ring(body);
+  info.ring = read_ring(body, g);
   if (info.ring->invalid)
     set_problem(info, errc::corrupted, std::to_string(info.ring->invalid) + " invalid nodes");
 }
@@ -186,19 +192,28 @@ void read_circular_buffer(std::span<const std::byte> body, segment_info& info) {
 void read_rpc(std::span<const std::byte> body, int fd, segment_info& info) {
   if (body.size() < sizeof(layout::rpc_header))
     return set_problem(info, errc::corrupted, "rpc body too small");
+  // One copy of each field: the memory is shared, and a value checked must be the value used.
   const auto& h = *reinterpret_cast<const layout::rpc_header*>(body.data());
-  if (h.version != layout::rpc_version)
-    return set_problem(info, errc::incompatible, "rpc version " + std::to_string(h.version));
+  const std::uint32_t version = h.version;
+  if (version != layout::rpc_version)
+    return set_problem(info, errc::incompatible, "rpc version " + std::to_string(version));
+  const std::uint32_t node_count = h.node_count;
+  const std::uint32_t node_size = h.node_size;
+  const std::uint64_t header_ring_bytes = h.ring_bytes;
+  const std::uint64_t to_opener_offset = h.to_opener_offset;
+  const std::uint64_t to_owner_offset = h.to_owner_offset;
   std::uint64_t ring_bytes = 0;
-  if (!detail::ring_view::body_size_for(h.node_count, h.node_size, ring_bytes) ||
-      h.node_size <= sizeof(layout::packet_header) || h.ring_bytes != ring_bytes ||
-      h.to_opener_offset != sizeof(layout::rpc_header) ||
-      h.to_owner_offset != sizeof(layout::rpc_header) + ring_bytes ||
+  if (!detail::ring_view::body_size_for(node_count, node_size, ring_bytes) ||
+      node_size <= sizeof(layout::packet_header) || header_ring_bytes != ring_bytes ||
+      to_opener_offset != sizeof(layout::rpc_header) ||
+      to_owner_offset != sizeof(layout::rpc_header) + ring_bytes ||
       body.size() != sizeof(layout::rpc_header) + 2 * ring_bytes)
     return set_problem(info, errc::corrupted, "rpc header inconsistent with the file size");
-  auto to_opener = body.subspan(h.to_opener_offset, ring_bytes);
-  auto to_owner = body.subspan(h.to_owner_offset, ring_bytes);
-  if (detail::ring_view::validate(to_opener) || detail::ring_view::validate(to_owner))
+  auto to_opener = body.subspan(to_opener_offset, ring_bytes);
+  auto to_owner = body.subspan(to_owner_offset, ring_bytes);
+  detail::ring_geometry to_opener_geometry, to_owner_geometry;
+  if (detail::ring_view::validate(to_opener, to_opener_geometry) ||
+      detail::ring_view::validate(to_owner, to_owner_geometry))
     return set_problem(info, errc::corrupted, "rpc ring header inconsistent");
   rpc_info r;
   r.owner_pid = h.owner_pid.load(std::memory_order_relaxed);                  // relaxed: snapshot
@@ -208,8 +223,8 @@ void read_rpc(std::span<const std::byte> body, int fd, segment_info& info) {
   std::error_code ec;
   r.owner_attached = platform::byte_locked_by_other(fd, layout::rpc_owner_lock_byte, ec);
   r.opener_attached = platform::byte_locked_by_other(fd, layout::rpc_opener_lock_byte, ec);
-  r.to_opener = read_ring(to_opener);
-  r.to_owner = read_ring(to_owner);
+  r.to_opener = read_ring(to_opener, to_opener_geometry);
+  r.to_owner = read_ring(to_owner, to_owner_geometry);
   info.rpc = std::move(r);
   if (info.rpc->to_opener.invalid || info.rpc->to_owner.invalid)
     set_problem(info, errc::corrupted, "invalid ring nodes");
@@ -380,6 +395,60 @@ void read_broadcast(std::span<const std::byte> body, int fd, segment_info& info)
     set_problem(info, errc::corrupted, std::to_string(info.broadcast->invalid) + " invalid slots");
 }
 
+// The body of an RPC service: its header (each field copied once, then checked as a client that
+// connects checks it, see validate_listener) and its connect ring. Its clients are found later,
+// among the other files.
+void read_listener(std::span<const std::byte> body, int fd, segment_info& info) {
+  if (body.size() < sizeof(layout::listener_header))
+    return set_problem(info, errc::corrupted, "rpc service body too small");
+  const auto& h = *reinterpret_cast<const layout::listener_header*>(body.data());
+  const std::uint32_t version = h.version;
+  if (version != layout::listener_version)
+    return set_problem(info, errc::incompatible, "rpc service version " + std::to_string(version));
+  const std::uint32_t node_count = h.node_count;
+  const std::uint32_t node_size = h.node_size;
+  const std::uint32_t max_message_size = h.max_message_size;
+  const std::uint64_t timeout_ms = h.default_timeout_ms;
+  const std::uint64_t ring_offset = h.ring_offset;
+  const std::uint64_t ring_bytes = h.ring_bytes;
+  const std::uint32_t backlog = h.backlog;
+  // The sizes every client makes its channel with: what a channel may have (as read_rpc checks).
+  std::uint64_t channel_ring = 0;
+  if (!detail::ring_view::body_size_for(node_count, node_size, channel_ring) ||
+      node_size <= sizeof(layout::packet_header))
+    return set_problem(info, errc::corrupted,
+                       "channel rings of " + std::to_string(node_count) + " nodes of " +
+                           std::to_string(node_size) + " bytes");
+  if (timeout_ms != layout::rpc_no_timeout &&
+      timeout_ms > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+    return set_problem(info, errc::corrupted, "default timeout " + std::to_string(timeout_ms));
+  if (ring_offset != sizeof(layout::listener_header) ||
+      ring_bytes != body.size() - sizeof(layout::listener_header))
+    return set_problem(info, errc::corrupted, "rpc service header inconsistent with the file size");
+  auto ring = body.subspan(ring_offset, ring_bytes);
+  detail::ring_geometry g;
+  if (detail::ring_view::validate(ring, g) || g.node_size != sizeof(layout::connect_request))
+    return set_problem(info, errc::corrupted, "connect ring header inconsistent");
+  // The acceptor goes by the ring's own count; a header that says otherwise was damaged.
+  if (backlog != g.node_count)
+    return set_problem(info, errc::corrupted,
+                       "backlog " + std::to_string(backlog) + " but the connect ring has " +
+                           std::to_string(g.node_count) + " nodes");
+  rpc_service_info r;
+  r.node_count = node_count;
+  r.node_size = node_size;
+  r.max_message_size = max_message_size;
+  if (timeout_ms != layout::rpc_no_timeout) r.default_timeout_ms = timeout_ms;
+  r.server_pid = h.server_pid.load(std::memory_order_relaxed);  // relaxed: snapshot
+  r.accepted = h.accepted.load(std::memory_order_relaxed);      // relaxed: snapshot
+  r.server_alive = byte_held(fd, layout::listener_server_lock_byte);
+  r.requests = read_ring(ring, g);
+  info.rpc_service = std::move(r);
+  if (info.rpc_service->requests.invalid)
+    set_problem(info, errc::corrupted,
+                std::to_string(info.rpc_service->requests.invalid) + " invalid connect ring nodes");
+}
+
 // Reads the header and, for known kinds, the body of the mapped file.
 void read_contents(const std::byte* base, std::size_t size, int fd, segment_info& info) {
   layout::segment_header h;
@@ -414,6 +483,8 @@ void read_contents(const std::byte* base, std::size_t size, int fd, segment_info
       return read_locked(body, fd, info);
     case object_kind::broadcast:
       return read_broadcast(body, fd, info);
+    case object_kind::rpc_listener:
+      return read_listener(body, fd, info);
     default:
       return;  // header only
   }
@@ -466,7 +537,10 @@ std::string kind_name(std::uint32_t kind) {
   return "kind " + std::to_string(kind);
 }
 
-segment_info examine_file(const std::string& path, std::error_code& ec) {
+namespace {
+
+// examine_file without the search for a service's clients: list() finds them in its own listing.
+segment_info examine_one(const std::string& path, std::error_code& ec) {
   ec.clear();
   segment_info info;
   info.file = path;
@@ -504,6 +578,95 @@ segment_info examine_file(const std::string& path, std::error_code& ec) {
   return info;
 }
 
+// Whether `name` is exactly a name detail::connection_name makes for `service`: the service's
+// name, '#', a pid and a nonce, spelled as the library spells them and nothing else.
+bool is_connection_of(std::string_view service, std::string_view name) {
+  if (name.size() <= service.size() || !name.starts_with(service) || name[service.size()] != '#')
+    return false;
+  const std::string_view rest = name.substr(service.size() + 1);
+  const std::size_t dot = rest.find('.');
+  if (dot == std::string_view::npos || dot == 0 || dot > 10 || rest.size() - dot - 1 != 16)
+    return false;
+  std::uint64_t pid = 0;
+  for (char c : rest.substr(0, dot)) {
+    if (c < '0' || c > '9') return false;
+    pid = pid * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  std::uint64_t nonce = 0;
+  for (char c : rest.substr(dot + 1)) {
+    const int v = hex_value(c);
+    if (v < 0) return false;
+    nonce = nonce << 4 | static_cast<std::uint64_t>(v);
+  }
+  // Rebuilt from the numbers: leading zeros or upper-case digits make another name.
+  return pid <= UINT32_MAX &&
+         detail::connection_name(service, static_cast<std::uint32_t>(pid), nonce) == name;
+}
+
+// Whether every connection of `service` keeps its name as its file name. A name too long for a
+// file name is cut and ends in a hash: it cannot be told to belong to the service.
+bool connection_names_fit(const segment_info& service) {
+  if (service.name_cut) return false;
+  const std::string longest = detail::connection_name(service.name, UINT32_MAX, UINT64_MAX);
+  std::error_code ec;
+  const std::string file = detail::segment_file_name(longest, ec);
+  // An uncut file name ends with the name's own "#pid.nonce", a cut one with "~" and the hash.
+  return !ec && file.ends_with(std::string_view(longest).substr(service.name.size()));
+}
+
+// Adds `channel` to the clients of `service` if it is one of its connections.
+void add_if_client(segment_info& service, const segment_info& channel) {
+  if (channel.temporary || channel.name_cut || !channel.header_read ||
+      channel.kind != static_cast<std::uint32_t>(object_kind::rpc) ||
+      !is_connection_of(service.name, channel.name))
+    return;
+  rpc_client_info c;
+  c.name = channel.name;
+  c.status = channel.status;
+  c.problem = channel.problem;
+  if (channel.rpc) {
+    // The client made the channel: it is the owner, the service's end the opener.
+    c.pid = channel.rpc->owner_pid;
+    c.alive = channel.rpc->owner_attached;
+    c.server_attached = channel.rpc->opener_attached;
+  }
+  service.rpc_service->clients.push_back(std::move(c));
+}
+
+void sort_clients(rpc_service_info& s) {
+  std::sort(s.clients.begin(), s.clients.end(),
+            [](const rpc_client_info& a, const rpc_client_info& b) { return a.name < b.name; });
+}
+
+// Finds the clients of the service `service` among the files of /dev/shm.
+void find_clients(segment_info& service) {
+  rpc_service_info& s = *service.rpc_service;
+  s.clients_complete = connection_names_fit(service);
+  if (service.name_cut) return;  // its name is only a start: no other name can be matched to it
+  std::error_code ec;
+  const std::string dir(detail::shm_directory);
+  for (const std::string& file : platform::list_directory(dir, ec)) {
+    segment_info parsed;
+    // By name first, so that only the files named for the service are opened.
+    if (!parse_file_name(file, parsed) || parsed.temporary || parsed.name_cut ||
+        !is_connection_of(service.name, parsed.name))
+      continue;
+    std::error_code one;
+    const segment_info channel = examine_one(dir + file, one);
+    if (!one) add_if_client(service, channel);  // gone meanwhile or another user's: not counted
+  }
+  if (ec) s.clients_complete = false;
+  sort_clients(s);
+}
+
+}  // namespace
+
+segment_info examine_file(const std::string& path, std::error_code& ec) {
+  segment_info info = examine_one(path, ec);
+  if (!ec && info.rpc_service) find_clients(info);
+  return info;
+}
+
 segment_info examine(std::string_view name, std::error_code& ec) {
   ec.clear();  // segment_path only sets it
   std::string path = detail::segment_path(name, ec);
@@ -518,7 +681,7 @@ std::vector<segment_info> list(std::error_code& ec) {
   for (const std::string& file : platform::list_directory(dir, ec)) {
     if (!is_shmio_file(file)) continue;
     std::error_code one;
-    segment_info info = examine_file(dir + file, one);
+    segment_info info = examine_one(dir + file, one);
     // Gone meanwhile, another user's, or not one of ours by name: not listed.
     if (one == errc::not_found || one == errc::access_denied || one == errc::invalid_name) continue;
     out.push_back(std::move(info));
@@ -526,6 +689,15 @@ std::vector<segment_info> list(std::error_code& ec) {
   std::sort(out.begin(), out.end(), [](const segment_info& a, const segment_info& b) {
     return std::tie(a.temporary, a.name, a.file) < std::tie(b.temporary, b.name, b.file);
   });
+  // A service's clients are files of this same listing: no second look through the directory.
+  for (segment_info& service : out) {
+    if (!service.rpc_service) continue;
+    service.rpc_service->clients_complete = connection_names_fit(service);
+    if (service.name_cut) continue;
+    for (const segment_info& channel : out)
+      add_if_client(service, channel);
+    sort_clients(*service.rpc_service);
+  }
   return out;
 }
 
