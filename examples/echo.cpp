@@ -1,77 +1,209 @@
-// A two-process RPC demo: this process owns the channel and serves it; it starts a second
-// process that joins the channel and calls it.
+// echo — one RPC service, several client processes at once: an rpc_acceptor's accept loop.
 //
-//   echo                 serve, and start "echo client NAME" as the other process
-//   echo client NAME     call the server: the seed's add example, echoes of several sizes
-//                        (large ones travel as many packets), then a latency loop
+//   echo serve NAME          serve NAME until SIGINT or SIGTERM: every request is echoed back
+//   echo call NAME TEXT...   connect to NAME, send each TEXT, print each reply on a line
+//   echo                     both at once: serve a name of its own, start three "echo call"
+//                            processes, and stop when they have exited (non-zero if one failed)
+//
+// The accept loop is a coroutine that co_awaits async_accept, as a TCP server's does. Each
+// accepted rpc_buffer is the service's end of one client's channel, and serves the handler for
+// as long as it lives: a coroutine of its own keeps it until async_wait_closed says the client
+// closed or died. Clients never contend with each other (each has its own two rings), and one
+// that goes takes only its own channel with it. rpc_server (see kvd.cpp) is this loop, ready
+// made; the acceptor is for a service that wants its hands on each connection.
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <asio.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <numeric>
+#include <functional>
+#include <set>
 #include <shmio/shmio.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace {
 
-// The server's handler: a request of two bytes gets their sum (as a 32-bit int, like the seed's
-// example), anything else is echoed back.
-std::vector<std::byte> serve(std::uint64_t, std::span<const std::byte> request) {
-  if (request.size() == 2) {
-    std::int32_t sum = std::to_integer<int>(request[0]) + std::to_integer<int>(request[1]);
-    std::vector<std::byte> reply(sizeof sum);
-    std::memcpy(reply.data(), &sum, sizeof sum);
-    return reply;
-  }
-  return {request.begin(), request.end()};
+using namespace std::chrono_literals;
+
+constexpr auto as_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+
+std::string text_of(std::span<const std::byte> payload) {
+  return {reinterpret_cast<const char*>(payload.data()), payload.size()};
 }
 
-asio::awaitable<int> call_server(shmio::rpc_buffer& client) {
-  const std::uint8_t add[] = {123, 10};
-  auto sum = co_await client.async_request(asio::buffer(add), asio::use_awaitable);
-  std::int32_t v = 0;
-  std::memcpy(&v, sum.data(), sizeof v);
-  std::printf("client: 123 + 10 = %d\n", v);
+// ---- the service ------------------------------------------------------------------------
 
-  for (std::size_t size : {0u, 1u, 1000u, 65'504u, 65'505u, 1u << 20, 16u << 20}) {
-    std::vector<std::byte> payload(size);
-    std::iota(reinterpret_cast<unsigned char*>(payload.data()),
-              reinterpret_cast<unsigned char*>(payload.data()) + size, 0);
-    auto start = std::chrono::steady_clock::now();
-    auto reply = co_await client.async_request(asio::buffer(payload), asio::use_awaitable);
-    auto us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start);
-    std::printf("client: echo of %8zu bytes %s in %9.1f us\n", size,
-                reply == payload ? "ok" : "WRONG", us.count());
-    if (reply != payload) co_return 1;
-  }
+class echo_service {
+ public:
+  echo_service(asio::io_context& io, const std::string& name, std::error_code& ec)
+      : io_(io), acceptor_(io.get_executor(), shmio::create_only, name, {}, ec) {}
 
-  const int rounds = 20000;
-  std::byte small[64]{};
-  auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < rounds; ++i)
-    co_await client.async_request(asio::buffer(small), asio::use_awaitable);
-  auto us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start);
-  std::printf("client: %d round trips of 64 bytes, %.2f us each\n", rounds, us.count() / rounds);
-  co_return 0;
-}
-
-int run_client(const std::string& name) {
-  asio::io_context io;
-  shmio::rpc_buffer client(io.get_executor(), shmio::open_only, name);
-  int rc = 1;
-  asio::co_spawn(io, call_server(client), [&](std::exception_ptr e, int r) {
-    rc = r;
-    if (e) try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& x) {
-        std::printf("client: %s\n", x.what());
+  // Accepts until close(); false if it had to stop before that.
+  asio::awaitable<bool> accept_loop() {
+    for (;;) {
+      auto [ec, connection] = co_await acceptor_.async_accept(methods_, as_tuple);
+      if (ec == asio::error::operation_aborted) co_return true;  // closed
+      if (ec) {  // the connect ring is damaged: no client can reach us any more
+        std::fprintf(stderr, "echo: cannot accept: %s\n", ec.message().c_str());
+        co_return false;
       }
-    client.close();
+      asio::co_spawn(io_, hold(std::move(connection)), asio::detached);
+    }
+  }
+
+  // Stops accepting and closes every connection: the accept loop ends, and each holder's wait
+  // completes.
+  void close() {
+    acceptor_.close();
+    // Each holder's wait completes later, never inside close(): live_ stays as it is meanwhile.
+    for (shmio::rpc_buffer* c : live_)
+      c->close();
+  }
+
+  int clients() const { return accepted_; }
+  std::uint64_t requests() const { return requests_; }
+
+ private:
+  // Keeps one connection, and so its serving, until its client goes or close() closes it.
+  asio::awaitable<void> hold(shmio::rpc_buffer connection) {
+    const int id = ++accepted_;
+    live_.insert(&connection);
+    std::printf("echo: client %d connected (%zu now)\n", id, live_.size());
+    auto [ec] = co_await connection.async_wait_closed(as_tuple);
+    live_.erase(&connection);
+    if (!ec)  // the client went (operation_aborted: close() closed it)
+      std::printf("echo: client %d left after %llu requests (%zu now)\n", id,
+                  static_cast<unsigned long long>(connection.statistics().requests_received),
+                  live_.size());
+  }
+
+  asio::io_context& io_;
+  shmio::rpc_acceptor acceptor_;
+  // What every connection serves: one handler, as the unnamed method. A plain handler (one that
+  // returns its reply) runs inline as its request is read: the fast path, for one that never
+  // waits. Every connection's runs on the io_context's one thread, so the counter needs no lock.
+  shmio::rpc_methods methods_ = shmio::rpc_methods().add(
+      "", shmio::rpc_sync_handler([this](std::uint64_t, std::span<const std::byte> in) {
+        ++requests_;
+        return std::vector<std::byte>(in.begin(), in.end());
+      }));
+  std::set<shmio::rpc_buffer*> live_;  // for close(); each is owned by its hold()
+  int accepted_ = 0;
+  std::uint64_t requests_ = 0;
+};
+
+// Starts this program with `args` (argv[0] first) as another process; its pid, or -1.
+pid_t start_self(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (int e = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ)) {
+    std::fprintf(stderr, "echo: cannot start a client: %s\n", std::strerror(e));
+    return -1;
+  }
+  return pid;
+}
+
+// Serves `name` until SIGINT or SIGTERM; or, given `demo_clients`, starts that many
+// "echo call" processes and serves until they have all exited.
+int serve(const std::string& name, const char* self, int demo_clients) {
+  asio::io_context io;
+  std::error_code ec;
+  echo_service service(io, name, ec);
+  if (ec == shmio::errc::already_exists) {
+    std::fprintf(stderr, "echo: a service is already running on '%s'\n", name.c_str());
+    return 1;
+  }
+  if (ec) {
+    std::fprintf(stderr, "echo: cannot serve '%s': %s\n", name.c_str(), ec.message().c_str());
+    return 1;
+  }
+  // SIGCHLD is waited for before any child starts: none can exit unseen.
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  if (demo_clients > 0) signals.add(SIGCHLD);
+  int running = 0, failures = 0;
+  std::function<void(std::error_code, int)> on_signal = [&](std::error_code e, int sig) {
+    if (e) return;
+    if (sig == SIGCHLD) {
+      int status = 0;
+      while (running > 0 && ::waitpid(-1, &status, WNOHANG) > 0) {
+        --running;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
+      }
+      if (running > 0) return signals.async_wait(on_signal);
+    }
+    service.close();
+  };
+  signals.async_wait(on_signal);
+  // However the loop ends (closed, or failed), the rest goes with it: the connections, and the
+  // signal wait, the last work on the io_context; then run() returns.
+  asio::co_spawn(io, service.accept_loop(), [&](std::exception_ptr e, bool ok) {
+    if (e || !ok) ++failures;
+    service.close();
+    signals.cancel();
+  });
+  // Line by line: a log read as it is written, through a pipe too; and the ready line is out
+  // before any client started here writes to the same stdout.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::printf("echo: serving '%s' (pid %d); ready\n", name.c_str(), ::getpid());
+  for (int i = 1; i <= demo_clients; ++i) {
+    const std::string n = std::to_string(i);
+    const pid_t pid =
+        start_self({self, "call", name, "hello from client " + n, "goodbye from client " + n});
+    if (pid < 0)
+      ++failures;
+    else
+      ++running;
+  }
+  if (demo_clients > 0 && running == 0) service.close();  // none started: none to wait for
+  io.run();
+  std::printf("echo: stopped; served %d clients, %llu requests\n", service.clients(),
+              static_cast<unsigned long long>(service.requests()));
+  return failures ? 1 : 0;
+}
+
+// ---- a client ---------------------------------------------------------------------------
+
+asio::awaitable<int> call(std::string name, std::vector<std::string> texts) {
+  shmio::rpc_buffer client(co_await asio::this_coro::executor);
+  auto [ec] = co_await client.async_connect(name, 2s, as_tuple);
+  if (ec == shmio::errc::not_found) {
+    std::fprintf(stderr, "echo: no service is running on '%s'\n", name.c_str());
+    co_return 1;
+  }
+  if (ec) {
+    std::fprintf(stderr, "echo: cannot connect to '%s': %s\n", name.c_str(), ec.message().c_str());
+    co_return 1;
+  }
+  for (const std::string& text : texts) {
+    // A TEXT over a packet (16 KiB by default) travels as several, put back together on arrival.
+    auto [e, reply] = co_await client.async_request(asio::buffer(text), as_tuple);
+    if (e) {
+      std::fprintf(stderr, "echo: %s\n", e.message().c_str());
+      co_return 1;
+    }
+    std::printf("%s\n", text_of(reply).c_str());
+  }
+  co_return 0;  // `client` closes as it goes: the service sees it leave
+}
+
+int run_call(const std::string& name, std::vector<std::string> texts) {
+  asio::io_context io;
+  int rc = 1;
+  asio::co_spawn(io, call(name, std::move(texts)), [&](std::exception_ptr e, int r) {
+    if (!e) rc = r;
+    try {
+      if (e) std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      std::fprintf(stderr, "echo: %s\n", x.what());
+    }
   });
   io.run();
   return rc;
@@ -80,37 +212,11 @@ int run_client(const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 3 && std::string(argv[1]) == "client") return run_client(argv[2]);
-
-  const std::string name = "echo-demo." + std::to_string(::getpid());
-  asio::io_context io;
-  shmio::rpc_buffer server(io.get_executor(), shmio::create_only, name,
-                           shmio::rpc_sync_handler(serve));
-  std::printf("server: channel '%s' is open; starting the client process\n", name.c_str());
-  std::fflush(stdout);
-
-  pid_t child = ::fork();
-  if (child == 0) {
-    ::execl("/proc/self/exe", argv[0], "client", name.c_str(), static_cast<char*>(nullptr));
-    std::perror("exec");
-    ::_exit(127);
-  }
-  // Serve until the client has exited; waitpid blocks, so it runs on a thread of its own.
-  int status = 0;
-  shmio::rpc_statistics s;
-  std::thread reaper([&] {
-    ::waitpid(child, &status, 0);
-    asio::post(io, [&] {
-      s = server.statistics();
-      server.close();
-    });
-  });
-  io.run();
-  reaper.join();
-  std::printf("server: served %llu requests (%llu packets in, %llu out); client exit %d\n",
-              static_cast<unsigned long long>(s.requests_received),
-              static_cast<unsigned long long>(s.packets_received),
-              static_cast<unsigned long long>(s.packets_sent),
-              WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() == 2 && args[0] == "serve") return serve(args[1], argv[0], 0);
+  if (args.size() >= 2 && args[0] == "call")
+    return run_call(args[1], {args.begin() + 2, args.end()});
+  if (args.empty()) return serve("echo-demo." + std::to_string(::getpid()), argv[0], 3);
+  std::fprintf(stderr, "usage: echo serve NAME | echo call NAME TEXT... | echo\n");
+  return 2;
 }

@@ -55,13 +55,23 @@ def test_kvd():
         check(kvd("get", "greeting").stdout == "hello, world\n", "get greeting")
         p = kvd("get", "nothing")
         check(p.returncode == 1 and "no key 'nothing'" in p.stderr, f"unknown key: {p.stderr!r}")
-        # Clients at once: the channel takes one opener at a time, the others retry.
-        clients = [subprocess.Popen([program, "set", f"k{i}", f"v{i}"], env=env,
-                                    stdout=subprocess.PIPE, text=True) for i in range(6)]
-        check(all(c.wait(timeout=30) == 0 for c in clients), "concurrent sets")
-        check(all(kvd("get", f"k{i}").stdout == f"v{i}\n" for i in range(6)), "concurrent values")
+        # Clients at once: each connects on a channel of its own, none waits for another.
+        n = 8
+        sets = [subprocess.Popen([program, "set", f"k{i}", f"v{i}"], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for i in range(n)]
+        done = [c.communicate(timeout=30) for c in sets]
+        check(all(c.returncode == 0 and out == "OK\n" for c, (out, _) in zip(sets, done)),
+              f"concurrent sets: {[(c.returncode, err) for c, (_, err) in zip(sets, done)]}")
+        gets = [subprocess.Popen([program, "get", f"k{i}"], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for i in range(n)]
+        done = [c.communicate(timeout=30) for c in gets]
+        check(all(c.returncode == 0 for c in gets) and
+              [out for out, _ in done] == [f"v{i}\n" for i in range(n)],
+              f"concurrent gets: {done}")
         status = kvd("status").stdout
-        check(f"pid {daemon.pid}, 8 keys" in status, f"status: {status!r}")
+        check(f"pid {daemon.pid}, {n + 2} keys" in status, f"status: {status!r}")
         p = kvd("stop")
         check(p.stdout == "stopping\n", "stop")
         check(daemon.wait(timeout=30) == 0, "the daemon exits after stop")
@@ -139,9 +149,42 @@ def test_tcp_bridge():
 
 
 def test_echo():
+    name = f"shmio-test.echo.{os.getpid()}"
+    p = run("call", name, "anyone?")
+    check(p.returncode == 1 and "no service is running" in p.stderr, f"no service: {p.stderr!r}")
+
+    server, _ = start("serve", name)
+    try:
+        again = run("serve", name)
+        check(again.returncode == 1 and "already running" in again.stderr, "second server refused")
+        # Clients at once, each on a channel of its own. The last text is over one 16 KiB
+        # packet: it travels as several.
+        n = 4
+        texts = [[f"hello from client {i}", f"line {i}.2", str(i) * 100_000] for i in range(n)]
+        clients = [subprocess.Popen([program, "call", name, *texts[i]], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for i in range(n)]
+        done = [c.communicate(timeout=60) for c in clients]
+        for i, (c, (out, err)) in enumerate(zip(clients, done)):
+            check(c.returncode == 0 and out.splitlines() == texts[i],
+                  f"client {i} got its own texts back: exit {c.returncode}, {err!r}")
+        server.send_signal(signal.SIGTERM)
+        check(server.wait(timeout=30) == 0, "SIGTERM stops the server cleanly")
+        log = server.stdout.read()
+        check(log.count(" connected (") == n, f"{n} clients connected: {log!r}")
+        check(f"served {n} clients, {3 * n} requests" in log, f"the server's count: {log!r}")
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    p = run("call", name, "anyone?")
+    check(p.returncode == 1 and "no service is running" in p.stderr, "no service after stop")
+
+    # Without arguments: the demo, server and three client processes from one command.
     p = run(timeout=120)
-    check(p.returncode == 0, f"echo exit {p.returncode}")
-    check("123 + 10 = 133" in p.stdout and "WRONG" not in p.stdout, "echo replies")
+    check(p.returncode == 0, f"echo demo exit {p.returncode}: {p.stderr!r}")
+    check(all(f"hello from client {i}\n" in p.stdout and f"goodbye from client {i}\n" in p.stdout
+              for i in (1, 2, 3)), f"the demo's clients got their replies: {p.stdout!r}")
+    check("served 3 clients, 6 requests" in p.stdout, "the demo's server count")
 
 
 def test_event_ping_pong():

@@ -1,17 +1,20 @@
-// kvd — a key/value daemon and its command-line client, talking over a shmio rpc_buffer.
+// kvd — a key/value daemon and its command-line client: an rpc_server of named methods.
 //
-//   kvd serve          run the daemon: it owns the channel and holds the map in memory
+//   kvd serve          run the daemon: it runs the service and holds the map in memory
 //   kvd set KEY VALUE  store a value
 //   kvd get KEY        print a value (exit 1 if there is none)
 //   kvd status         how many keys, how many requests served, the daemon's pid
 //   kvd stop           ask the daemon to exit
 //
-// Each client command opens the channel, makes one call and closes it: the state lives only in
-// the daemon, and nothing is reloaded per call. The channel is named "kvd", or $KVD_NAME.
+// The daemon is an rpc_server: every client connects on a channel of its own, so any number of
+// commands may run at once and none waits for another to finish. Each client command connects,
+// makes one call of the method of its name and exits: the state lives only in the daemon, and
+// nothing is reloaded per call. The service is named "kvd", or $KVD_NAME.
 //
-// Requests are text fields separated by NUL bytes ("set\0KEY\0VALUE"); a failed request
-// (unknown key, bad command) throws in the handler, which reaches the client as
-// errc::remote_error carrying the exception's text.
+// A request carries the method's arguments: get's is KEY; set's is KEY, a NUL byte, VALUE (no
+// command-line argument holds a NUL); status and stop take none. A failed request (unknown key)
+// throws in the method, which reaches the client as errc::remote_error carrying the exception's
+// text.
 #include <unistd.h>
 
 #include <asio.hpp>
@@ -24,27 +27,19 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 namespace {
 
 using namespace std::chrono_literals;
 
-std::string channel_name() {
+std::string service_name() {
   const char* env = std::getenv("KVD_NAME");
   return env && *env ? env : "kvd";
 }
 
-std::vector<std::string> split(std::span<const std::byte> payload) {
-  std::vector<std::string> fields(1);
-  for (std::byte b : payload) {
-    if (b == std::byte{0})
-      fields.emplace_back();
-    else
-      fields.back() += static_cast<char>(b);
-  }
-  return fields;
+std::string text_of(std::span<const std::byte> payload) {
+  return {reinterpret_cast<const char*>(payload.data()), payload.size()};
 }
 
 std::vector<std::byte> bytes_of(std::string_view s) {
@@ -56,38 +51,13 @@ std::vector<std::byte> bytes_of(std::string_view s) {
 
 class key_value_daemon {
  public:
-  // Runs on the channel's strand; it never waits, so one request is served at a time.
-  std::vector<std::byte> handle(std::span<const std::byte> request) {
-    ++served_;
-    auto f = split(request);
-    if (f[0] == "set" && f.size() == 3) {
-      store_[f[1]] = f[2];
-      return bytes_of("OK");
-    }
-    if (f[0] == "get" && f.size() == 2) {
-      auto it = store_.find(f[1]);
-      if (it == store_.end()) throw std::out_of_range("no key '" + f[1] + "'");
-      return bytes_of(it->second);
-    }
-    if (f[0] == "status" && f.size() == 1)
-      return bytes_of("pid " + std::to_string(::getpid()) + ", " + std::to_string(store_.size()) +
-                      " keys, " + std::to_string(served_) + " requests served");
-    if (f[0] == "stop" && f.size() == 1) {
-      // Posted: the reply is written when this handler returns, the close runs after that.
-      asio::post(io_, [this] { shut_down(); });
-      return bytes_of("stopping");
-    }
-    throw std::invalid_argument("bad request '" + f[0] + "'");
-  }
-
   int run() {
-    const std::string name = channel_name();
+    const std::string name = service_name();
     std::error_code ec;
-    server_.emplace(
-        io_.get_executor(), shmio::create_only, name,
-        [this](std::uint64_t, std::span<const std::byte> request)
-            -> asio::awaitable<std::vector<std::byte>> { co_return handle(request); },
-        shmio::rpc_options{.node_size = 4096}, ec);
+    // Each connection gets two rings of these sizes: kvd's messages are small, and a larger
+    // value still fits, as several packets.
+    server_.emplace(io_.get_executor(), shmio::create_only, name, methods(),
+                    shmio::rpc_options{.node_count = 8, .node_size = 4096}, ec);
     if (ec == shmio::errc::already_exists) {
       std::fprintf(stderr, "kvd: a daemon is already serving '%s'\n", name.c_str());
       return 1;
@@ -96,19 +66,56 @@ class key_value_daemon {
       std::fprintf(stderr, "kvd: cannot serve '%s': %s\n", name.c_str(), ec.message().c_str());
       return 1;
     }
-    // Ctrl-C or kill: close the channel (the segment goes with it) and return from run().
+    // Ctrl-C or kill: close the service (its segments go with it) and return from run().
     signals_.async_wait([this](std::error_code e, int) {
       if (!e) shut_down();
     });
     std::printf("kvd: serving '%s' (pid %d); ready\n", name.c_str(), ::getpid());
     std::fflush(stdout);
+    // One thread runs every connection's methods, so they never run at once: the map needs no
+    // lock. The methods never wait, which keeps one client from holding up the others.
     io_.run();
     std::printf("kvd: stopped after %llu requests\n", static_cast<unsigned long long>(served_));
     return 0;
   }
 
  private:
-  // Closing the channel removes its segment; with the signal wait gone too, run() returns.
+  // Plain (rpc_sync_handler) methods: each runs inline as its request is read.
+  shmio::rpc_methods methods() {
+    using request = std::span<const std::byte>;
+    shmio::rpc_methods m;
+    m.add("set", shmio::rpc_sync_handler([this](std::uint64_t, request in) {
+            ++served_;
+            const std::string kv = text_of(in);
+            const auto nul = kv.find('\0');
+            if (nul == std::string::npos) throw std::invalid_argument("set needs KEY\\0VALUE");
+            store_[kv.substr(0, nul)] = kv.substr(nul + 1);
+            return bytes_of("OK");
+          }));
+    m.add("get", shmio::rpc_sync_handler([this](std::uint64_t, request in) {
+            ++served_;
+            const std::string key = text_of(in);
+            auto it = store_.find(key);
+            if (it == store_.end()) throw std::out_of_range("no key '" + key + "'");
+            return bytes_of(it->second);
+          }));
+    m.add("status", shmio::rpc_sync_handler([this](std::uint64_t, request) {
+            ++served_;
+            return bytes_of("pid " + std::to_string(::getpid()) + ", " +
+                            std::to_string(store_.size()) + " keys, " + std::to_string(served_) +
+                            " requests served");
+          }));
+    m.add("stop", shmio::rpc_sync_handler([this](std::uint64_t, request) {
+            ++served_;
+            // Posted: the reply is written when this method returns, the close runs after that.
+            asio::post(io_, [this] { shut_down(); });
+            return bytes_of("stopping");
+          }));
+    return m;
+  }
+
+  // Closing the server closes every connection and removes the service; with the signal wait
+  // gone too, nothing is left to do and run() returns.
   void shut_down() {
     server_->close();
     signals_.cancel();
@@ -116,31 +123,22 @@ class key_value_daemon {
 
   asio::io_context io_;
   asio::signal_set signals_{io_, SIGINT, SIGTERM};
-  std::optional<shmio::rpc_buffer> server_;
+  std::optional<shmio::rpc_server> server_;
   std::map<std::string, std::string> store_;
   std::uint64_t served_ = 0;
 };
 
 // ---- the client -------------------------------------------------------------------------
 
-// One call: open the channel, send `request`, print the reply, close. Returns the exit status.
-int call(const std::vector<std::string>& fields) {
-  std::string request;
-  for (std::size_t i = 0; i < fields.size(); ++i) {
-    if (i) request += '\0';
-    request += fields[i];
-  }
-  const std::string name = channel_name();
+// One call: connect, call `method` with `payload`, print the reply. Returns the exit status.
+int call(const std::string& method, const std::string& payload) {
+  const std::string name = service_name();
   asio::io_context io;
+  shmio::rpc_buffer client(io.get_executor());
   std::error_code ec;
-  std::optional<shmio::rpc_buffer> client;
-  // A channel has one opener at a time: while another client is connected, try again.
-  const auto give_up = std::chrono::steady_clock::now() + 5s;
-  do {
-    client.emplace(io.get_executor(), shmio::open_only, name, shmio::rpc_handler{},
-                   shmio::wait_strategy{}, ec);
-    if (ec == shmio::errc::busy) std::this_thread::sleep_for(1ms);
-  } while (ec == shmio::errc::busy && std::chrono::steady_clock::now() < give_up);
+  // Blocking: this process has nothing else to do meanwhile. A running daemon accepts every
+  // client as it comes, with no turn to wait for; with no daemon, not_found comes at once.
+  client.connect(name, 2s, ec);
   if (ec == shmio::errc::not_found) {
     std::fprintf(stderr, "kvd: no daemon is running on '%s' (start one with: kvd serve)\n",
                  name.c_str());
@@ -152,19 +150,19 @@ int call(const std::vector<std::string>& fields) {
   }
 
   int status = 1;
-  client->async_request(
-      asio::buffer(request), 5s, [&](std::error_code e, std::vector<std::byte> reply) {
-        std::string text(reinterpret_cast<const char*>(reply.data()), reply.size());
-        if (!e) {
-          std::printf("%s\n", text.c_str());
-          status = 0;
-        } else if (e == shmio::errc::remote_error) {
-          std::fprintf(stderr, "kvd: %s\n", text.c_str());
-        } else {
-          std::fprintf(stderr, "kvd: %s\n", e.message().c_str());
-        }
-        client->close();
-      });
+  client.async_request(method, asio::buffer(payload), 5s,
+                       [&](std::error_code e, std::vector<std::byte> reply) {
+                         if (!e) {
+                           std::printf("%s\n", text_of(reply).c_str());
+                           status = 0;
+                         } else if (e == shmio::errc::remote_error) {
+                           std::fprintf(stderr, "kvd: %s\n", text_of(reply).c_str());
+                         } else {
+                           std::fprintf(stderr, "kvd: %s\n", e.message().c_str());
+                         }
+                         // The connection is this end's last work: closed, run() returns.
+                         client.close();
+                       });
   io.run();
   return status;
 }
@@ -174,9 +172,9 @@ int call(const std::vector<std::string>& fields) {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() == 1 && args[0] == "serve") return key_value_daemon().run();
-  if ((args.size() == 3 && args[0] == "set") || (args.size() == 2 && args[0] == "get") ||
-      (args.size() == 1 && (args[0] == "status" || args[0] == "stop")))
-    return call(args);
+  if (args.size() == 3 && args[0] == "set") return call("set", args[1] + '\0' + args[2]);
+  if (args.size() == 2 && args[0] == "get") return call("get", args[1]);
+  if (args.size() == 1 && (args[0] == "status" || args[0] == "stop")) return call(args[0], "");
   std::fprintf(stderr,
                "usage: kvd serve | kvd set KEY VALUE | kvd get KEY | kvd status | kvd stop\n");
   return 2;

@@ -12,22 +12,22 @@
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/executor_work_guard.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
-#include <asio/this_coro.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
-#include <asio/executor_work_guard.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <stdexcept>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -141,7 +141,10 @@ asio::awaitable<rpc_buffer> connect_pair(rpc_acceptor& acceptor, rpc_buffer& cli
     end.emplace(std::move(b));
   });
   co_await client.async_connect(acceptor.name(), asio::use_awaitable);
-  REQUIRE(co_await wait_until([&] { return end.has_value(); }));
+  {
+    const bool waited = co_await wait_until([&] { return end.has_value(); });
+    REQUIRE(waited);
+  }
   REQUIRE_FALSE(accept_ec);
   co_return std::move(*end);
 }
@@ -158,7 +161,8 @@ std::size_t mappings() {
 
 // ---- in one process ------------------------------------------------------------------------
 
-TEST_CASE("rpc_acceptor: three clients connect, each is served on its own channel", "[rpc][service]") {
+TEST_CASE("rpc_acceptor: three clients connect, each is served on its own channel",
+          "[rpc][service]") {
   scoped_name name("svc");
   asio::io_context io;
   service::hold_counts counts;
@@ -266,8 +270,7 @@ TEST_CASE("rpc_buffer: a service that does not accept in time: timed_out, and no
   CHECK(sync_ec == errc::timed_out);
 }
 
-TEST_CASE("rpc_buffer: an acceptor that closes while a client waits: peer_gone",
-          "[rpc][service]") {
+TEST_CASE("rpc_buffer: an acceptor that closes while a client waits: peer_gone", "[rpc][service]") {
   scoped_name name("svc");
   asio::io_context io;
   std::optional<rpc_acceptor> acceptor;
@@ -289,9 +292,9 @@ TEST_CASE("rpc_buffer: a cancelled connect completes with operation_aborted", "[
   rpc_buffer client(io.get_executor());
   asio::cancellation_signal cancel;
   std::optional<std::error_code> result;
-  client.async_connect(name.str(), 1h,
-                       asio::bind_cancellation_slot(cancel.slot(),
-                                                    [&](std::error_code ec) { result = ec; }));
+  client.async_connect(
+      name.str(), 1h,
+      asio::bind_cancellation_slot(cancel.slot(), [&](std::error_code ec) { result = ec; }));
   io.poll();
   cancel.emit(asio::cancellation_type::terminal);
   io.run_for(bound);
@@ -318,9 +321,16 @@ TEST_CASE("rpc_buffer: each end of a connection learns that the other closed", "
       std::optional<std::error_code> held;
       client.async_request(asio::buffer(service::hold),
                            [&](std::error_code ec, bytes_t) { held = ec; });
-      REQUIRE(co_await wait_until([&] { return counts.holding == 1; }));
+      {
+        const bool waited = co_await wait_until([&] { return counts.holding == 1; });
+        REQUIRE(waited);
+      }
       closer.close();
-      REQUIRE(co_await wait_until([&] { return closed && own && held && counts.holding == 0; }));
+      {
+        const bool waited =
+            co_await wait_until([&] { return closed && own && held && counts.holding == 0; });
+        REQUIRE(waited);
+      }
       CHECK(!*closed);
       CHECK(*own == asio::error::operation_aborted);
       CHECK(*held == (client_closes ? std::error_code(asio::error::operation_aborted)
@@ -414,9 +424,9 @@ TEST_CASE("rpc_server: many client processes connected at once, each with checks
   REQUIRE(::fcntl(gate[1], F_SETFD, FD_CLOEXEC) == 0);
   std::vector<std::unique_ptr<child>> clients;
   for (int i = 0; i < many_clients; ++i)
-    clients.push_back(std::make_unique<child>(std::vector<std::string>{
-        peer_path(), "rpc-service-client", name.str(), "10", std::to_string(i),
-        std::to_string(gate[0])}));
+    clients.push_back(std::make_unique<child>(
+        std::vector<std::string>{peer_path(), "rpc-service-client", name.str(), "10",
+                                 std::to_string(i), std::to_string(gate[0])}));
   // Every client is connected (and waits at the gate) before any calls.
   INFO("connected: " << s.server.connection_count());
   CHECK(eventually([&] { return s.server.connection_count() == many_clients; }, 60s));
@@ -586,8 +596,10 @@ TEST_CASE("rpc_acceptor: forged connect requests are refused and counted; real c
     rpc_buffer client(io.get_executor());
     rpc_buffer end = co_await connect_pair(acceptor, client, service::handler(counts));
     const auto request = service::payload(10, 1);
-    CHECK(co_await client.async_request(asio::buffer(request), asio::use_awaitable) ==
-          service::answer(request));
+    {
+      const auto reply = co_await client.async_request(asio::buffer(request), asio::use_awaitable);
+      CHECK(reply == service::answer(request));
+    }
     CHECK(acceptor.statistics().refused == 5);
     CHECK(acceptor.statistics().accepted == 1);
     client.close();
@@ -604,7 +616,8 @@ TEST_CASE("rpc_acceptor: a damaged connect ring fails the accept with corrupted,
   rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
   connect_ring ring(name);
   // Three laps behind its nodes, where no healthy head ever is: every read reports damage.
-  ring.state().head.position.store((std::uint64_t{1} << 48) - 3 * std::uint64_t{detail::listener_backlog});
+  ring.state().head.position.store((std::uint64_t{1} << 48) -
+                                   3 * std::uint64_t{detail::listener_backlog});
   ring.publish(bytes_t(sizeof(layout::connect_request)));  // wakes the acceptor
   std::optional<std::error_code> result;
   acceptor.async_accept([&](std::error_code ec, rpc_buffer) { result = ec; });
@@ -626,20 +639,19 @@ TEST_CASE("rpc_server: named methods, the unnamed one, and names that are not th
   };
   shmio::rpc_methods methods;
   methods
-      .add("set",
-           shmio::rpc_sync_handler([&](std::uint64_t, std::span<const std::byte> in) {
+      .add("set", shmio::rpc_sync_handler([&](std::uint64_t, std::span<const std::byte> in) {
              const std::string kv = text_of(in);
              const auto eq = kv.find('=');
              store[kv.substr(0, eq)] = kv.substr(eq + 1);
              return bytes_t{};
            }))
       .add("get",
-           shmio::rpc_handler([&](std::uint64_t, std::span<const std::byte> in)
-                                  -> asio::awaitable<bytes_t> {
-             auto it = store.find(text_of(in));
-             if (it == store.end()) throw std::runtime_error("no key '" + text_of(in) + "'");
-             co_return bytes(it->second);
-           }))
+           shmio::rpc_handler(
+               [&](std::uint64_t, std::span<const std::byte> in) -> asio::awaitable<bytes_t> {
+                 auto it = store.find(text_of(in));
+                 if (it == store.end()) throw std::runtime_error("no key '" + text_of(in) + "'");
+                 co_return bytes(it->second);
+               }))
       .add("", shmio::rpc_sync_handler([](std::uint64_t, std::span<const std::byte> in) {
              return service::answer(in);
            }));
@@ -659,8 +671,11 @@ TEST_CASE("rpc_server: named methods, the unnamed one, and names that are not th
     co_await client.async_connect(name.str(), asio::use_awaitable);
     co_await client.async_request("set", asio::buffer(std::string_view("colour=blue")),
                                   asio::use_awaitable);
-    CHECK(text_of(co_await client.async_request("get", asio::buffer(std::string_view("colour")),
-                                                asio::use_awaitable)) == "blue");
+    {
+      const auto reply = co_await client.async_request(
+          "get", asio::buffer(std::string_view("colour")), asio::use_awaitable);
+      CHECK(text_of(reply) == "blue");
+    }
     // The handler's exception travels back as remote_error with its text.
     auto [ec1, r1] = co_await client.async_request("get", asio::buffer(std::string_view("size")),
                                                    tuple_awaitable);
@@ -668,10 +683,15 @@ TEST_CASE("rpc_server: named methods, the unnamed one, and names that are not th
     CHECK(text_of(r1) == "no key 'size'");
     // Unnamed calls reach "".
     const auto request = service::payload(3000, 3);
-    CHECK(co_await client.async_request(asio::buffer(request), asio::use_awaitable) ==
-          service::answer(request));
-    CHECK(text_of(co_await client.async_request(long_name, asio::buffer(request),
-                                                asio::use_awaitable)) == "long");
+    {
+      const auto reply = co_await client.async_request(asio::buffer(request), asio::use_awaitable);
+      CHECK(reply == service::answer(request));
+    }
+    {
+      const auto reply =
+          co_await client.async_request(long_name, asio::buffer(request), asio::use_awaitable);
+      CHECK(text_of(reply) == "long");
+    }
     // Not there: at once, not at the timeout.
     const auto start = std::chrono::steady_clock::now();
     auto [ec2, r2] =
@@ -696,15 +716,18 @@ TEST_CASE("rpc_buffer: an owner and opener serve named methods; a service withou
   asio::io_context io;
   shmio::rpc_methods methods;
   methods.add("twice", shmio::rpc_sync_handler([](std::uint64_t, std::span<const std::byte> in) {
-    bytes_t out(in.begin(), in.end());
-    out.insert(out.end(), in.begin(), in.end());
-    return out;
-  }));
+                bytes_t out(in.begin(), in.end());
+                out.insert(out.end(), in.begin(), in.end());
+                return out;
+              }));
   rpc_buffer owner(io.get_executor(), shmio::create_only, name, methods, small_rings());
   rpc_buffer opener(io.get_executor(), shmio::open_only, name);  // serves nothing
   run_body(io, [&]() -> asio::awaitable<void> {
-    CHECK(co_await opener.async_request("twice", asio::buffer(bytes("ab")), asio::use_awaitable) ==
-          bytes("abab"));
+    {
+      const auto reply =
+          co_await opener.async_request("twice", asio::buffer(bytes("ab")), asio::use_awaitable);
+      CHECK(reply == bytes("abab"));
+    }
     auto [ec1, r1] = co_await opener.async_request(asio::buffer(bytes("x")), tuple_awaitable);
     CHECK(ec1 == errc::no_handler);
     auto [ec2, r2] =
@@ -747,4 +770,40 @@ TEST_CASE("rpc packets: flags other than the method's, or on other packets, are 
   CHECK_FALSE(detail::split_named(bytes_t{}, method, payload));
   CHECK_FALSE(detail::split_named(bytes_t{std::byte{0}, std::byte{1}}, method, payload));
   CHECK_FALSE(detail::split_named(bytes_t{std::byte{5}, std::byte{1}}, method, payload));
+}
+
+TEST_CASE("rpc: {} is no handler, a lambda is one, and name and statistics outlive close",
+          "[rpc][service]") {
+  scoped_name name("svc"), channel("rpc");
+  asio::io_context io;
+  // A lambda of either shape is taken as it is, without naming a std::function type.
+  rpc_server server(
+      io.get_executor(), shmio::create_only, name,
+      [](std::uint64_t, std::span<const std::byte> in) { return service::answer(in); });
+  rpc_buffer silent(io.get_executor(), shmio::create_only, channel, {}, small_rings());
+  rpc_buffer caller(io.get_executor(), shmio::open_only, channel, {});
+  run_body(io, [&]() -> asio::awaitable<void> {
+    auto [ec, reply] = co_await caller.async_request(asio::buffer(bytes("x")), tuple_awaitable);
+    CHECK(ec == errc::no_handler);
+    rpc_buffer client(io.get_executor());
+    co_await client.async_connect(name.str(), asio::use_awaitable);
+    const auto request = service::payload(20, 2);
+    {
+      const auto reply = co_await client.async_request(asio::buffer(request), asio::use_awaitable);
+      CHECK(reply == service::answer(request));
+    }
+    const std::string connection = client.name();
+    const auto before = client.statistics();
+    client.close();
+    CHECK(client.name() == connection);
+    CHECK(client.statistics().responses_received == before.responses_received);
+    CHECK(client.statistics().requests_sent == 1);
+    caller.close();
+    CHECK(caller.name() == channel.str());
+    CHECK(caller.statistics().errors_received == 1);
+    silent.close();
+    server.close();
+    CHECK(server.name() == name.str());
+    CHECK(server.statistics().accepted == 1);
+  });
 }

@@ -60,26 +60,17 @@ class rpc_acceptor {
   /// Kept after close().
   rpc_acceptor_statistics statistics() const noexcept;
 
-  /// Waits for the next client and connects it: the end that serves `handler` for it (or, with
-  /// the handler-less form, answers its calls with errc::no_handler; it can still call the
-  /// client). A request that cannot be taken (its client died, or made its channel wrong) is
-  /// counted in statistics().refused and skipped; the operation goes on to the next.
+  /// Waits for the next client and connects it: the end that serves `methods` for it (one
+  /// handler, or named ones: rpc_methods.hpp; with the form without, calls are answered with
+  /// errc::no_handler, and the end can still call the client). A request that cannot be taken (its
+  /// client died, or made its channel wrong) is counted in statistics().refused and skipped; the
+  /// operation goes on to the next.
   ///
   /// Completion signature: `void(std::error_code, shmio::rpc_buffer)`. Errors:
   /// asio::error::operation_aborted (cancelled: terminal, partial or total; or closed);
   /// errc::corrupted (the connect ring is damaged). Operations complete in the order started.
   template <class CompletionToken>
-  auto async_accept(rpc_handler handler, CompletionToken&& token) {
-    return start_accept(detail::rpc_service::of(std::move(handler)),
-                        std::forward<CompletionToken>(token));
-  }
-  template <class CompletionToken>
-  auto async_accept(rpc_sync_handler handler, CompletionToken&& token) {
-    return start_accept(detail::rpc_service::of(std::move(handler)),
-                        std::forward<CompletionToken>(token));
-  }
-  template <class CompletionToken>
-  auto async_accept(const rpc_methods& methods, CompletionToken&& token) {
+  auto async_accept(rpc_methods methods, CompletionToken&& token) {
     return start_accept(detail::rpc_service::of(methods), std::forward<CompletionToken>(token));
   }
   template <class CompletionToken>
@@ -100,13 +91,14 @@ class rpc_acceptor {
     bool started = false;
 
     template <class Self>
-    void operator()(Self& self, std::error_code ec = {}, detail::layout::connect_request request = {}) {
+    void operator()(Self& self, std::error_code ec = {},
+                    detail::layout::connect_request request = {}) {
       if (!started) {
         started = true;
         if (!impl)  // closed: complete as any other completion, never inside the initiation
-          return asio::post(ex, asio::experimental::append(
-                                    std::move(self), std::error_code(asio::error::operation_aborted),
-                                    request));
+          return asio::post(
+              ex, asio::experimental::append(
+                      std::move(self), std::error_code(asio::error::operation_aborted), request));
         return impl->async_next_request(std::move(self));
       }
       if (ec) return self.complete(ec, rpc_buffer(ex));

@@ -50,7 +50,7 @@ namespace detail {
 class rpc_channel;
 struct rpc_buffer_access;
 struct rpc_service;
-}
+}  // namespace detail
 
 class rpc_buffer {
  public:
@@ -63,31 +63,21 @@ class rpc_buffer {
 
   /// A client end, not yet connected: connect it to a service with async_connect or connect.
   /// `handler` serves the calls the service's end makes to it, if any.
-  explicit rpc_buffer(const executor_type& ex, handler_type handler = {},
+  explicit rpc_buffer(const executor_type& ex, rpc_methods methods = {},
                       wait_strategy strategy = {});
-  rpc_buffer(const executor_type& ex, sync_handler_type handler, wait_strategy strategy = {});
-  rpc_buffer(const executor_type& ex, rpc_methods methods, wait_strategy strategy = {});
 
-  /// Creates the channel `name` as its owner. Without a handler, calls from the opener are
-  /// answered at once with errc::no_handler. Throws shmio::error.
+  /// Creates the channel `name` as its owner, serving `methods` (one handler, or a table of
+  /// named ones: rpc_methods.hpp; `{}` for none: calls from the opener are then answered at
+  /// once with errc::no_handler). Throws shmio::error.
   rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
-             handler_type handler = {}, rpc_options options = {});
-  rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
-             sync_handler_type handler, rpc_options options = {});
+             rpc_methods methods = {}, rpc_options options = {});
   /// Joins the channel `name` as its opener. errc::busy if it already has one. Throws.
-  rpc_buffer(const executor_type& ex, open_only_t, std::string_view name, handler_type handler = {},
-             wait_strategy strategy = {});
-  rpc_buffer(const executor_type& ex, open_only_t, std::string_view name, sync_handler_type handler,
-             wait_strategy strategy = {});
-  /// Ends that serve named methods (rpc_methods.hpp).
-  rpc_buffer(const executor_type& ex, create_only_t, std::string_view name, rpc_methods methods,
-             rpc_options options = {});
-  rpc_buffer(const executor_type& ex, open_only_t, std::string_view name, rpc_methods methods,
+  rpc_buffer(const executor_type& ex, open_only_t, std::string_view name, rpc_methods methods = {},
              wait_strategy strategy = {});
   /// The error_code forms: on failure `ec` is set and the object is closed.
-  rpc_buffer(const executor_type& ex, create_only_t, std::string_view name, handler_type handler,
+  rpc_buffer(const executor_type& ex, create_only_t, std::string_view name, rpc_methods methods,
              rpc_options options, std::error_code& ec);
-  rpc_buffer(const executor_type& ex, open_only_t, std::string_view name, handler_type handler,
+  rpc_buffer(const executor_type& ex, open_only_t, std::string_view name, rpc_methods methods,
              wait_strategy strategy, std::error_code& ec);
 
   rpc_buffer(rpc_buffer&&) noexcept;
@@ -98,6 +88,8 @@ class rpc_buffer {
   executor_type get_executor() const noexcept;
   bool is_open() const noexcept { return channel_ != nullptr; }
   bool is_owner() const noexcept;
+  /// The channel's name (a connection's: the service's name, '#', the client's pid and a
+  /// nonce). Both are kept after close(), as they were then.
   const std::string& name() const noexcept;
   rpc_statistics statistics() const;
 
@@ -155,8 +147,7 @@ class rpc_buffer {
   /// errc::no_such_method if the other end has no method of that name, and
   /// errc::invalid_argument (at once) for a name that is empty or over rpc_methods::max_name.
   template <class CompletionToken>
-  auto async_request(std::string_view method, asio::const_buffer payload,
-                     CompletionToken&& token);
+  auto async_request(std::string_view method, asio::const_buffer payload, CompletionToken&& token);
   template <class CompletionToken>
   auto async_request(std::string_view method, asio::const_buffer payload,
                      std::chrono::milliseconds timeout, CompletionToken&& token);
@@ -169,7 +160,6 @@ class rpc_buffer {
  private:
   friend struct detail::rpc_buffer_access;
   rpc_buffer(const executor_type& ex, std::shared_ptr<detail::rpc_channel> channel);
-  // What a connect's channel serves: handler_, sync_handler_ or methods_.
   detail::rpc_service client_service() const;
   template <class CompletionToken>
   auto start_request(std::vector<std::byte> message, std::uint16_t flags,
@@ -178,10 +168,10 @@ class rpc_buffer {
   executor_type ex_;  // kept after close, so that late calls complete on it
   std::shared_ptr<detail::rpc_channel> channel_;
   // A client end's: what serves the other end's calls, for the channel a connect makes.
-  handler_type handler_;
-  sync_handler_type sync_handler_;
   rpc_methods methods_;
   wait_strategy strategy_;
+  std::string closed_name_;  // name() and statistics() as they were at close()
+  rpc_statistics closed_statistics_;
 };
 
 }  // namespace shmio

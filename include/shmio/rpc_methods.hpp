@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 
 #include "shmio/error.hpp"
@@ -37,8 +38,7 @@ struct method_name_hash {
     return std::hash<std::string_view>{}(s);
   }
 };
-using method_table =
-    std::unordered_map<std::string, rpc_method, method_name_hash, std::equal_to<>>;
+using method_table = std::unordered_map<std::string, rpc_method, method_name_hash, std::equal_to<>>;
 }  // namespace detail
 
 class rpc_methods {
@@ -46,7 +46,33 @@ class rpc_methods {
   /// The longest method name.
   static constexpr std::size_t max_name = 255;
 
+  /// No methods: calls get errc::no_handler (unnamed) or errc::no_such_method (named).
   rpc_methods() = default;
+  rpc_methods(std::nullptr_t) {}
+
+  /// One handler, as the unnamed method: what every constructor taking rpc_methods accepts in
+  /// place of a table. A coroutine handler (returning asio::awaitable<std::vector<std::byte>>)
+  /// runs on the channel's strand; a plain one (returning std::vector<std::byte>) runs inline as
+  /// its request is read. An empty std::function is no handler.
+  template <class Handler>
+  requires(!std::is_same_v<std::remove_cvref_t<Handler>, rpc_methods> &&
+           !std::is_same_v<std::remove_cvref_t<Handler>, std::nullptr_t>)
+      rpc_methods(Handler&& handler) {  // NOLINT: implicit on purpose
+    constexpr bool coroutine = std::is_constructible_v<rpc_handler, Handler&&>;
+    constexpr bool plain = std::is_constructible_v<rpc_sync_handler, Handler&&>;
+    static_assert(coroutine || plain,
+                  "an rpc handler is callable as (std::uint64_t request_id, "
+                  "std::span<const std::byte> payload) and returns "
+                  "asio::awaitable<std::vector<std::byte>> (a coroutine handler) or "
+                  "std::vector<std::byte> (a plain handler)");
+    if constexpr (coroutine) {
+      rpc_handler h(std::forward<Handler>(handler));
+      if (h) add("", std::move(h));
+    } else if constexpr (plain) {
+      rpc_sync_handler h(std::forward<Handler>(handler));
+      if (h) add("", std::move(h));
+    }
+  }
 
   /// Adds (or replaces) the method `name`; "" is the unnamed method. Throws shmio::error
   /// (errc::invalid_argument) for a name over max_name bytes or an empty handler.

@@ -35,22 +35,14 @@ class rpc_server {
  public:
   using executor_type = asio::any_io_executor;
 
-  /// Creates the service `name` and starts accepting. `options` are every connection's (see
-  /// rpc_acceptor). Throws shmio::error (errc::already_exists if a live service has the name).
-  rpc_server(const executor_type& ex, create_only_t, std::string_view name, rpc_handler handler,
-             rpc_options options = {});
-  rpc_server(const executor_type& ex, create_only_t, std::string_view name,
-             rpc_sync_handler handler, rpc_options options = {});
-  /// A service of named methods (rpc_methods.hpp).
+  /// Creates the service `name` and starts accepting. `methods` is one handler or a table of
+  /// named ones (rpc_methods.hpp); `options` are every connection's (see rpc_acceptor). Throws
+  /// shmio::error (errc::already_exists if a live service has the name).
   rpc_server(const executor_type& ex, create_only_t, std::string_view name, rpc_methods methods,
              rpc_options options = {});
+  /// The error_code form: on failure `ec` is set and the server is closed.
   rpc_server(const executor_type& ex, create_only_t, std::string_view name, rpc_methods methods,
              rpc_options options, std::error_code& ec);
-  /// The error_code forms: on failure `ec` is set and the server is closed.
-  rpc_server(const executor_type& ex, create_only_t, std::string_view name, rpc_handler handler,
-             rpc_options options, std::error_code& ec);
-  rpc_server(const executor_type& ex, create_only_t, std::string_view name,
-             rpc_sync_handler handler, rpc_options options, std::error_code& ec);
   rpc_server(rpc_server&&) noexcept;
   rpc_server& operator=(rpc_server&&) noexcept;
   /// Closes the server (see close()).

@@ -18,8 +18,8 @@ std::shared_ptr<rpc_acceptor_impl> rpc_acceptor_impl::create(const asio::any_io_
   if (ec) return nullptr;
   const int fd = im->seg_.native_handle();
   // The lock clients look at to tell a live service from a stale listener.
-  if (!platform::try_lock_byte(fd, layout::listener_server_lock_byte, platform::lock_kind::exclusive,
-                               ec)) {
+  if (!platform::try_lock_byte(fd, layout::listener_server_lock_byte,
+                               platform::lock_kind::exclusive, ec)) {
     if (!ec) ec = errc::busy;
     return nullptr;
   }
@@ -67,7 +67,8 @@ std::optional<outcome<layout::connect_request>> rpc_acceptor_impl::take_request(
 std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_executor& ex,
                                                        const layout::connect_request& request,
                                                        rpc_service handlers, std::error_code& ec) {
-  auto channel = rpc_channel::accept(ex, name(), request, std::move(handlers), settings_.channel, ec);
+  auto channel =
+      rpc_channel::accept(ex, name(), request, std::move(handlers), settings_.channel, ec);
   // relaxed: counters; the header's is informational (shmio stat shows it).
   if (!channel) {
     refused_.fetch_add(1, std::memory_order_relaxed);

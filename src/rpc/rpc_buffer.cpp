@@ -26,38 +26,12 @@ std::shared_ptr<rpc_channel> open_or_throw(const asio::any_io_executor& ex, std:
 }  // namespace
 
 rpc_buffer::rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
-                       handler_type handler, rpc_options options, std::error_code& ec)
-    : ex_(ex), channel_(rpc_channel::create(ex, name, rpc_service::of(std::move(handler)), options, ec)) {}
+                       rpc_methods methods, rpc_options options, std::error_code& ec)
+    : ex_(ex), channel_(rpc_channel::create(ex, name, rpc_service::of(methods), options, ec)) {}
 
 rpc_buffer::rpc_buffer(const executor_type& ex, open_only_t, std::string_view name,
-                       handler_type handler, wait_strategy strategy, std::error_code& ec)
-    : ex_(ex), channel_(rpc_channel::open(ex, name, rpc_service::of(std::move(handler)), strategy, ec)) {}
-
-rpc_buffer::rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
-                       handler_type handler, rpc_options options)
-    : ex_(ex), channel_(create_or_throw(ex, name, rpc_service::of(std::move(handler)), options)) {}
-
-// A plain handler is kept as such: the channel runs it inline as its request arrives.
-rpc_buffer::rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
-                       sync_handler_type handler, rpc_options options)
-    : ex_(ex), channel_(create_or_throw(ex, name, rpc_service::of(std::move(handler)), options)) {}
-
-rpc_buffer::rpc_buffer(const executor_type& ex, open_only_t, std::string_view name,
-                       handler_type handler, wait_strategy strategy)
-    : ex_(ex), channel_(open_or_throw(ex, name, rpc_service::of(std::move(handler)), strategy)) {}
-
-rpc_buffer::rpc_buffer(const executor_type& ex, open_only_t, std::string_view name,
-                       sync_handler_type handler, wait_strategy strategy)
-    : ex_(ex), channel_(open_or_throw(ex, name, rpc_service::of(std::move(handler)), strategy)) {}
-
-rpc_buffer::rpc_buffer(const executor_type& ex, handler_type handler, wait_strategy strategy)
-    : ex_(ex), handler_(std::move(handler)), strategy_(strategy) {}
-
-rpc_buffer::rpc_buffer(const executor_type& ex, sync_handler_type handler, wait_strategy strategy)
-    : ex_(ex), sync_handler_(std::move(handler)), strategy_(strategy) {}
-
-rpc_buffer::rpc_buffer(const executor_type& ex, rpc_methods methods, wait_strategy strategy)
-    : ex_(ex), methods_(std::move(methods)), strategy_(strategy) {}
+                       rpc_methods methods, wait_strategy strategy, std::error_code& ec)
+    : ex_(ex), channel_(rpc_channel::open(ex, name, rpc_service::of(methods), strategy, ec)) {}
 
 rpc_buffer::rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
                        rpc_methods methods, rpc_options options)
@@ -67,9 +41,10 @@ rpc_buffer::rpc_buffer(const executor_type& ex, open_only_t, std::string_view na
                        rpc_methods methods, wait_strategy strategy)
     : ex_(ex), channel_(open_or_throw(ex, name, rpc_service::of(methods), strategy)) {}
 
+rpc_buffer::rpc_buffer(const executor_type& ex, rpc_methods methods, wait_strategy strategy)
+    : ex_(ex), methods_(std::move(methods)), strategy_(strategy) {}
+
 detail::rpc_service rpc_buffer::client_service() const {
-  if (handler_) return rpc_service::of(handler_);
-  if (sync_handler_) return rpc_service::of(sync_handler_);
   return rpc_service::of(methods_);
 }
 
@@ -83,9 +58,9 @@ rpc_buffer& rpc_buffer::operator=(rpc_buffer&& other) noexcept {
     close();
     ex_ = other.ex_;
     channel_ = std::move(other.channel_);
-    handler_ = std::move(other.handler_);
-    sync_handler_ = std::move(other.sync_handler_);
     methods_ = std::move(other.methods_);
+    closed_name_ = std::move(other.closed_name_);
+    closed_statistics_ = other.closed_statistics_;
     strategy_ = other.strategy_;
   }
   return *this;
@@ -112,7 +87,15 @@ rpc_buffer::~rpc_buffer() {
 }
 
 void rpc_buffer::close() noexcept {
-  if (auto ch = std::exchange(channel_, nullptr)) ch->close();
+  if (auto ch = std::exchange(channel_, nullptr)) {
+    // Copies, as this may be a move's source or target: noexcept in practice (short names).
+    try {
+      closed_name_ = ch->name();
+    } catch (...) {
+    }
+    closed_statistics_ = ch->statistics();
+    ch->close();
+  }
 }
 
 rpc_buffer::executor_type rpc_buffer::get_executor() const noexcept {
@@ -124,12 +107,11 @@ bool rpc_buffer::is_owner() const noexcept {
 }
 
 const std::string& rpc_buffer::name() const noexcept {
-  static const std::string none;
-  return channel_ ? channel_->name() : none;
+  return channel_ ? channel_->name() : closed_name_;
 }
 
 rpc_statistics rpc_buffer::statistics() const {
-  return channel_ ? channel_->statistics() : rpc_statistics{};
+  return channel_ ? channel_->statistics() : closed_statistics_;
 }
 
 }  // namespace shmio

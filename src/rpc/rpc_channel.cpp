@@ -93,8 +93,7 @@ std::error_code validate_channel(std::span<const std::byte> body, channel_settin
 
 std::error_code error_from_wire(int value) {
   // Only shmio's own values travel; anything else is reported as a remote failure.
-  if (value >= static_cast<int>(errc::not_found) &&
-      value <= static_cast<int>(errc::no_such_method))
+  if (value >= static_cast<int>(errc::not_found) && value <= static_cast<int>(errc::no_such_method))
     return static_cast<errc>(value);
   return errc::remote_error;
 }
@@ -247,8 +246,7 @@ std::shared_ptr<rpc_channel> rpc_channel::make_owner(const asio::any_io_executor
 
 std::shared_ptr<rpc_channel> rpc_channel::make_opener(const asio::any_io_executor& ex,
                                                       std::string_view name, rpc_service service,
-                                                      wait_strategy strategy,
-                                                      std::error_code& ec) {
+                                                      wait_strategy strategy, std::error_code& ec) {
   segment seg = segment::open(name, object_kind::rpc, ec);
   if (ec) return nullptr;
   channel_settings settings;
@@ -428,13 +426,14 @@ void rpc_channel::on_message(incoming_message m) {
       wake_housekeeping();  // watch the caller while we serve it
       // The signal must outlive the coroutine (its slot holds the coroutine's cancellation
       // state), so the entry goes only when the coroutine has finished: in its completion.
-      asio::co_spawn(strand_, serve(shared_from_this(), std::move(m), skip, &method->async, session_),
-                     asio::bind_cancellation_slot(
-                         call->signal.slot(),
-                         asio::bind_executor(inline_executor{}, [self = shared_from_this(), id,
-                                                                 call](const std::exception_ptr&) {
-                           self->end_serving(id, call);
-                         })));
+      asio::co_spawn(
+          strand_, serve(shared_from_this(), std::move(m), skip, &method->async, session_),
+          asio::bind_cancellation_slot(
+              call->signal.slot(),
+              asio::bind_executor(inline_executor{},
+                                  [self = shared_from_this(), id, call](const std::exception_ptr&) {
+                                    self->end_serving(id, call);
+                                  })));
       return;
     }
     case packet_type::response:
@@ -472,7 +471,8 @@ asio::awaitable<void> rpc_channel::serve([[maybe_unused]] std::shared_ptr<rpc_ch
   std::string text;
   try {
     // `handler` lives in service_, which lives as long as the channel (held by `self`).
-    reply = co_await (*handler)(request.id, std::span<const std::byte>(request.payload).subspan(skip));
+    reply =
+        co_await (*handler)(request.id, std::span<const std::byte>(request.payload).subspan(skip));
   } catch (...) {
     failure = errc::remote_error;
     text = describe(std::current_exception());

@@ -117,8 +117,7 @@ std::error_code rpc_channel::wait_connected(std::chrono::milliseconds timeout) {
   const auto deadline = deadline_after(timeout);
   auto accepted = [this]() -> std::optional<outcome<no_value>> {
     // acquire: pairs with the opener's increment, made while it holds its lock.
-    if (header_->opener_generation.load(std::memory_order_acquire) != 0)
-      return outcome<no_value>{};
+    if (header_->opener_generation.load(std::memory_order_acquire) != 0) return outcome<no_value>{};
     return std::nullopt;
   };
   std::error_code ec;
@@ -145,10 +144,11 @@ std::error_code rpc_channel::wait_connected(std::chrono::milliseconds timeout) {
     asio::post(strand_, [self = shared_from_this()] { self->fail(errc::peer_gone); });
     return ec;
   }
-  asio::post(strand_, [self = shared_from_this()] {
-    self->accepted_ = true;
-    self->link_.reset();
-  });
+  // The listener goes now, not when the executor next runs: a client that never runs it must
+  // not hold a dead service's listener open. (The strand touches link_ only for an async
+  // connect, which this is not.)
+  link_.reset();
+  asio::post(strand_, [self = shared_from_this()] { self->accepted_ = true; });
   return {};
 }
 

@@ -6,8 +6,8 @@
 
 #include "shmio/detail/liveness.hpp"
 #include "shmio/detail/platform.hpp"
-#include "shmio/detail/rpc_packet.hpp"
 #include "shmio/detail/ring_ops.hpp"
+#include "shmio/detail/rpc_packet.hpp"
 
 namespace shmio::detail {
 
@@ -41,8 +41,9 @@ segment create_listener(std::string_view name, const rpc_options& channel, std::
     h->node_count = static_cast<std::uint32_t>(channel.node_count);
     h->node_size = static_cast<std::uint32_t>(channel.node_size);
     h->max_message_size = static_cast<std::uint32_t>(channel.max_message_size);
-    h->default_timeout_ms = no_timeout ? layout::rpc_no_timeout
-                                       : static_cast<std::uint64_t>(channel.default_timeout.count());
+    h->default_timeout_ms = no_timeout
+                                ? layout::rpc_no_timeout
+                                : static_cast<std::uint64_t>(channel.default_timeout.count());
     h->ring_offset = sizeof(layout::listener_header);
     h->ring_bytes = ring_bytes;
     h->backlog = listener_backlog;
@@ -90,8 +91,7 @@ std::error_code validate_listener(std::span<const std::byte> body, listener_sett
   return {};
 }
 
-std::unique_ptr<listener_link> listener_link::open(std::string_view service,
-                                                   std::error_code& ec) {
+std::unique_ptr<listener_link> listener_link::open(std::string_view service, std::error_code& ec) {
   auto owned = std::make_unique<listener_link>();
   listener_link& link = *owned;
   link.seg_ = segment::open(service, object_kind::rpc_listener, ec);
@@ -105,8 +105,8 @@ std::unique_ptr<listener_link> listener_link::open(std::string_view service,
   const int fd = link.seg_.native_handle();
   const std::uint16_t me = claim_participant(fd, layout::max_participants, ec);
   if (ec) return nullptr;
-  auto* state = reinterpret_cast<layout::ring_state*>(link.seg_.body().data() +
-                                                      link.settings_.ring_offset);
+  auto* state =
+      reinterpret_cast<layout::ring_state*>(link.seg_.body().data() + link.settings_.ring_offset);
   std::construct_at(&link.ring_, state, link.settings_.ring, fd, me);
   link.ring_.recover_own_nodes();
   return owned;

@@ -90,17 +90,8 @@ class rpc_server_impl : public std::enable_shared_from_this<rpc_server_impl> {
 
 namespace {
 
-// A service of one handler: the unnamed method (none, for an empty handler).
-template <class Handler>
-rpc_methods unnamed(Handler handler) {
-  rpc_methods methods;
-  if (handler) methods.add("", std::move(handler));
-  return methods;
-}
-
 std::shared_ptr<detail::rpc_server_impl> make_server(const asio::any_io_executor& ex,
-                                                     std::string_view name,
-                                                     rpc_methods methods,
+                                                     std::string_view name, rpc_methods methods,
                                                      const rpc_options& options,
                                                      std::error_code& ec) {
   rpc_acceptor acceptor(ex, create_only, name, options, ec);
@@ -111,8 +102,7 @@ std::shared_ptr<detail::rpc_server_impl> make_server(const asio::any_io_executor
 }
 
 std::shared_ptr<detail::rpc_server_impl> make_or_throw(const asio::any_io_executor& ex,
-                                                       std::string_view name,
-                                                       rpc_methods methods,
+                                                       std::string_view name, rpc_methods methods,
                                                        const rpc_options& options) {
   std::error_code ec;
   auto im = make_server(ex, name, std::move(methods), options, ec);
@@ -121,22 +111,6 @@ std::shared_ptr<detail::rpc_server_impl> make_or_throw(const asio::any_io_execut
 }
 
 }  // namespace
-
-rpc_server::rpc_server(const executor_type& ex, create_only_t, std::string_view name,
-                       rpc_handler handler, rpc_options options)
-    : ex_(ex), name_(name), impl_(make_or_throw(ex, name, unnamed(std::move(handler)), options)) {}
-
-rpc_server::rpc_server(const executor_type& ex, create_only_t, std::string_view name,
-                       rpc_sync_handler handler, rpc_options options)
-    : ex_(ex), name_(name), impl_(make_or_throw(ex, name, unnamed(std::move(handler)), options)) {}
-
-rpc_server::rpc_server(const executor_type& ex, create_only_t, std::string_view name,
-                       rpc_handler handler, rpc_options options, std::error_code& ec)
-    : ex_(ex), name_(name), impl_(make_server(ex, name, unnamed(std::move(handler)), options, ec)) {}
-
-rpc_server::rpc_server(const executor_type& ex, create_only_t, std::string_view name,
-                       rpc_sync_handler handler, rpc_options options, std::error_code& ec)
-    : ex_(ex), name_(name), impl_(make_server(ex, name, unnamed(std::move(handler)), options, ec)) {}
 
 rpc_server::rpc_server(const executor_type& ex, create_only_t, std::string_view name,
                        rpc_methods methods, rpc_options options)

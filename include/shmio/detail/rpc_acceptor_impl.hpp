@@ -26,8 +26,7 @@ class rpc_acceptor_impl {
  public:
   static std::shared_ptr<rpc_acceptor_impl> create(const asio::any_io_executor& ex,
                                                    std::string_view name,
-                                                   const rpc_options& options,
-                                                   std::error_code& ec);
+                                                   const rpc_options& options, std::error_code& ec);
   ~rpc_acceptor_impl();
 
   const std::string& name() const noexcept { return seg_.name(); }
@@ -44,8 +43,8 @@ class rpc_acceptor_impl {
   /// The end of the connection `request` asks for, serving `handlers`; null with `ec` set if
   /// it cannot be taken (the client went, or made its channel wrong): counted as refused.
   std::shared_ptr<rpc_channel> accept(const asio::any_io_executor& ex,
-                                      const layout::connect_request& request,
-                                      rpc_service handlers, std::error_code& ec);
+                                      const layout::connect_request& request, rpc_service handlers,
+                                      std::error_code& ec);
   void close() noexcept;
 
  private:

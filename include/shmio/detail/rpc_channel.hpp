@@ -48,7 +48,8 @@ struct rpc_service {
     rpc_service s{{}, m.table()};
     // The unnamed method without a lookup per call.
     if (s.methods)
-      if (auto it = s.methods->find(std::string_view()); it != s.methods->end()) s.unnamed = it->second;
+      if (auto it = s.methods->find(std::string_view()); it != s.methods->end())
+        s.unnamed = it->second;
     return s;
   }
 
@@ -169,8 +170,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   asio::awaitable<void> writer_loop(std::shared_ptr<rpc_channel> self);
   asio::awaitable<void> housekeeping_loop(std::shared_ptr<rpc_channel> self);
   asio::awaitable<void> serve(std::shared_ptr<rpc_channel> self, incoming_message request,
-                              std::size_t skip, const rpc_handler* handler,
-                              std::uint64_t session);
+                              std::size_t skip, const rpc_handler* handler, std::uint64_t session);
   void on_packet(std::span<const std::byte> bytes);
   void on_message(incoming_message m);
   void serve_now(std::uint64_t id, const rpc_sync_handler& handler,
@@ -242,7 +242,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // channel takes no other (peer_lost_), and an owner ignores any later opener's packets.
   bool connection_ = false;
   bool peer_lost_ = false;
-  bool accepted_ = false;  // a connecting owner: the accept packet came (strand-only)
+  bool accepted_ = false;        // a connecting owner: the accept packet came (strand-only)
   bool request_posted_ = false;  // a connecting owner: the connect request is in the backlog
   std::uint32_t connect_pid_ = 0;
   std::uint64_t connect_nonce_ = 0;

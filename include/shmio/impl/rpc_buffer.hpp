@@ -109,8 +109,8 @@ auto rpc_buffer::start_request(std::vector<std::byte> message, std::uint16_t fla
           auto hex = asio::get_associated_executor(handler, ex);
           const std::error_code ec = ch ? std::error_code(errc::invalid_argument)
                                         : std::error_code(asio::error::operation_aborted);
-          return asio::post(hex, asio::experimental::append(std::move(handler), ec,
-                                                            std::vector<std::byte>{}));
+          return asio::post(
+              hex, asio::experimental::append(std::move(handler), ec, std::vector<std::byte>{}));
         }
         const std::uint64_t id = ch->next_id();
         auto slot = asio::get_associated_cancellation_slot(handler);
@@ -140,8 +140,8 @@ auto rpc_buffer::async_request(std::string_view method, asio::const_buffer paylo
   // An empty message with the method flag stands for a name out of range (see start_request).
   std::vector<std::byte> message;
   if (!method.empty() && method.size() <= rpc_methods::max_name)
-    message = detail::encode_named(
-        method, {static_cast<const std::byte*>(payload.data()), payload.size()});
+    message = detail::encode_named(method,
+                                   {static_cast<const std::byte*>(payload.data()), payload.size()});
   return start_request(std::move(message), detail::layout::packet_flag_method, timeout,
                        std::forward<CompletionToken>(token));
 }
