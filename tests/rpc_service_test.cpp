@@ -519,7 +519,7 @@ TEST_CASE("rpc_server: a thousand short-lived clients leave no descriptors, mapp
   CHECK(eventually([&] { return s.server.connection_count() == 0; }));
   CHECK(eventually([&] { return open_fds() <= fds; }));
   CHECK(eventually([&] { return mappings() <= maps + 2; }));
-  CHECK(shm_files_with(name.str() + "#") == 0);
+  CHECK(eventually([&] { return shm_files_with(name.str() + "#") == 0; }));
   CHECK(s.server.statistics().accepted == 1020);
   work.reset();
   client_thread.join();

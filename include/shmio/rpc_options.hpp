@@ -36,6 +36,17 @@ struct rpc_options {
   std::chrono::milliseconds default_timeout = std::chrono::seconds(30);
   std::uint64_t max_message_size = 0xFFFF'FFFFull;  ///< larger messages are refused, both ways
   wait_strategy strategy = {};                      ///< this end's only
+
+  // This end's bounds (not published; an opener or a client has the defaults).
+  /// Calls of this end that are sent or being sent at once. Later calls wait for credit (a call
+  /// that completes) without being queued for the ring; their timeouts run meanwhile.
+  std::size_t max_in_flight = 1024;
+  /// Coroutine handlers running at once. Later requests wait, up to as many again; past that
+  /// they are answered at once with errc::busy.
+  std::size_t max_concurrent_handlers = 1024;
+  /// Bytes of messages received in part (by their announced sizes) held at once; a message
+  /// that would pass it is refused as too large would be. 0: max_message_size.
+  std::uint64_t max_reassembly_bytes = 0;
 };
 
 /// Counters of one end of a channel (the C# SharedMemory library's RpcStatistics, plus what shmio

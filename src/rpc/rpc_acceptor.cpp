@@ -24,7 +24,11 @@ std::shared_ptr<rpc_acceptor_impl> rpc_acceptor_impl::create(const asio::any_io_
     return nullptr;
   }
   if ((ec = validate_listener(im->seg_.body(), im->settings_))) return nullptr;
+  // This end's own: not in the listener.
   im->settings_.channel.strategy = options.strategy;
+  im->settings_.channel.max_in_flight = options.max_in_flight;
+  im->settings_.channel.max_concurrent_handlers = options.max_concurrent_handlers;
+  im->settings_.channel.max_reassembly_bytes = options.max_reassembly_bytes;
   const std::uint16_t me = claim_participant(fd, layout::max_participants, ec);
   if (ec) return nullptr;
   auto* state =

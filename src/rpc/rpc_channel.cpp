@@ -238,7 +238,9 @@ std::shared_ptr<rpc_channel> rpc_channel::make_owner(const asio::any_io_executor
   if (ec) return nullptr;
   auto ch = std::make_shared<rpc_channel>(ex, std::move(service));
   ch->default_timeout_ = no_timeout ? std::chrono::milliseconds::max() : options.default_timeout;
-  ch->reassembler_ = reassembler(options.max_message_size);
+  ch->reassembler_ = reassembler(options.max_message_size, reassembler::default_partial_messages,
+                                 options.max_reassembly_bytes);
+  ch->set_limits(options);
   ec = ch->attach(std::move(seg), true, where, options.strategy);
   if (ec) return nullptr;
   return ch;
@@ -395,47 +397,10 @@ void rpc_channel::on_packet(std::span<const std::byte> bytes) {
 
 void rpc_channel::on_message(incoming_message m) {
   switch (m.type) {
-    case packet_type::request: {
+    case packet_type::request:
       stats_.requests_received.fetch_add(1, std::memory_order_relaxed);
       stats_.bytes_received.fetch_add(m.payload.size(), std::memory_order_relaxed);
-      std::string_view name;
-      std::span<const std::byte> payload = m.payload;
-      const bool named = (m.flags & layout::packet_flag_method) != 0;
-      if (named && !split_named(m.payload, name, payload)) {
-        stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
-        return send_error(m.id, errc::corrupted, "malformed method name");
-      }
-      const rpc_method* method = service_.find(name);
-      if (!method) {
-        if (!named) return send_error(m.id, errc::no_handler, "no handler at this end");
-        return send_error(m.id, errc::no_such_method,
-                          "no method '" + std::string(name) + "' at this end");
-      }
-      // A plain handler runs here and now: no coroutine to start, no trip through the
-      // scheduler, nothing to cancel (a cancel packet that comes later finds nothing).
-      if (method->sync) return serve_now(m.id, method->sync, payload);
-      const std::size_t skip = static_cast<std::size_t>(payload.data() - m.payload.data());
-      const std::uint64_t id = m.id;
-      serving_call* call = start_serving(id);
-      if (!call) {
-        // A sender never reuses an id: this request is forged or garbled. Running it would
-        // leave two handlers under one id, one of them beyond the other's cancel.
-        stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
-        return;
-      }
-      wake_housekeeping();  // watch the caller while we serve it
-      // The signal must outlive the coroutine (its slot holds the coroutine's cancellation
-      // state), so the entry goes only when the coroutine has finished: in its completion.
-      asio::co_spawn(
-          strand_, serve(shared_from_this(), std::move(m), skip, &method->async, session_),
-          asio::bind_cancellation_slot(
-              call->signal.slot(),
-              asio::bind_executor(inline_executor{},
-                                  [self = shared_from_this(), id, call](const std::exception_ptr&) {
-                                    self->end_serving(id, call);
-                                  })));
-      return;
-    }
+      return start_request(std::move(m));
     case packet_type::response:
       stats_.responses_received.fetch_add(1, std::memory_order_relaxed);
       stats_.bytes_received.fetch_add(m.payload.size(), std::memory_order_relaxed);
@@ -453,12 +418,74 @@ void rpc_channel::on_message(incoming_message m) {
       if (auto it = serving_.find(m.response_to); it != serving_.end()) {
         stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
         it->second.signal.emit(asio::cancellation_type::terminal);
+        return;
       }
+      // Not started yet: it never will be.
+      for (auto d = deferred_.begin(); d != deferred_.end(); ++d)
+        if (d->id == m.response_to) {
+          stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
+          deferred_.erase(d);  // bounded by max_concurrent_handlers
+          return;
+        }
       return;
     case packet_type::close:
       return end_session();
     case packet_type::accept:
       return on_accepted();
+  }
+}
+
+void rpc_channel::start_request(incoming_message m) {
+  std::string_view name;
+  std::span<const std::byte> payload = m.payload;
+  const bool named = (m.flags & layout::packet_flag_method) != 0;
+  if (named && !split_named(m.payload, name, payload)) {
+    stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
+    return send_error(m.id, errc::corrupted, "malformed method name");
+  }
+  const rpc_method* method = service_.find(name);
+  if (!method) {
+    if (!named) return send_error(m.id, errc::no_handler, "no handler at this end");
+    return send_error(m.id, errc::no_such_method,
+                      "no method '" + std::string(name) + "' at this end");
+  }
+  // A plain handler runs here and now: no coroutine to start, no trip through the
+  // scheduler, nothing to cancel (a cancel packet that comes later finds nothing).
+  if (method->sync) return serve_now(m.id, method->sync, payload);
+  if (serving_.size() >= max_handlers_) {
+    // Later, when a handler ends; past as many again, the caller hears at once. (The reader
+    // goes on reading meanwhile: cancels for running handlers must still get through.)
+    if (deferred_.size() >= max_handlers_)
+      return send_error(m.id, errc::busy, "too many requests at once at this end");
+    deferred_.push_back(std::move(m));
+    return;
+  }
+  const std::size_t skip = static_cast<std::size_t>(payload.data() - m.payload.data());
+  const std::uint64_t id = m.id;
+  serving_call* call = start_serving(id);
+  if (!call) {
+    // A sender never reuses an id: this request is forged or garbled. Running it would
+    // leave two handlers under one id, one of them beyond the other's cancel.
+    stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  wake_housekeeping();  // watch the caller while we serve it
+  // The signal must outlive the coroutine (its slot holds the coroutine's cancellation
+  // state), so the entry goes only when the coroutine has finished: in its completion.
+  asio::co_spawn(strand_, serve(shared_from_this(), std::move(m), skip, &method->async, session_),
+                 asio::bind_cancellation_slot(
+                     call->signal.slot(),
+                     asio::bind_executor(inline_executor{}, [self = shared_from_this(), id,
+                                                             call](const std::exception_ptr&) {
+                       self->end_serving(id, call);
+                     })));
+}
+
+void rpc_channel::start_deferred() {
+  while (!deferred_.empty() && serving_.size() < max_handlers_ && !closed_) {
+    incoming_message m = std::move(deferred_.front());
+    deferred_.pop_front();
+    start_request(std::move(m));
   }
 }
 
@@ -508,6 +535,10 @@ void rpc_channel::end_serving(std::uint64_t id, const serving_call* call) {
   // The co_spawn has completed: its coroutine no longer uses the signal, which may serve again.
   auto it = serving_.find(id);
   if (it != serving_.end() && &it->second == call) erase_recycled(serving_, spare_serving_, it);
+  // A slot is free: the next request waiting for one starts, on the strand (this runs where
+  // the coroutine finished, inside co_spawn's completion).
+  if (!deferred_.empty())
+    asio::post(strand_, [self = shared_from_this()] { self->start_deferred(); });
 }
 
 void rpc_channel::answer(std::uint64_t request_id, std::vector<std::byte> reply,
@@ -625,26 +656,74 @@ void rpc_channel::start_call(std::uint64_t id, std::unique_ptr<pending_call> cal
     const auto deadline = timeout.count() < 0 || timeout == std::chrono::milliseconds::max()
                               ? std::chrono::steady_clock::time_point::max()
                               : std::chrono::steady_clock::now() + timeout;
-    if (auto* entry = insert_recycled(self->calls_, self->spare_calls_, id))
-      *entry = call_entry{std::move(call), deadline};
+    auto* entry = insert_recycled(self->calls_, self->spare_calls_, id);
+    if (!entry) return call->complete(errc::busy, {}, false);  // ids are unique: never
+    *entry = call_entry{std::move(call), deadline, std::nullopt};
     self->stats_.pending.fetch_add(1, std::memory_order_relaxed);
-    self->stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
-    self->stats_.bytes_sent.fetch_add(payload.size(), std::memory_order_relaxed);
     outgoing_message request{packet_type::request, id, 0, std::move(payload)};
     request.flags = flags;
-    self->send(std::move(request));
+    if (self->in_flight_ < self->max_in_flight_ && self->credit_queue_.empty()) {
+      ++self->in_flight_;
+      self->stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
+      self->stats_.bytes_sent.fetch_add(request.payload.size(), std::memory_order_relaxed);
+      self->send(std::move(request));
+    } else {
+      // No credit: it waits here, not in the outbox, so that nothing queues for the ring past
+      // max_in_flight; its deadline runs meanwhile.
+      entry->waiting.emplace(std::move(request));
+      self->credit_queue_.push_back(id);
+    }
     self->wake_housekeeping();
   });
 }
 
-void rpc_channel::cancel_call(std::uint64_t id) {
-  asio::post(strand_, [self = shared_from_this(), id] {
-    auto it = self->calls_.find(id);
-    if (it == self->calls_.end()) return;  // it completed first
+void rpc_channel::cancel_call(std::uint64_t id, asio::cancellation_type type) {
+  asio::post(strand_, [self = shared_from_this(), id, type] {
+    if (!self->calls_.contains(id)) return;  // it completed first
+    // Total cancellation promises no side effect: only a request not yet sent qualifies.
+    const auto effects = asio::cancellation_type::terminal | asio::cancellation_type::partial;
+    if ((type & effects) == asio::cancellation_type::none) {
+      if (!self->withdraw(id)) return;
+      self->stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
+      return self->finish_call(id, asio::error::operation_aborted, {});
+    }
     self->stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
-    self->finish_call(id, asio::error::operation_aborted, {});
-    self->send({packet_type::cancel, self->next_id(), id, {}});  // let its handler stop
+    self->abandon_call(id, asio::error::operation_aborted);
   });
+}
+
+bool rpc_channel::withdraw(std::uint64_t id) {
+  auto it = calls_.find(id);
+  if (it == calls_.end()) return false;
+  if (it->second.waiting) return true;  // finish_call drops it with its entry
+  for (auto m = outbox_.begin(); m != outbox_.end(); ++m)
+    if (m->type == packet_type::request && m->id == id && m->next_packet == 1) {
+      outbox_.erase(m);  // bounded by max_in_flight
+      return true;
+    }
+  return false;
+}
+
+void rpc_channel::abandon_call(std::uint64_t id, std::error_code ec) {
+  const bool unsent = withdraw(id);
+  finish_call(id, ec, {});
+  // A request the other end has (or has begun to get): let its handler stop.
+  if (!unsent) send({packet_type::cancel, next_id(), id, {}});
+}
+
+void rpc_channel::admit_waiting() {
+  while (in_flight_ < max_in_flight_ && !credit_queue_.empty() && !closed_) {
+    const std::uint64_t id = credit_queue_.front();
+    credit_queue_.pop_front();
+    auto it = calls_.find(id);
+    if (it == calls_.end() || !it->second.waiting) continue;  // completed while it waited
+    outgoing_message m = std::move(*it->second.waiting);
+    it->second.waiting.reset();
+    ++in_flight_;
+    stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
+    stats_.bytes_sent.fetch_add(m.payload.size(), std::memory_order_relaxed);
+    send(std::move(m));
+  }
 }
 
 void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, std::vector<std::byte> reply,
@@ -655,8 +734,15 @@ void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, std::vector<
     return;
   }
   auto call = std::move(it->second.call);
+  const bool admitted = !it->second.waiting;
+  it->second.waiting.reset();  // a recycled node keeps no payload
   erase_recycled(calls_, spare_calls_, it);
   stats_.pending.fetch_sub(1, std::memory_order_relaxed);
+  // Its credit goes to the next waiting call before any upcall (which may start calls).
+  if (admitted) {
+    --in_flight_;
+    admit_waiting();
+  }
   call->complete(ec, std::move(reply), may_dispatch);
 }
 
@@ -692,7 +778,9 @@ void rpc_channel::end_session() {
   ++session_;
   peer_present_ = false;
   reassembler_.clear();
-  outbox_.clear();  // nobody to read them
+  outbox_.clear();        // nobody to read them
+  credit_queue_.clear();  // nor the calls waiting to be sent: they fail below, unsent
+  deferred_.clear();
   if (writer_busy_) writer_cancel_.emit(asio::cancellation_type::terminal);
   while (!calls_.empty())
     finish_call(calls_.begin()->first, errc::peer_gone, {});
@@ -734,8 +822,7 @@ asio::awaitable<void> rpc_channel::housekeeping_loop(
       ++it;  // finish_call erases the entry
       if (!expired) continue;
       stats_.timeouts.fetch_add(1, std::memory_order_relaxed);
-      finish_call(id, errc::timed_out, {});
-      send({packet_type::cancel, next_id(), id, {}});
+      abandon_call(id, errc::timed_out);
     }
     if (connecting()) {
       if (now >= connect_deadline_) {
@@ -810,6 +897,8 @@ void rpc_channel::shutdown_on_strand() {
     finish_call(calls_.begin()->first, why, {});
   cancel_serving();
   outbox_.clear();
+  credit_queue_.clear();
+  deferred_.clear();
   outbox_ready_.cancel();
   tick_.cancel();
   if (connect_op_) std::exchange(connect_op_, nullptr)->complete(why, false);

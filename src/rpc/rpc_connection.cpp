@@ -79,6 +79,9 @@ std::shared_ptr<rpc_channel> rpc_channel::accept(const asio::any_io_executor& ex
     return nullptr;
   }
   ch->connection_ = true;
+  ch->set_limits(expected);
+  ch->reassembler_ = reassembler(expected.max_message_size, reassembler::default_partial_messages,
+                                 expected.max_reassembly_bytes);
   // The accept packet goes first, before the loops start, into a ring nobody else writes yet.
   outgoing_message hello{packet_type::accept, ch->next_id(), 0, {}};
   hello.generation = ch->generation_;

@@ -56,7 +56,7 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
   const auto& h = p.header;
   last_too_large_ = false;
   if (h.total_size > max_message_size_) {
-    partial_.erase(h.message_id);
+    if (auto it = partial_.find(h.message_id); it != partial_.end()) drop(it);
     last_too_large_ = h.packet_index == 1;  // answer once, at its first packet
     return result::rejected;
   }
@@ -74,9 +74,16 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
   auto it = partial_.find(h.message_id);
   if (h.packet_index == 1) {
     if (it != partial_.end() || partial_.size() >= max_partial_) {
-      if (it != partial_.end()) partial_.erase(it);
+      if (it != partial_.end()) drop(it);
       return result::rejected;
     }
+    if (announced_ + h.total_size > max_bytes_) {
+      // Over the budget for messages in part: refused as one too large would be, so that a
+      // request is answered rather than left to time out.
+      last_too_large_ = true;
+      return result::rejected;
+    }
+    announced_ += h.total_size;
     partial part{{type, h.message_id, h.response_to, {}, h.generation, h.flags},
                  2,
                  h.packet_count,
@@ -92,14 +99,19 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
   if (h.packet_index != part.next_index || h.packet_count != part.packet_count ||
       h.total_size != part.total_size || static_cast<std::uint8_t>(part.message.type) != h.type ||
       h.generation != part.message.generation || h.flags != part.message.flags) {
-    partial_.erase(it);
+    drop(it);
     return result::rejected;
   }
   part.message.payload.insert(part.message.payload.end(), p.chunk.begin(), p.chunk.end());
   if (part.next_index++ < part.packet_count) return result::incomplete;
   out = std::move(part.message);
-  partial_.erase(it);
+  drop(it);
   return result::complete;
+}
+
+void reassembler::drop(std::unordered_map<std::uint64_t, partial>::iterator it) noexcept {
+  announced_ -= it->second.total_size;
+  partial_.erase(it);
 }
 
 std::vector<std::byte> encode_named(std::string_view method, std::span<const std::byte> payload) {

@@ -125,13 +125,16 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
                   std::vector<std::byte> payload, std::chrono::milliseconds timeout,
                   std::uint16_t flags = 0);
   /// Gives up on a call (cancellation through its slot): completes it with operation_aborted.
-  void cancel_call(std::uint64_t id);
+  /// `total` alone cancels only a request not yet sent (Asio's "no side effects").
+  void cancel_call(std::uint64_t id, asio::cancellation_type type);
   void close() noexcept;
 
  private:
   struct call_entry {
     std::unique_ptr<pending_call> call;
     std::chrono::steady_clock::time_point deadline;
+    // A request still waiting for credit (max_in_flight), not yet given to send().
+    std::optional<outgoing_message> waiting;
   };
   struct counters {
     std::atomic<std::uint64_t> requests_sent{0}, requests_received{0}, responses_sent{0},
@@ -185,6 +188,20 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void finish_call(std::uint64_t id, std::error_code ec, std::vector<std::byte> reply,
                    bool may_dispatch = false);
   void send(outgoing_message m);
+  /// Takes back request `id` if none of it has been written (waiting for credit, or queued
+  /// whole): true if it was, and then the other end never hears of it.
+  bool withdraw(std::uint64_t id);
+  /// Gives up on call `id` with `ec`: completes it, and tells the other end if it was sent.
+  void abandon_call(std::uint64_t id, std::error_code ec);
+  void admit_waiting();
+  void set_limits(const rpc_options& o) noexcept {
+    max_in_flight_ = o.max_in_flight == 0 ? 1 : o.max_in_flight;
+    max_handlers_ = o.max_concurrent_handlers == 0 ? 1 : o.max_concurrent_handlers;
+  }
+  /// Starts serving request `m` (after its counts): its method's handler, now or once a
+  /// handler slot frees (max_concurrent_handlers), or an error answer.
+  void start_request(incoming_message m);
+  void start_deferred();
   void send_failed(const outgoing_message& m, std::error_code ec);
   void send_error(std::uint64_t to, std::error_code ec, std::string_view text);
   bool peer_attached();
@@ -225,7 +242,12 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   using call_table = std::unordered_map<std::uint64_t, call_entry>;
   using serving_table = std::unordered_map<std::uint64_t, serving_call>;
   call_table calls_;
-  serving_table serving_;  // by request id
+  std::size_t in_flight_ = 0;               // calls given to send() and not yet completed
+  std::deque<std::uint64_t> credit_queue_;  // calls waiting for credit, oldest first
+  std::size_t max_in_flight_ = 1024;
+  std::size_t max_handlers_ = 1024;
+  std::deque<incoming_message> deferred_;  // requests waiting for a handler slot
+  serving_table serving_;                  // by request id
   // Nodes of erased entries, for the next insertions: a steady flow of calls allocates none.
   std::vector<call_table::node_type> spare_calls_;
   std::vector<serving_table::node_type> spare_serving_;

@@ -73,15 +73,25 @@ class reassembler {
  public:
   enum class result { incomplete, complete, rejected };
 
-  explicit reassembler(std::uint64_t max_message_size, std::size_t max_partial = 1024)
-      : max_message_size_(max_message_size), max_partial_(max_partial) {}
+  static constexpr std::size_t default_partial_messages = 1024;
+  /// Messages of up to `max_message_size` bytes; up to `max_partial` of them received in part
+  /// at once, whose announced sizes add up to at most `max_bytes` (0: max_message_size).
+  explicit reassembler(std::uint64_t max_message_size,
+                       std::size_t max_partial = default_partial_messages,
+                       std::uint64_t max_bytes = 0)
+      : max_message_size_(max_message_size),
+        max_partial_(max_partial),
+        max_bytes_(max_bytes == 0 ? max_message_size : max_bytes) {}
 
   /// Adds a checked packet. On `complete`, `out` holds the message.
   result add(const packet_view& p, incoming_message& out);
   /// True if the message `add` last rejected was a request too large to take: the caller
   /// answers it with an error instead of silence.
   bool last_rejected_too_large() const noexcept { return last_too_large_; }
-  void clear() noexcept { partial_.clear(); }
+  void clear() noexcept {
+    partial_.clear();
+    announced_ = 0;
+  }
   std::uint64_t max_message_size() const noexcept { return max_message_size_; }
   std::size_t partial_count() const noexcept { return partial_.size(); }
 
@@ -94,7 +104,10 @@ class reassembler {
   };
   std::uint64_t max_message_size_;
   std::size_t max_partial_;
+  std::uint64_t max_bytes_;
+  std::uint64_t announced_ = 0;  // total_size of every partial message, added up
   std::unordered_map<std::uint64_t, partial> partial_;
+  void drop(std::unordered_map<std::uint64_t, partial>::iterator it) noexcept;
   bool last_too_large_ = false;
 };
 

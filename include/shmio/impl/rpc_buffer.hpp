@@ -90,7 +90,7 @@ struct rpc_cancel {
   std::uint64_t id;
   void operator()(asio::cancellation_type type) const {
     if (type == asio::cancellation_type::none) return;
-    if (auto c = channel.lock()) c->cancel_call(id);
+    if (auto c = channel.lock()) c->cancel_call(id, type);
   }
 };
 

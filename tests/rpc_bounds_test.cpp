@@ -1,0 +1,252 @@
+// Tests of an RPC channel's bounds: calls past max_in_flight wait for credit and are never
+// queued for the ring; a call that times out or is cancelled before it was sent is dropped,
+// not sent; total cancellation only while unsent; max_concurrent_handlers (later requests wait,
+// then get busy); the reassembly byte budget; and a million calls against a peer that never
+// answers, in bounded memory.
+#include <unistd.h>
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rpc_service_support.hpp"
+#include "shmio/rpc_buffer.hpp"
+#include "support.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using shmio::errc;
+using shmio::rpc_buffer;
+using shmio::rpc_options;
+using shmio::test::run_until;
+using shmio::test::scoped_name;
+using bytes_t = std::vector<std::byte>;
+namespace service = shmio::test::service;
+
+bytes_t bytes(std::string_view s) {
+  const auto* p = reinterpret_cast<const std::byte*>(s.data());
+  return {p, p + s.size()};
+}
+
+rpc_options bounded(std::size_t in_flight, std::size_t handlers = 1024) {
+  rpc_options o;
+  o.node_count = 8;
+  o.node_size = 1024;
+  o.max_in_flight = in_flight;
+  o.max_concurrent_handlers = handlers;
+  return o;
+}
+
+// A call's outcome, filled in by its handler.
+struct outcome {
+  std::optional<std::error_code> ec;
+  bytes_t reply;
+  auto handler() {
+    return [this](std::error_code e, bytes_t r) {
+      ec = e;
+      reply = std::move(r);
+    };
+  }
+};
+
+std::size_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::size_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+TEST_CASE("rpc bounds: calls past max_in_flight wait for credit, unsent", "[rpc][bounds]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  service::hold_counts counts;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, {}, bounded(4));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name, service::handler(counts));
+  asio::cancellation_signal cancel_first;
+  std::vector<outcome> holds(4), echoes(10);
+  owner.async_request(asio::buffer(service::hold), 1h,
+                      asio::bind_cancellation_slot(cancel_first.slot(), holds[0].handler()));
+  for (std::size_t i = 1; i < holds.size(); ++i)
+    owner.async_request(asio::buffer(service::hold), 1h, holds[i].handler());
+  for (auto& e : echoes)
+    owner.async_request(asio::buffer(bytes("echo")), 1h, e.handler());
+  REQUIRE(run_until(io, [&] { return counts.holding == 4; }));
+  io.poll();
+  // Four sent; ten wait in this process, none of them queued for the ring.
+  CHECK(owner.statistics().requests_sent == 4);
+  CHECK(owner.statistics().pending_requests == 14);
+  CHECK(opener.statistics().requests_received == 4);
+  // One credit comes back: the echoes go through it, one after the other, in order.
+  cancel_first.emit(asio::cancellation_type::terminal);
+  REQUIRE(run_until(io, [&] { return echoes.back().ec.has_value(); }));
+  CHECK(*holds[0].ec == asio::error::operation_aborted);
+  for (auto& e : echoes) {
+    REQUIRE(e.ec);
+    CHECK_FALSE(*e.ec);
+    CHECK(e.reply == service::answer(bytes("echo")));
+  }
+  CHECK(owner.statistics().requests_sent == 14);
+  CHECK(counts.holding == 3);  // the other holds kept their credits throughout
+  owner.close();
+  opener.close();
+  io.poll();
+}
+
+TEST_CASE("rpc bounds: a call that times out or is cancelled unsent never reaches the peer",
+          "[rpc][bounds]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  service::hold_counts counts;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, {}, bounded(1));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name, service::handler(counts));
+  outcome hold, late, cancelled, total_sent;
+  asio::cancellation_signal cancel_waiting, cancel_sent;
+  owner.async_request(asio::buffer(service::hold), 1h,
+                      asio::bind_cancellation_slot(cancel_sent.slot(), hold.handler()));
+  owner.async_request(asio::buffer(bytes("late")), 30ms, late.handler());
+  owner.async_request(asio::buffer(bytes("cancelled")), 1h,
+                      asio::bind_cancellation_slot(cancel_waiting.slot(), cancelled.handler()));
+  REQUIRE(run_until(io, [&] { return counts.holding == 1; }));
+  // Total cancellation of the sent call: not allowed (it has side effects over there).
+  cancel_sent.emit(asio::cancellation_type::total);
+  // Total cancellation of a waiting call: allowed, nothing was sent.
+  cancel_waiting.emit(asio::cancellation_type::total);
+  REQUIRE(run_until(io, [&] { return late.ec && cancelled.ec; }));
+  CHECK(*late.ec == errc::timed_out);
+  CHECK(*cancelled.ec == asio::error::operation_aborted);
+  io.poll();
+  CHECK_FALSE(hold.ec);
+  CHECK(counts.holding == 1);
+  const auto s = owner.statistics();
+  CHECK(s.requests_sent == 1);
+  CHECK(opener.statistics().requests_received == 1);
+  CHECK(opener.statistics().cancellations == 0);  // no cancel for what never went
+  // Terminal cancellation of the sent one: it ends, and its handler hears of it.
+  cancel_sent.emit(asio::cancellation_type::terminal);
+  REQUIRE(run_until(io, [&] { return hold.ec && counts.cancelled == 1; }));
+  CHECK(*hold.ec == asio::error::operation_aborted);
+  owner.close();
+  opener.close();
+  io.poll();
+}
+
+TEST_CASE("rpc bounds: requests past max_concurrent_handlers wait, then get busy",
+          "[rpc][bounds]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  service::hold_counts counts;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, service::handler(counts),
+                   bounded(1024, 2));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  std::vector<outcome> holds(4);
+  std::vector<asio::cancellation_signal> cancels(4);
+  for (std::size_t i = 0; i < holds.size(); ++i)
+    opener.async_request(asio::buffer(service::hold), 1h,
+                         asio::bind_cancellation_slot(cancels[i].slot(), holds[i].handler()));
+  outcome busy;
+  opener.async_request(asio::buffer(service::hold), 1h, busy.handler());
+  REQUIRE(run_until(io, [&] { return busy.ec.has_value(); }));
+  CHECK(*busy.ec == errc::busy);
+  CHECK(counts.holding == 2);  // two run, two wait
+  // A running one ends: a waiting one starts in its place.
+  cancels[0].emit(asio::cancellation_type::terminal);
+  REQUIRE(run_until(io, [&] { return counts.cancelled == 1 && counts.holding == 2; }));
+  // A waiting one is cancelled: it never starts.
+  cancels[3].emit(asio::cancellation_type::terminal);
+  REQUIRE(run_until(io, [&] { return holds[3].ec.has_value(); }));
+  cancels[1].emit(asio::cancellation_type::terminal);
+  REQUIRE(run_until(io, [&] { return counts.cancelled == 2; }));
+  io.poll();
+  CHECK(counts.holding == 1);  // only the third: the fourth never started
+  owner.close();
+  opener.close();
+  io.poll();
+}
+
+TEST_CASE("rpc bounds: a message over the reassembly budget is refused as too large",
+          "[rpc][bounds]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_options o = bounded(1024);
+  o.max_reassembly_bytes = 8 * 1024;
+  rpc_buffer owner(
+      io.get_executor(), shmio::create_only, name,
+      [](std::uint64_t, std::span<const std::byte> in) { return service::answer(in); }, o);
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  outcome small, big;
+  const auto small_request = service::payload(5000, 1);
+  opener.async_request(asio::buffer(small_request), small.handler());
+  opener.async_request(asio::buffer(service::payload(20'000, 2)), 1h, big.handler());
+  REQUIRE(run_until(io, [&] { return small.ec && big.ec; }));
+  CHECK_FALSE(*small.ec);
+  CHECK(small.reply == service::answer(small_request));
+  CHECK(*big.ec == errc::message_too_large);
+  owner.close();
+  opener.close();
+  io.poll();
+}
+
+TEST_CASE("rpc bounds: a million calls against a peer that never answers, in bounded memory",
+          "[rpc][bounds]") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  constexpr int calls = 100'000;
+#else
+  constexpr int calls = 1'000'000;
+#endif
+  constexpr int batch = 10'000;
+  scoped_name name("rpc");
+  asio::io_context io;
+  service::hold_counts counts;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, {}, bounded(64));
+  // Alive, reading, but never answering: every request holds until its caller gives up.
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name, service::handler(counts));
+  int done = 0, timed_out = 0;
+  std::size_t after_first_batch = 0;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto ex = co_await asio::this_coro::executor;
+        for (int issued = 0; issued < calls; issued += batch) {
+          int left = batch;
+          for (int i = 0; i < batch; ++i)
+            owner.async_request(asio::buffer(service::hold), 1ms, [&](std::error_code ec, bytes_t) {
+              timed_out += ec == errc::timed_out;
+              ++done;
+              --left;
+            });
+          while (left > 0)
+            co_await asio::post(ex, asio::use_awaitable);
+          if (issued == 0) after_first_batch = resident_bytes();
+        }
+      },
+      asio::detached);
+  REQUIRE(run_until(
+      io, [&] { return done == calls; }, 300s));
+  CHECK(timed_out == calls);
+  const auto grown = resident_bytes() - std::min(resident_bytes(), after_first_batch);
+  INFO("resident memory grew by " << grown << " bytes after the first batch");
+  CHECK(grown < 32u << 20);
+  // Most calls never left this process: only those with credit were sent.
+  const auto s = owner.statistics();
+  INFO("sent " << s.requests_sent << " of " << calls);
+  CHECK(s.requests_sent < static_cast<std::uint64_t>(calls) / 10);
+  CHECK(s.pending_requests == 0);
+  owner.close();
+  opener.close();
+  io.poll();
+}
