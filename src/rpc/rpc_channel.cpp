@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "shmio/detail/platform.hpp"
+#include "shmio/detail/recycled_map.hpp"
 #include "shmio/detail/ring_ops.hpp"
 
 namespace shmio::detail {
@@ -24,10 +25,8 @@ namespace platform = detail::platform;
 using layout::packet_type;
 using namespace std::chrono_literals;
 
-constexpr auto tick_period = 10ms;       // resolution of request timeouts
-constexpr int ticks_per_peer_check = 5;  // the other end is checked every 50 ms while busy
-constexpr std::size_t in_queue = 0;      // waiter queue: packets to read
-constexpr std::size_t out_queue = 1;     // waiter queue: room to write
+constexpr std::size_t in_queue = 0;   // waiter queue: packets to read
+constexpr std::size_t out_queue = 1;  // waiter queue: room to write
 // How long the reader loop looks for the next packet before it waits: a round trip's other half
 // takes a few microseconds.
 constexpr auto linger_for_packets = std::chrono::microseconds(4);
@@ -97,65 +96,6 @@ std::error_code error_from_wire(int value) {
     return static_cast<errc>(value);
   return errc::remote_error;
 }
-
-// Erased nodes kept for reuse, at most this many per table (the vector is reserved up front).
-constexpr std::size_t max_spare_nodes = 64;
-
-// What a handler's exception tells its caller: its what() text, if it has one.
-std::string describe(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
-
-// Inserts `key` through a node kept from an earlier erase, if there is one, and returns its
-// value: what that erase left in the node (the caller sets what it needs), or a default-made
-// one. Null if `key` is there already.
-template <class Map>
-typename Map::mapped_type* insert_recycled(Map& map, std::vector<typename Map::node_type>& spare,
-                                           typename Map::key_type key) {
-  if (spare.empty()) {
-    auto [it, inserted] = map.try_emplace(key);
-    return inserted ? &it->second : nullptr;
-  }
-  auto node = std::move(spare.back());
-  spare.pop_back();
-  node.key() = key;
-  auto r = map.insert(std::move(node));
-  if (!r.inserted) {
-    spare.push_back(std::move(r.node));  // within the capacity it came from
-    return nullptr;
-  }
-  return &r.position->second;
-}
-
-// Erases `it`, keeping its node, value and all, for the next insert: move out first what must
-// go now.
-template <class Map>
-void erase_recycled(Map& map, std::vector<typename Map::node_type>& spare,
-                    typename Map::iterator it) {
-  auto node = map.extract(it);
-  if (spare.size() < max_spare_nodes) spare.push_back(std::move(node));
-}
-
-// Runs what it is given at once, on the calling thread. Only for the completion of a coroutine
-// handler's co_spawn, which drops the handler's entry in serving_ and nothing else: co_spawn
-// posts that completion whenever the coroutine finished without suspending (the usual case),
-// a trip through the strand per request for no purpose. It claims blocking.never because
-// asio::post requires it; for this one completion, which runs no user code and starts nothing,
-// running inline is what the post would have done a moment later on the same strand.
-struct inline_executor {
-  template <class F>
-  void execute(F&& f) const {
-    std::forward<F>(f)();
-  }
-  inline_executor require(asio::execution::blocking_t::never_t) const noexcept { return *this; }
-  bool operator==(const inline_executor&) const noexcept = default;
-};
 
 // The channel's strand. Asio keeps an any_io_executor's target in place only up to 24 bytes
 // (a shared_ptr and a pointer): strand<io_context::executor_type> fits, strand<any_io_executor>
@@ -435,124 +375,6 @@ void rpc_channel::on_message(incoming_message m) {
   }
 }
 
-void rpc_channel::start_request(incoming_message m) {
-  std::string_view name;
-  std::span<const std::byte> payload = m.payload;
-  const bool named = (m.flags & layout::packet_flag_method) != 0;
-  if (named && !split_named(m.payload, name, payload)) {
-    stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
-    return send_error(m.id, errc::corrupted, "malformed method name");
-  }
-  const rpc_method* method = service_.find(name);
-  if (!method) {
-    if (!named) return send_error(m.id, errc::no_handler, "no handler at this end");
-    return send_error(m.id, errc::no_such_method,
-                      "no method '" + std::string(name) + "' at this end");
-  }
-  // A plain handler runs here and now: no coroutine to start, no trip through the
-  // scheduler, nothing to cancel (a cancel packet that comes later finds nothing).
-  if (method->sync) return serve_now(m.id, method->sync, payload);
-  if (serving_.size() >= max_handlers_) {
-    // Later, when a handler ends; past as many again, the caller hears at once. (The reader
-    // goes on reading meanwhile: cancels for running handlers must still get through.)
-    if (deferred_.size() >= max_handlers_)
-      return send_error(m.id, errc::busy, "too many requests at once at this end");
-    deferred_.push_back(std::move(m));
-    return;
-  }
-  const std::size_t skip = static_cast<std::size_t>(payload.data() - m.payload.data());
-  const std::uint64_t id = m.id;
-  serving_call* call = start_serving(id);
-  if (!call) {
-    // A sender never reuses an id: this request is forged or garbled. Running it would
-    // leave two handlers under one id, one of them beyond the other's cancel.
-    stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  wake_housekeeping();  // watch the caller while we serve it
-  // The signal must outlive the coroutine (its slot holds the coroutine's cancellation
-  // state), so the entry goes only when the coroutine has finished: in its completion.
-  asio::co_spawn(strand_, serve(shared_from_this(), std::move(m), skip, &method->async, session_),
-                 asio::bind_cancellation_slot(
-                     call->signal.slot(),
-                     asio::bind_executor(inline_executor{}, [self = shared_from_this(), id,
-                                                             call](const std::exception_ptr&) {
-                       self->end_serving(id, call);
-                     })));
-}
-
-void rpc_channel::start_deferred() {
-  while (!deferred_.empty() && serving_.size() < max_handlers_ && !closed_) {
-    incoming_message m = std::move(deferred_.front());
-    deferred_.pop_front();
-    start_request(std::move(m));
-  }
-}
-
-asio::awaitable<void> rpc_channel::serve([[maybe_unused]] std::shared_ptr<rpc_channel> self,
-                                         incoming_message request, std::size_t skip,
-                                         const rpc_handler* handler, std::uint64_t session) {
-  if (closed_ || session != session_) co_return;  // its caller went before it started
-  std::vector<std::byte> reply;
-  std::error_code failure;
-  std::string text;
-  try {
-    // `handler` lives in service_, which lives as long as the channel (held by `self`).
-    reply =
-        co_await (*handler)(request.id, std::span<const std::byte>(request.payload).subspan(skip));
-  } catch (...) {
-    failure = errc::remote_error;
-    text = describe(std::current_exception());
-  }
-  // Nobody to answer if this end closed or the caller's session ended meanwhile. (The entry in
-  // serving_ goes in the completion of this coroutine, not here.)
-  if (closed_ || session != session_) co_return;
-  answer(request.id, std::move(reply), failure, text);
-}
-
-void rpc_channel::serve_now(std::uint64_t id, const rpc_sync_handler& handler,
-                            std::span<const std::byte> payload) {
-  std::vector<std::byte> reply;
-  std::error_code failure;
-  std::string text;
-  try {
-    reply = handler(id, payload);
-  } catch (...) {
-    failure = errc::remote_error;
-    text = describe(std::current_exception());
-  }
-  // The handler ran inside this strand's turn: neither a close nor a new session came between.
-  answer(id, std::move(reply), failure, text);
-}
-
-rpc_channel::serving_call* rpc_channel::start_serving(std::uint64_t id) {
-  // The signal in a recycled node still holds the finished coroutine's cancellation state; the
-  // next co_spawn replaces it in the same memory.
-  return insert_recycled(serving_, spare_serving_, id);
-}
-
-void rpc_channel::end_serving(std::uint64_t id, const serving_call* call) {
-  // The co_spawn has completed: its coroutine no longer uses the signal, which may serve again.
-  auto it = serving_.find(id);
-  if (it != serving_.end() && &it->second == call) erase_recycled(serving_, spare_serving_, it);
-  // A slot is free: the next request waiting for one starts, on the strand (this runs where
-  // the coroutine finished, inside co_spawn's completion).
-  if (!deferred_.empty())
-    asio::post(strand_, [self = shared_from_this()] { self->start_deferred(); });
-}
-
-void rpc_channel::answer(std::uint64_t request_id, std::vector<std::byte> reply,
-                         std::error_code failure, std::string_view text) {
-  if (!failure && reply.size() > reassembler_max()) {
-    failure = errc::message_too_large;
-    text = "reply larger than max_message_size";
-  }
-  if (failure) return send_error(request_id, failure, text);
-  stats_.responses_sent.fetch_add(1, std::memory_order_relaxed);
-  stats_.bytes_sent.fetch_add(reply.size(), std::memory_order_relaxed);
-  send({packet_type::response, next_id(), request_id, std::move(reply)});
-}
-
 // ---- writing -----------------------------------------------------------------------------
 
 void rpc_channel::send(outgoing_message m) {
@@ -635,117 +457,6 @@ asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<
   }
 }
 
-// ---- calls -------------------------------------------------------------------------------
-
-void rpc_channel::start_call(std::uint64_t id, std::unique_ptr<pending_call> call,
-                             std::vector<std::byte> payload, std::chrono::milliseconds timeout,
-                             std::uint16_t flags) {
-  // Dispatched, not posted: called from a thread of the executor while the strand is free, the
-  // request goes out now instead of after a trip through the scheduler. (This never completes
-  // the call inside the initiating function: every completion is posted, see rpc_call.)
-  asio::dispatch(strand_, [self = shared_from_this(), id, call = std::move(call),
-                           payload = std::move(payload), timeout, flags]() mutable {
-    // Posted, not dispatched: this may run inside the caller's initiating function.
-    if (self->closed_)
-      return call->complete(self->failure_ ? self->failure_ : asio::error::operation_aborted, {},
-                            false);
-    if (payload.size() > self->reassembler_max())
-      return call->complete(errc::message_too_large, {}, false);
-    if (self->owner_) self->follow_opener();  // address the opener there is now
-    if (!self->peer_attached()) return call->complete(errc::peer_gone, {}, false);
-    const auto deadline = timeout.count() < 0 || timeout == std::chrono::milliseconds::max()
-                              ? std::chrono::steady_clock::time_point::max()
-                              : std::chrono::steady_clock::now() + timeout;
-    auto* entry = insert_recycled(self->calls_, self->spare_calls_, id);
-    if (!entry) return call->complete(errc::busy, {}, false);  // ids are unique: never
-    *entry = call_entry{std::move(call), deadline, std::nullopt};
-    self->stats_.pending.fetch_add(1, std::memory_order_relaxed);
-    outgoing_message request{packet_type::request, id, 0, std::move(payload)};
-    request.flags = flags;
-    if (self->in_flight_ < self->max_in_flight_ && self->credit_queue_.empty()) {
-      ++self->in_flight_;
-      self->stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
-      self->stats_.bytes_sent.fetch_add(request.payload.size(), std::memory_order_relaxed);
-      self->send(std::move(request));
-    } else {
-      // No credit: it waits here, not in the outbox, so that nothing queues for the ring past
-      // max_in_flight; its deadline runs meanwhile.
-      entry->waiting.emplace(std::move(request));
-      self->credit_queue_.push_back(id);
-    }
-    self->wake_housekeeping();
-  });
-}
-
-void rpc_channel::cancel_call(std::uint64_t id, asio::cancellation_type type) {
-  asio::post(strand_, [self = shared_from_this(), id, type] {
-    if (!self->calls_.contains(id)) return;  // it completed first
-    // Total cancellation promises no side effect: only a request not yet sent qualifies.
-    const auto effects = asio::cancellation_type::terminal | asio::cancellation_type::partial;
-    if ((type & effects) == asio::cancellation_type::none) {
-      if (!self->withdraw(id)) return;
-      self->stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
-      return self->finish_call(id, asio::error::operation_aborted, {});
-    }
-    self->stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
-    self->abandon_call(id, asio::error::operation_aborted);
-  });
-}
-
-bool rpc_channel::withdraw(std::uint64_t id) {
-  auto it = calls_.find(id);
-  if (it == calls_.end()) return false;
-  if (it->second.waiting) return true;  // finish_call drops it with its entry
-  for (auto m = outbox_.begin(); m != outbox_.end(); ++m)
-    if (m->type == packet_type::request && m->id == id && m->next_packet == 1) {
-      outbox_.erase(m);  // bounded by max_in_flight
-      return true;
-    }
-  return false;
-}
-
-void rpc_channel::abandon_call(std::uint64_t id, std::error_code ec) {
-  const bool unsent = withdraw(id);
-  finish_call(id, ec, {});
-  // A request the other end has (or has begun to get): let its handler stop.
-  if (!unsent) send({packet_type::cancel, next_id(), id, {}});
-}
-
-void rpc_channel::admit_waiting() {
-  while (in_flight_ < max_in_flight_ && !credit_queue_.empty() && !closed_) {
-    const std::uint64_t id = credit_queue_.front();
-    credit_queue_.pop_front();
-    auto it = calls_.find(id);
-    if (it == calls_.end() || !it->second.waiting) continue;  // completed while it waited
-    outgoing_message m = std::move(*it->second.waiting);
-    it->second.waiting.reset();
-    ++in_flight_;
-    stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
-    stats_.bytes_sent.fetch_add(m.payload.size(), std::memory_order_relaxed);
-    send(std::move(m));
-  }
-}
-
-void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, std::vector<std::byte> reply,
-                              bool may_dispatch) {
-  auto it = calls_.find(id);
-  if (it == calls_.end()) {
-    stats_.discarded_replies.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  auto call = std::move(it->second.call);
-  const bool admitted = !it->second.waiting;
-  it->second.waiting.reset();  // a recycled node keeps no payload
-  erase_recycled(calls_, spare_calls_, it);
-  stats_.pending.fetch_sub(1, std::memory_order_relaxed);
-  // Its credit goes to the next waiting call before any upcall (which may start calls).
-  if (admitted) {
-    --in_flight_;
-    admit_waiting();
-  }
-  call->complete(ec, std::move(reply), may_dispatch);
-}
-
 // ---- the other end -----------------------------------------------------------------------
 
 bool rpc_channel::peer_attached() {
@@ -790,63 +501,6 @@ void rpc_channel::end_session() {
     poll_peer_ = false;
     complete_closed_waiters({});
   }
-}
-
-void rpc_channel::cancel_serving() {
-  // A snapshot: a cancellation handler may run code that changes serving_.
-  std::vector<std::uint64_t> running;
-  running.reserve(serving_.size());
-  for (const auto& [id, call] : serving_)
-    running.push_back(id);
-  for (const std::uint64_t id : running)
-    if (auto it = serving_.find(id); it != serving_.end())
-      it->second.signal.emit(asio::cancellation_type::terminal);
-}
-
-void rpc_channel::wake_housekeeping() {
-  if (ticking_ || closed_) return;
-  ticking_ = true;
-  asio::co_spawn(strand_, housekeeping_loop(shared_from_this()), asio::detached);
-}
-
-asio::awaitable<void> rpc_channel::housekeeping_loop(
-    [[maybe_unused]] std::shared_ptr<rpc_channel> self) {
-  for (int tick = 1;; ++tick) {
-    tick_.expires_after(tick_period);
-    co_await tick_.async_wait(as_tuple_awaitable);
-    if (closed_) break;
-    const auto now = std::chrono::steady_clock::now();
-    for (auto it = calls_.begin(); it != calls_.end();) {
-      const std::uint64_t id = it->first;
-      const bool expired = it->second.deadline <= now;
-      ++it;  // finish_call erases the entry
-      if (!expired) continue;
-      stats_.timeouts.fetch_add(1, std::memory_order_relaxed);
-      abandon_call(id, errc::timed_out);
-    }
-    if (connecting()) {
-      if (now >= connect_deadline_) {
-        connect_failed(errc::timed_out);
-      } else if (!request_posted_) {
-        std::error_code ec;
-        request_posted_ = link_->post_request(connect_pid_, connect_nonce_, ec);
-        if (ec) connect_failed(ec);
-      }
-      if (connecting() && tick % ticks_per_peer_check == 0 && !link_->server_alive())
-        connect_failed(errc::peer_gone);
-    }
-    const bool watched = !calls_.empty() || !serving_.empty() || poll_peer_;
-    if (tick % ticks_per_peer_check == 0 && watched) {
-      // The lock tells of a death; the generation of a death already followed by a new
-      // opener (whose lock hides the old one's absence).
-      if (owner_) follow_opener();
-      std::error_code ec;
-      if (!platform::byte_locked_by_other(seg_.native_handle(), peer_lock_byte_, ec) && !ec)
-        end_session();
-    }
-    if (calls_.empty() && serving_.empty() && !poll_peer_ && !connecting()) break;
-  }
-  ticking_ = false;
 }
 
 // ---- closing -----------------------------------------------------------------------------

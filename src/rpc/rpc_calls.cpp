@@ -1,0 +1,185 @@
+// The calling half of rpc_channel: calls started (or held for credit, max_in_flight), taken
+// back while unsent, cancelled, timed out and completed; and the housekeeping tick that runs
+// the timeouts, the connect's deadline and the watch on the other end.
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/post.hpp>
+#include <asio/use_awaitable.hpp>
+#include <utility>
+
+#include "shmio/detail/platform.hpp"
+#include "shmio/detail/recycled_map.hpp"
+#include "shmio/detail/rpc_channel.hpp"
+
+namespace shmio::detail {
+namespace {
+
+namespace platform = detail::platform;
+using layout::packet_type;
+using namespace std::chrono_literals;
+
+constexpr auto tick_period = 10ms;       // resolution of request timeouts
+constexpr int ticks_per_peer_check = 5;  // the other end is checked every 50 ms while busy
+constexpr auto as_tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
+
+}  // namespace
+
+void rpc_channel::start_call(std::uint64_t id, std::unique_ptr<pending_call> call,
+                             std::vector<std::byte> payload, std::chrono::milliseconds timeout,
+                             std::uint16_t flags) {
+  // Dispatched, not posted: called from a thread of the executor while the strand is free, the
+  // request goes out now instead of after a trip through the scheduler. (This never completes
+  // the call inside the initiating function: every completion is posted, see rpc_call.)
+  asio::dispatch(strand_, [self = shared_from_this(), id, call = std::move(call),
+                           payload = std::move(payload), timeout, flags]() mutable {
+    // Posted, not dispatched: this may run inside the caller's initiating function.
+    if (self->closed_)
+      return call->complete(self->failure_ ? self->failure_ : asio::error::operation_aborted, {},
+                            false);
+    if (payload.size() > self->reassembler_max())
+      return call->complete(errc::message_too_large, {}, false);
+    if (self->owner_) self->follow_opener();  // address the opener there is now
+    if (!self->peer_attached()) return call->complete(errc::peer_gone, {}, false);
+    const auto deadline = timeout.count() < 0 || timeout == std::chrono::milliseconds::max()
+                              ? std::chrono::steady_clock::time_point::max()
+                              : std::chrono::steady_clock::now() + timeout;
+    auto* entry = insert_recycled(self->calls_, self->spare_calls_, id);
+    if (!entry) return call->complete(errc::busy, {}, false);  // ids are unique: never
+    *entry = call_entry{std::move(call), deadline, std::nullopt};
+    self->stats_.pending.fetch_add(1, std::memory_order_relaxed);
+    outgoing_message request{packet_type::request, id, 0, std::move(payload)};
+    request.flags = flags;
+    if (self->in_flight_ < self->max_in_flight_ && self->credit_queue_.empty()) {
+      ++self->in_flight_;
+      self->stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
+      self->stats_.bytes_sent.fetch_add(request.payload.size(), std::memory_order_relaxed);
+      self->send(std::move(request));
+    } else {
+      // No credit: it waits here, not in the outbox, so that nothing queues for the ring past
+      // max_in_flight; its deadline runs meanwhile.
+      entry->waiting.emplace(std::move(request));
+      self->credit_queue_.push_back(id);
+    }
+    self->wake_housekeeping();
+  });
+}
+
+void rpc_channel::cancel_call(std::uint64_t id, asio::cancellation_type type) {
+  asio::post(strand_, [self = shared_from_this(), id, type] {
+    if (!self->calls_.contains(id)) return;  // it completed first
+    // Total cancellation promises no side effect: only a request not yet sent qualifies.
+    const auto effects = asio::cancellation_type::terminal | asio::cancellation_type::partial;
+    if ((type & effects) == asio::cancellation_type::none) {
+      if (!self->withdraw(id)) return;
+      self->stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
+      return self->finish_call(id, asio::error::operation_aborted, {});
+    }
+    self->stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
+    self->abandon_call(id, asio::error::operation_aborted);
+  });
+}
+
+bool rpc_channel::withdraw(std::uint64_t id) {
+  auto it = calls_.find(id);
+  if (it == calls_.end()) return false;
+  if (it->second.waiting) return true;  // finish_call drops it with its entry
+  for (auto m = outbox_.begin(); m != outbox_.end(); ++m)
+    if (m->type == packet_type::request && m->id == id && m->next_packet == 1) {
+      outbox_.erase(m);  // bounded by max_in_flight
+      return true;
+    }
+  return false;
+}
+
+void rpc_channel::abandon_call(std::uint64_t id, std::error_code ec) {
+  const bool unsent = withdraw(id);
+  finish_call(id, ec, {});
+  // A request the other end has (or has begun to get): let its handler stop.
+  if (!unsent) send({packet_type::cancel, next_id(), id, {}});
+}
+
+void rpc_channel::admit_waiting() {
+  while (in_flight_ < max_in_flight_ && !credit_queue_.empty() && !closed_) {
+    const std::uint64_t id = credit_queue_.front();
+    credit_queue_.pop_front();
+    auto it = calls_.find(id);
+    if (it == calls_.end() || !it->second.waiting) continue;  // completed while it waited
+    outgoing_message m = std::move(*it->second.waiting);
+    it->second.waiting.reset();
+    ++in_flight_;
+    stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
+    stats_.bytes_sent.fetch_add(m.payload.size(), std::memory_order_relaxed);
+    send(std::move(m));
+  }
+}
+
+void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, std::vector<std::byte> reply,
+                              bool may_dispatch) {
+  auto it = calls_.find(id);
+  if (it == calls_.end()) {
+    stats_.discarded_replies.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  auto call = std::move(it->second.call);
+  const bool admitted = !it->second.waiting;
+  it->second.waiting.reset();  // a recycled node keeps no payload
+  erase_recycled(calls_, spare_calls_, it);
+  stats_.pending.fetch_sub(1, std::memory_order_relaxed);
+  // Its credit goes to the next waiting call before any upcall (which may start calls).
+  if (admitted) {
+    --in_flight_;
+    admit_waiting();
+  }
+  call->complete(ec, std::move(reply), may_dispatch);
+}
+
+void rpc_channel::wake_housekeeping() {
+  if (ticking_ || closed_) return;
+  ticking_ = true;
+  asio::co_spawn(strand_, housekeeping_loop(shared_from_this()), asio::detached);
+}
+
+asio::awaitable<void> rpc_channel::housekeeping_loop(
+    [[maybe_unused]] std::shared_ptr<rpc_channel> self) {
+  for (int tick = 1;; ++tick) {
+    tick_.expires_after(tick_period);
+    co_await tick_.async_wait(as_tuple_awaitable);
+    if (closed_) break;
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = calls_.begin(); it != calls_.end();) {
+      const std::uint64_t id = it->first;
+      const bool expired = it->second.deadline <= now;
+      ++it;  // finish_call erases the entry
+      if (!expired) continue;
+      stats_.timeouts.fetch_add(1, std::memory_order_relaxed);
+      abandon_call(id, errc::timed_out);
+    }
+    if (connecting()) {
+      if (now >= connect_deadline_) {
+        connect_failed(errc::timed_out);
+      } else if (!request_posted_) {
+        std::error_code ec;
+        request_posted_ = link_->post_request(connect_pid_, connect_nonce_, ec);
+        if (ec) connect_failed(ec);
+      }
+      if (connecting() && tick % ticks_per_peer_check == 0 && !link_->server_alive())
+        connect_failed(errc::peer_gone);
+    }
+    const bool watched = !calls_.empty() || !serving_.empty() || poll_peer_;
+    if (tick % ticks_per_peer_check == 0 && watched) {
+      // The lock tells of a death; the generation of a death already followed by a new
+      // opener (whose lock hides the old one's absence).
+      if (owner_) follow_opener();
+      std::error_code ec;
+      if (!platform::byte_locked_by_other(seg_.native_handle(), peer_lock_byte_, ec) && !ec)
+        end_session();
+    }
+    if (calls_.empty() && serving_.empty() && !poll_peer_ && !connecting()) break;
+  }
+  ticking_ = false;
+}
+
+}  // namespace shmio::detail

@@ -1,0 +1,179 @@
+// The serving half of rpc_channel: a request's method found and run (a plain handler inline, a
+// coroutine handler on the strand, or later when max_concurrent_handlers is reached), its
+// answer sent, and running handlers cancelled.
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/execution/blocking.hpp>
+#include <asio/post.hpp>
+#include <exception>
+#include <string>
+#include <utility>
+
+#include "shmio/detail/recycled_map.hpp"
+#include "shmio/detail/rpc_channel.hpp"
+
+namespace shmio::detail {
+namespace {
+
+using layout::packet_type;
+
+// What a handler's exception tells its caller: its what() text, if it has one.
+std::string describe(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+// Runs what it is given at once, on the calling thread. Only for the completion of a coroutine
+// handler's co_spawn, which drops the handler's entry in serving_ and nothing else: co_spawn
+// posts that completion whenever the coroutine finished without suspending (the usual case),
+// a trip through the strand per request for no purpose. It claims blocking.never because
+// asio::post requires it; for this one completion, which runs no user code and starts nothing,
+// running inline is what the post would have done a moment later on the same strand.
+struct inline_executor {
+  template <class F>
+  void execute(F&& f) const {
+    std::forward<F>(f)();
+  }
+  inline_executor require(asio::execution::blocking_t::never_t) const noexcept { return *this; }
+  bool operator==(const inline_executor&) const noexcept = default;
+};
+
+}  // namespace
+
+void rpc_channel::cancel_serving() {
+  // A snapshot: a cancellation handler may run code that changes serving_.
+  std::vector<std::uint64_t> running;
+  running.reserve(serving_.size());
+  for (const auto& [id, call] : serving_)
+    running.push_back(id);
+  for (const std::uint64_t id : running)
+    if (auto it = serving_.find(id); it != serving_.end())
+      it->second.signal.emit(asio::cancellation_type::terminal);
+}
+
+void rpc_channel::start_request(incoming_message m) {
+  std::string_view name;
+  std::span<const std::byte> payload = m.payload;
+  const bool named = (m.flags & layout::packet_flag_method) != 0;
+  if (named && !split_named(m.payload, name, payload)) {
+    stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
+    return send_error(m.id, errc::corrupted, "malformed method name");
+  }
+  const rpc_method* method = service_.find(name);
+  if (!method) {
+    if (!named) return send_error(m.id, errc::no_handler, "no handler at this end");
+    return send_error(m.id, errc::no_such_method,
+                      "no method '" + std::string(name) + "' at this end");
+  }
+  // A plain handler runs here and now: no coroutine to start, no trip through the
+  // scheduler, nothing to cancel (a cancel packet that comes later finds nothing).
+  if (method->sync) return serve_now(m.id, method->sync, payload);
+  if (serving_.size() >= max_handlers_) {
+    // Later, when a handler ends; past as many again, the caller hears at once. (The reader
+    // goes on reading meanwhile: cancels for running handlers must still get through.)
+    if (deferred_.size() >= max_handlers_)
+      return send_error(m.id, errc::busy, "too many requests at once at this end");
+    deferred_.push_back(std::move(m));
+    return;
+  }
+  const std::size_t skip = static_cast<std::size_t>(payload.data() - m.payload.data());
+  const std::uint64_t id = m.id;
+  serving_call* call = start_serving(id);
+  if (!call) {
+    // A sender never reuses an id: this request is forged or garbled. Running it would
+    // leave two handlers under one id, one of them beyond the other's cancel.
+    stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  wake_housekeeping();  // watch the caller while we serve it
+  // The signal must outlive the coroutine (its slot holds the coroutine's cancellation
+  // state), so the entry goes only when the coroutine has finished: in its completion.
+  asio::co_spawn(strand_, serve(shared_from_this(), std::move(m), skip, &method->async, session_),
+                 asio::bind_cancellation_slot(
+                     call->signal.slot(),
+                     asio::bind_executor(inline_executor{}, [self = shared_from_this(), id,
+                                                             call](const std::exception_ptr&) {
+                       self->end_serving(id, call);
+                     })));
+}
+
+void rpc_channel::start_deferred() {
+  while (!deferred_.empty() && serving_.size() < max_handlers_ && !closed_) {
+    incoming_message m = std::move(deferred_.front());
+    deferred_.pop_front();
+    start_request(std::move(m));
+  }
+}
+
+asio::awaitable<void> rpc_channel::serve([[maybe_unused]] std::shared_ptr<rpc_channel> self,
+                                         incoming_message request, std::size_t skip,
+                                         const rpc_handler* handler, std::uint64_t session) {
+  if (closed_ || session != session_) co_return;  // its caller went before it started
+  std::vector<std::byte> reply;
+  std::error_code failure;
+  std::string text;
+  try {
+    // `handler` lives in service_, which lives as long as the channel (held by `self`).
+    reply =
+        co_await (*handler)(request.id, std::span<const std::byte>(request.payload).subspan(skip));
+  } catch (...) {
+    failure = errc::remote_error;
+    text = describe(std::current_exception());
+  }
+  // Nobody to answer if this end closed or the caller's session ended meanwhile. (The entry in
+  // serving_ goes in the completion of this coroutine, not here.)
+  if (closed_ || session != session_) co_return;
+  answer(request.id, std::move(reply), failure, text);
+}
+
+void rpc_channel::serve_now(std::uint64_t id, const rpc_sync_handler& handler,
+                            std::span<const std::byte> payload) {
+  std::vector<std::byte> reply;
+  std::error_code failure;
+  std::string text;
+  try {
+    reply = handler(id, payload);
+  } catch (...) {
+    failure = errc::remote_error;
+    text = describe(std::current_exception());
+  }
+  // The handler ran inside this strand's turn: neither a close nor a new session came between.
+  answer(id, std::move(reply), failure, text);
+}
+
+rpc_channel::serving_call* rpc_channel::start_serving(std::uint64_t id) {
+  // The signal in a recycled node still holds the finished coroutine's cancellation state; the
+  // next co_spawn replaces it in the same memory.
+  return insert_recycled(serving_, spare_serving_, id);
+}
+
+void rpc_channel::end_serving(std::uint64_t id, const serving_call* call) {
+  // The co_spawn has completed: its coroutine no longer uses the signal, which may serve again.
+  auto it = serving_.find(id);
+  if (it != serving_.end() && &it->second == call) erase_recycled(serving_, spare_serving_, it);
+  // A slot is free: the next request waiting for one starts, on the strand (this runs where
+  // the coroutine finished, inside co_spawn's completion).
+  if (!deferred_.empty())
+    asio::post(strand_, [self = shared_from_this()] { self->start_deferred(); });
+}
+
+void rpc_channel::answer(std::uint64_t request_id, std::vector<std::byte> reply,
+                         std::error_code failure, std::string_view text) {
+  if (!failure && reply.size() > reassembler_max()) {
+    failure = errc::message_too_large;
+    text = "reply larger than max_message_size";
+  }
+  if (failure) return send_error(request_id, failure, text);
+  stats_.responses_sent.fetch_add(1, std::memory_order_relaxed);
+  stats_.bytes_sent.fetch_add(reply.size(), std::memory_order_relaxed);
+  send({packet_type::response, next_id(), request_id, std::move(reply)});
+}
+
+}  // namespace shmio::detail
