@@ -540,8 +540,17 @@ TEST_CASE("rpc_buffer: cancelling a call through its slot completes it with oper
     opener.async_request(asio::buffer(bytes("x")),
                          asio::bind_cancellation_slot(signal.slot(), call.handler()));
     CO_REQUIRE(co_await started.wait());
+    if (type == asio::cancellation_type::total) {
+      // The request was sent: total cancellation (no side effects) cannot be honoured, and
+      // the call goes on until a terminal one comes.
+      signal.emit(type);
+      for (int i = 0; i < 100; ++i)
+        co_await asio::post(io.get_executor(), asio::use_awaitable);
+      CHECK_FALSE(call.done.is_set());
+      CHECK(opener.statistics().cancellations == 0);
+    }
     const auto emitted = steady::now();
-    signal.emit(type);
+    signal.emit(type == asio::cancellation_type::total ? asio::cancellation_type::terminal : type);
     CO_REQUIRE(co_await call.done.wait());
     CHECK(call.ec == asio::error::operation_aborted);
     CHECK(call.reply.empty());

@@ -133,10 +133,13 @@ class rpc_buffer {
   /// errc::peer_gone (the other end closed or died: reported within ~100 ms, not at the
   /// timeout); errc::message_too_large (over max_message_size at either end).
   ///
-  /// Per-operation cancellation: terminal, partial and total. The request completes at once
-  /// with operation_aborted, its table entry is freed, a late reply is discarded, and the other
-  /// end is told, so its handler's coroutine receives cancellation. (If the handler already ran,
-  /// what it did stays done.) Thread-safe: may be called from any thread.
+  /// Per-operation cancellation: terminal and partial always; total only while the request is
+  /// unsent (waiting for credit, see rpc_options::max_in_flight, or queued whole), as total
+  /// promises no side effect. The request completes at once with operation_aborted, its table
+  /// entry is freed, and a late reply is discarded. An unsent request is taken back and never
+  /// reaches the other end; a sent one is followed by a cancel, so its handler's coroutine
+  /// receives cancellation. (If the handler already ran, what it did stays done.) A call that
+  /// times out is treated the same way. Thread-safe: may be called from any thread.
   template <class CompletionToken>
   auto async_request(asio::const_buffer payload, CompletionToken&& token);
   /// As above with its own timeout.
