@@ -10,8 +10,10 @@ Usage:
         --benchmark_out=locks.json --benchmark_out_format=json
     build/bench/shmio_bench_broadcast --benchmark_repetitions=3 \
         --benchmark_out=broadcast.json --benchmark_out_format=json
+    build/bench/shmio_bench_rpc_service --benchmark_repetitions=3 \
+        --benchmark_out=service.json --benchmark_out_format=json
     python3 bench/report.py --ring ring.json --rpc rpc.json [--locks locks.json]
-        [--broadcast broadcast.json] [--plots docs/img]
+        [--broadcast broadcast.json] [--service service.json] [--plots docs/img]
 
 Prints Markdown: per benchmark the median over repetitions of its figure (round trips: the
 median_ns counter, see bench/support.hpp; flows: items or bytes per second), its ratio to the
@@ -230,6 +232,52 @@ def rpc_tables(runs):
     return out
 
 
+def service_tables(runs):
+    """bench/rpc_service_bench.cpp: one server, many client processes; connect + call + close."""
+    out = ["### RPC service: 64-byte calls from client processes, 8 in flight each", "",
+           "| family | clients | calls/s, all clients | median batch | / 1 client | "
+           "/ asio_local_stream | allocations per call (clients) | fewest / most calls per client |",
+           "|---|---|---|---|---|---|---|---|"]
+
+    def rate(fam, n):
+        return median_of(runs, f"BM_service_clients/{fam}/clients:{n}", "items_per_second")
+
+    def num(v, digits):
+        return "-" if v is None else f"{v:.{digits}f}"
+
+    def key(n):
+        _, fam, clients = n.split("/")
+        return (fam != "shmio_service", int(clients.split(":")[1]))
+
+    for n in sorted((n for n in runs if n.startswith("BM_service_clients/")), key=key):
+        _, fam, clients = n.split("/")
+        count = clients.split(":")[1]
+        v = median_of(runs, n, "items_per_second")
+        out.append(f"| {fam} | {count} | {fmt_rate(v, 'calls/s')} | "
+                   f"{fmt_rate(median_of(runs, n, 'median_items_per_second'), 'calls/s')} | "
+                   f"{fmt_ratio(ratio(v, rate(fam, 1)))} | "
+                   f"{fmt_ratio(ratio(v, rate('asio_local_stream', count)))} | "
+                   f"{num(median_of(runs, n, 'allocs_per_call'), 2)} | "
+                   f"{num(median_of(runs, n, 'min_over_max_client'), 3)} |")
+    out += ["", "### Connect, one 64-byte call, close (a thin client's cost; median of batch means)",
+            "", "| family | connect + call + close | p99 of batches | / asio_local_stream | "
+            "allocations |", "|---|---|---|---|---|"]
+    stream = median_of(runs, "BM_connect_call_close/asio_local_stream", "ns")
+    for n in sorted(n for n in runs if n.startswith("BM_connect_call_close/")):
+        v = median_of(runs, n, "ns")
+        out.append(f"| {n.split('/')[1]} | {fmt_ns(v)} | "
+                   f"{fmt_ns(median_of(runs, n, 'p99_batch_ns'))} | {fmt_ratio(ratio(v, stream))} | "
+                   f"{num(median_of(runs, n, 'allocs_per_iter'), 1)} |")
+
+    r = ratio(rate("shmio_service", 16), rate("shmio_service", 1))
+    targets.check("rpc service: 16 clients' calls/s / 1 client's (shmio_service)", r, 0.8, True,
+                  fmt_ratio(r))
+    r = ratio(rate("shmio_service", 16), rate("asio_local_stream", 16))
+    targets.check("rpc service: 16 clients, times the same over asio local stream", r, 10, True,
+                  fmt_ratio(r))
+    return out
+
+
 def lock_tables(runs):
     out = ["### Reader/writer lock: one acquire + release (median over repetitions)", "",
            "| mode | contention | shmio rw_lock | pthread_rwlock (process-shared) | shmio / pthread |",
@@ -329,11 +377,13 @@ def main():
     ap.add_argument("--rpc")
     ap.add_argument("--locks")
     ap.add_argument("--broadcast")
+    ap.add_argument("--service")
     ap.add_argument("--plots")
     args = ap.parse_args()
     lines = []
     for path, tables in ((args.ring, ring_tables), (args.rpc, rpc_tables),
-                         (args.locks, lock_tables), (args.broadcast, broadcast_tables)):
+                         (args.locks, lock_tables), (args.broadcast, broadcast_tables),
+                         (args.service, service_tables)):
         if not path:
             continue
         context, runs, errors = load(path)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark in one go and writes what docs/performance.md quotes:
-#   OUT/{events,ring,rpc,locks,broadcast,roundtrip}.json   Google Benchmark's output, REPS
-#                                                repetitions each
+#   OUT/{events,ring,rpc,locks,broadcast,roundtrip,service}.json   Google Benchmark's output,
+#                                                REPS repetitions each
 #   OUT/report.md                                the tables, ratios and target checks
 #   PLOTS/ring_latency_vs_size.png, PLOTS/ring_throughput.png   (gnuplot; Debian gnuplot-nox)
 # Usage: bench/run_all.sh [BUILD_DIR (build)] [OUT (bench-results)] [REPS (3)] [PLOTS (OUT/img)]
@@ -28,6 +28,7 @@ run rpc shmio_bench_rpc
 run locks shmio_bench_locks
 run broadcast shmio_bench_broadcast
 run roundtrip shmio_bench_roundtrip
+run service shmio_bench_rpc_service
 
 {
   echo "Started $start on $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- |
@@ -37,10 +38,11 @@ run roundtrip shmio_bench_roundtrip
   echo
   python3 "$root/bench/ratios.py" --markdown "$out/events.json"
   echo
-  echo "## Ring, RPC, locks, broadcast"
+  echo "## Ring, RPC, locks, broadcast, RPC service"
   echo
   python3 "$root/bench/report.py" --ring "$out/ring.json" --rpc "$out/rpc.json" \
-    --locks "$out/locks.json" --broadcast "$out/broadcast.json" --plots "$plots"
+    --locks "$out/locks.json" --broadcast "$out/broadcast.json" --service "$out/service.json" \
+    --plots "$plots"
   echo
   echo "## Interleaved round trips (BM_roundtrip_pairs), one row per repetition"
   echo

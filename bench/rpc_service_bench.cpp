@@ -1,0 +1,633 @@
+// RPC service benchmarks: one server, many client processes. shmio::rpc_server (clients connect
+// with rpc_buffer::connect) beside what a user would use instead, a server of request/response
+// frames over asio::local::stream_protocol, in one binary so that one run gives every number.
+//
+// Both servers serve every connection in one io_context on one thread, in a forked child; both
+// echo the request. shmio's handler is the plain function
+//   [](std::uint64_t, std::span<const std::byte> in) {
+//     return std::vector<std::byte>(in.begin(), in.end()); }
+// which the server runs inline as each request arrives. The stream server runs one coroutine
+// per connection: read a u32 length and the bytes, write them back the same way. It listens on
+// an abstract socket name (nothing in the file system to leave behind); a path costs the same.
+//
+// BM_service_clients/<family>/clients:<N>: N client processes (N = 1, 16), each with 8 calls in
+//     flight, 64-byte requests, 64-byte echoes. Placement: the server on CPU 0 and every client
+//     on CPU 1, so that one client and sixteen share the same CPU time. One iteration = one batch
+//     of 16384 calls over all the clients together: the parent (which only coordinates, and
+//     sleeps in poll() meanwhile) resets a shared claim counter and sends each client 'B' on its
+//     own pipe; each client's 8 callers claim calls from the counter until 16384 are claimed,
+//     finish the ones they started, and the client writes {calls, allocations} to a shared pipe.
+//     The iteration's time (manual time) runs from the first 'B' to the last report, so a client
+//     the scheduler holds back leaves its share to the others instead of stretching the batch.
+//     items_per_second = all the clients' completed calls per second. Every client is connected
+//     (and ready) before the first, untimed, warm-up batch.
+//       shmio_service      rpc_server; each client process connects one rpc_buffer with the
+//                          blocking rpc_buffer::connect(), then its 8 callers co_await
+//                          async_request() on the client's own io_context (one thread)
+//       asio_local_stream  the stream server; each client has 8 connections, one per caller, each
+//                          caller co_awaits its write of a frame and its read of the reply on the
+//                          client's own io_context. A connection pool, as a user would do without
+//                          a protocol with request ids to match replies to pipelined requests
+//                          (and as BM_rpc_pipelined/asio_local_stream in rpc_bench.cpp does)
+// BM_connect_call_close/<family>: what a thin command-line client pays per use, from the measuring
+//     process (CPU 0) to the server in a forked child (CPU 1): one iteration = connect, one
+//     64-byte call, close. The io_context, and the process's one-time state (thread-locals,
+//     shmio's wait hub), are made once and kept: a real CLI process pays them once more.
+//       shmio_service      shmio::rpc_buffer client(ex); client.connect(name) (blocking; makes
+//                          the connection's channel, a segment of its own); co_await
+//                          client.async_request(); client.close()
+//       asio_local_stream  a socket's blocking connect(); co_await one frame and its reply; close
+//
+// Counters: items_per_second (calls, all clients together); median_items_per_second (the median
+// over batches of each batch's rate: a preemption by another tenant moves it less);
+// allocs_per_call (BM_service_clients): heap allocations per call in the calling processes, the
+// clients' counts summed over the timed batches; min_over_max_client: the client that completed
+// fewest calls over the one that completed most, over the timed batches (1 = served evenly);
+// median_ns, p99_batch_ns, allocs_per_iter (BM_connect_call_close): see support.hpp.
+//
+// Every process is reaped and every segment removed, also when a benchmark fails: the session
+// (support.hpp) kills what does not exit, and removes the service's name; what the clients made
+// (their connections' segments, "<service>#<pid>.<nonce>", and any half-made segment of a
+// killed child) is swept after the session has reaped them.
+#include <poll.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/io_context.hpp>
+#include <asio/local/stream_protocol.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/read.hpp>
+#include <asio/redirect_error.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <shmio/inspect.hpp>
+#include <shmio/rpc_buffer.hpp>
+#include <shmio/rpc_server.hpp>
+#include <shmio/segment.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "support.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace shmio_bench;
+using stream_protocol = asio::local::stream_protocol;
+using stream_socket = stream_protocol::socket;
+
+constexpr std::size_t message = 64;
+constexpr int in_flight = 8;                  // calls in flight per client
+constexpr std::uint64_t batch_calls = 16384;  // per iteration, all clients together
+constexpr int client_counts[] = {1, 16};
+constexpr int max_children = 1 + 16;
+constexpr auto connect_timeout = 10s;
+constexpr auto batch_timeout = 60s;
+
+enum class family { shmio_service, asio_local_stream };
+
+const char* name_of(family f) {
+  switch (f) {
+    case family::shmio_service:
+      return "shmio_service";
+    case family::asio_local_stream:
+      return "asio_local_stream";
+  }
+  return "?";
+}
+
+template <class F>
+void guarded(benchmark::State& state, F&& f) {
+  std::string error;
+  try {
+    f();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!error.empty()) state.SkipWithError(error.c_str());
+}
+
+// ---- what is left to clean up after the processes -------------------------------------------
+
+/// Removes what the processes of one benchmark made beyond the session's names, once they are
+/// gone: the segments named "<service>#..." (a service's connections), and the temporary files
+/// of creates that one of the children left (a child killed in the middle of a create). Made
+/// before the session, so that it runs after the session has reaped every child.
+class leftovers {
+ public:
+  leftovers() {
+    void* m =
+        ::mmap(nullptr, sizeof(table), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) throw_errno("mmap");
+    pids_ = new (m) table{};
+  }
+  leftovers(const leftovers&) = delete;
+  leftovers& operator=(const leftovers&) = delete;
+  ~leftovers() {
+    sweep();
+    ::munmap(pids_, sizeof(table));
+  }
+
+  /// Sweeps the connections of `service` too.
+  void watch(const std::string& service) { service_ = service; }
+  /// In a child: notes its pid, for the sweep of temporary files.
+  void note_child() noexcept {
+    const unsigned i = pids_->count.fetch_add(1, std::memory_order_relaxed);
+    if (i < std::size(pids_->pid))
+      pids_->pid[i].store(static_cast<std::uint32_t>(::getpid()), std::memory_order_relaxed);
+  }
+
+ private:
+  struct table {
+    std::atomic<unsigned> count{0};
+    std::array<std::atomic<std::uint32_t>, max_children> pid{};
+  };
+
+  bool ours(std::uint32_t pid) const noexcept {
+    const auto n = std::min<std::size_t>(pids_->count.load(), pids_->pid.size());
+    for (std::size_t i = 0; i < n; ++i)
+      if (pids_->pid[i].load() == pid) return true;
+    return false;
+  }
+
+  void sweep() noexcept {
+    try {
+      std::error_code ec;
+      const auto files = shmio::inspect::list(ec);
+      const std::string prefix = service_ + "#";
+      for (const auto& f : files) {
+        std::error_code ignored;
+        if (f.temporary) {
+          if (ours(f.temp_pid)) shmio::inspect::remove_file_if_stale(f.file, ignored);
+        } else if (!service_.empty() && !f.name_cut && f.name.starts_with(prefix)) {
+          shmio::segment::remove(f.name, ignored);
+        }
+      }
+    } catch (...) {
+    }
+  }
+
+  table* pids_ = nullptr;
+  std::string service_;
+};
+
+// ---- pipes -----------------------------------------------------------------------------------
+
+/// The pipes between the parent and its children, all made before the first fork: every process
+/// closes the ends it does not use, so that a process that goes reads as EOF at the other end.
+class pipes {
+ public:
+  struct pair {
+    int read = -1;
+    int write = -1;
+  };
+
+  pipes() = default;
+  pipes(const pipes&) = delete;
+  pipes& operator=(const pipes&) = delete;
+  ~pipes() { close_all(); }
+
+  /// A new pipe; its ends stay with this object until taken or closed.
+  pair make() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe2");
+    fds_.push_back(fds[0]);
+    fds_.push_back(fds[1]);
+    return {fds[0], fds[1]};
+  }
+  /// Closes every end but `keep` (in a child, or in the parent after the forks).
+  void keep_only(const std::vector<int>& keep) noexcept {
+    std::erase_if(fds_, [&](int fd) {
+      if (std::find(keep.begin(), keep.end(), fd) != keep.end()) return false;
+      ::close(fd);
+      return true;
+    });
+  }
+  /// Closes `fd`, one of ours.
+  void close(int fd) noexcept {
+    std::erase_if(fds_, [&](int f) {
+      if (f != fd) return false;
+      ::close(f);
+      return true;
+    });
+  }
+  void close_all() noexcept {
+    for (int fd : fds_)
+      ::close(fd);
+    fds_.clear();
+  }
+
+ private:
+  std::vector<int> fds_;
+};
+
+/// Blocks until one byte comes on `fd`; false at EOF.
+bool read_byte(int fd) {
+  char c = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd, &c, 1);
+    if (n == 1) return true;
+    if (n == 0) return false;
+    if (errno != EINTR) throw_errno("read");
+  }
+}
+
+// ---- the stream protocol: u32 length, then the bytes -----------------------------------------
+
+asio::awaitable<void> stream_call(stream_socket& sock, std::span<const std::byte> request,
+                                  std::vector<std::byte>& reply) {
+  const auto len = static_cast<std::uint32_t>(request.size());
+  const std::array<asio::const_buffer, 2> out{asio::buffer(&len, sizeof len),
+                                              asio::buffer(request.data(), request.size())};
+  co_await asio::async_write(sock, out, asio::use_awaitable);
+  std::uint32_t reply_len = 0;
+  co_await asio::async_read(sock, asio::buffer(&reply_len, sizeof reply_len), asio::use_awaitable);
+  reply.resize(reply_len);
+  co_await asio::async_read(sock, asio::buffer(reply), asio::use_awaitable);
+}
+
+/// One connection of the stream server: echoes frames until its client closes.
+asio::awaitable<void> stream_serve(stream_socket sock) {
+  std::vector<std::byte> buf;
+  try {
+    for (;;) {
+      std::uint32_t len = 0;
+      co_await asio::async_read(sock, asio::buffer(&len, sizeof len), asio::use_awaitable);
+      buf.resize(len);
+      co_await asio::async_read(sock, asio::buffer(buf), asio::use_awaitable);
+      const std::array<asio::const_buffer, 2> out{asio::buffer(&len, sizeof len),
+                                                  asio::buffer(buf)};
+      co_await asio::async_write(sock, out, asio::use_awaitable);
+    }
+  } catch (const std::system_error&) {
+    // EOF: the client closed its end
+  }
+}
+
+asio::awaitable<void> stream_accept(stream_protocol::acceptor& acceptor) {
+  for (;;) {
+    stream_socket sock = co_await acceptor.async_accept(asio::use_awaitable);
+    asio::co_spawn(acceptor.get_executor(), stream_serve(std::move(sock)), asio::detached);
+  }
+}
+
+/// The stream server's address: an abstract socket name, unique to this process and call.
+std::string stream_address() {
+  static int counter = 0;
+  return std::string(1, '\0') + "shmio-bench-stream." + std::to_string(::getpid()) + "." +
+         std::to_string(++counter);
+}
+
+// ---- the server child ------------------------------------------------------------------------
+
+/// Runs in the server's child: serves `f` at `address` on one io_context on this thread, calls
+/// `up()` once clients can connect, and returns when `stop_fd` reads EOF (the parent closed it).
+void run_server(family f, const std::string& address, int stop_fd,
+                const std::function<void()>& up) {
+  asio::io_context io;
+  asio::posix::stream_descriptor stop(io, stop_fd);
+  std::optional<shmio::rpc_server> server;
+  std::optional<stream_protocol::acceptor> acceptor;
+  if (f == family::shmio_service) {
+    server.emplace(io.get_executor(), shmio::create_only, address,
+                   [](std::uint64_t, std::span<const std::byte> in) {
+                     return std::vector<std::byte>(in.begin(), in.end());
+                   });
+  } else {
+    acceptor.emplace(io, stream_protocol::endpoint(address));
+    asio::co_spawn(io, stream_accept(*acceptor), asio::detached);
+  }
+  stop.async_wait(asio::posix::descriptor_base::wait_read, [&](std::error_code) {
+    if (server) server->close();
+    if (acceptor) acceptor->close();
+    io.stop();
+  });
+  up();
+  io.run();
+}
+
+// ---- BM_service_clients ----------------------------------------------------------------------
+
+/// What a client writes to the parent after each batch (one write, under PIPE_BUF: atomic).
+struct report {
+  std::uint64_t client = 0;  // its index
+  std::uint64_t calls = 0;
+  std::uint64_t allocations = 0;
+};
+
+/// Runs `in_flight` callers on this coroutine's executor; each claims calls from `claimed` until
+/// `batch_calls` are claimed over all the clients. Returns the calls it completed.
+template <class Call>
+asio::awaitable<std::uint64_t> run_callers(std::atomic<std::uint64_t>& claimed, Call& call) {
+  auto ex = co_await asio::this_coro::executor;
+  std::uint64_t done = 0;
+  auto caller = [&](int lane) -> asio::awaitable<void> {
+    const std::vector<std::byte> request(message, std::byte{7});
+    std::vector<std::byte> reply;
+    // Relaxed: a count; the parent resets it while every client waits for its 'B'.
+    while (claimed.fetch_add(1, std::memory_order_relaxed) < batch_calls) {
+      co_await call(lane, request, reply);
+      if (reply.size() != message) throw std::runtime_error("a reply of the wrong size");
+      ++done;
+    }
+  };
+  // Spawn the callers and wait for them through a counter and a timer used as a condition.
+  int running = in_flight;
+  asio::steady_timer all_done(ex, clock_type::time_point::max());
+  std::exception_ptr failure;
+  for (int lane = 0; lane < in_flight; ++lane)
+    asio::co_spawn(ex, caller(lane), [&](std::exception_ptr e) {
+      if (e && !failure) failure = e;
+      if (--running == 0) all_done.cancel();
+    });
+  std::error_code ec;
+  co_await all_done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  if (failure) std::rethrow_exception(failure);
+  co_return done;
+}
+
+/// A client's life after it is connected: a batch for each 'B' on `go`, its report to `done_fd`
+/// after each; returns at EOF on `go`.
+template <class Call>
+asio::awaitable<void> client_loop(int index, asio::posix::stream_descriptor& go, int done_fd,
+                                  std::atomic<std::uint64_t>& claimed, Call& call) {
+  for (;;) {
+    char command = 0;
+    auto [ec, n] = co_await asio::async_read(go, asio::buffer(&command, 1),
+                                             asio::experimental::as_tuple(asio::use_awaitable));
+    if (ec == asio::error::eof) co_return;
+    if (ec) throw std::system_error(ec, "read from the parent");
+    if (command != 'B') throw std::runtime_error("unknown command");
+    const std::uint64_t allocations_before = allocations();
+    report r;
+    r.client = static_cast<std::uint64_t>(index);
+    r.calls = co_await run_callers(claimed, call);
+    r.allocations = allocations() - allocations_before;
+    write_all(done_fd, &r, sizeof r);
+  }
+}
+
+/// Runs in a client's child, pinned to CPU 1: waits for the server (`up_fd`), connects, calls
+/// `ready()`, then serves `client_loop` until the parent closes `go_fd`.
+void run_client(family f, int index, const std::string& address, int up_fd, int go_fd, int done_fd,
+                std::atomic<std::uint64_t>& claimed, const std::function<void()>& ready) {
+  if (!read_byte(up_fd)) throw std::runtime_error("the server did not start");
+  asio::io_context io;
+  asio::posix::stream_descriptor go(io, go_fd);
+  std::optional<shmio::rpc_buffer> client;
+  std::vector<std::unique_ptr<stream_socket>> socks;
+  if (f == family::shmio_service) {
+    client.emplace(io.get_executor());
+    client->connect(address, connect_timeout);
+  } else {
+    const stream_protocol::endpoint server(address);
+    for (int i = 0; i < in_flight; ++i) {
+      socks.push_back(std::make_unique<stream_socket>(io));
+      socks.back()->connect(server);
+    }
+  }
+  auto call = [&](int lane, const std::vector<std::byte>& request,
+                  std::vector<std::byte>& reply) -> asio::awaitable<void> {
+    if (client)
+      reply = co_await client->async_request(asio::buffer(request), asio::use_awaitable);
+    else
+      co_await stream_call(*socks[static_cast<std::size_t>(lane)], request, reply);
+  };
+  ready();
+  std::exception_ptr failure;
+  asio::co_spawn(io, client_loop(index, go, done_fd, claimed, call), [&](std::exception_ptr e) {
+    failure = e;
+    io.stop();  // an rpc_buffer watching its peer keeps `io` busy for ever
+  });
+  io.run();
+  if (client) client->close();
+  if (failure) std::rethrow_exception(failure);
+}
+
+/// The result of one batch, as the parent saw it.
+struct batch_result {
+  double seconds = 0;
+  std::vector<report> reports;  // one per client, in the order they came
+};
+
+/// Runs one batch: resets the claim counter, sends 'B' to every client, and waits for each
+/// one's report. Throws if a child exits or the batch takes over `batch_timeout`.
+batch_result run_batch(session& s, const std::vector<int>& go_fds, int done_fd) {
+  s.ctl().count.store(0, std::memory_order_seq_cst);
+  batch_result result;
+  const auto start = clock_type::now();
+  const auto deadline = start + batch_timeout;
+  for (int fd : go_fds)
+    write_all(fd, "B", 1);
+  std::array<std::byte, 16 * sizeof(report)> buf;
+  std::size_t have = 0;
+  while (result.reports.size() < go_fds.size()) {
+    if (g_child_exited) throw_child_gone();
+    pollfd p{done_fd, POLLIN, 0};
+    // poll() ends early with EINTR when a child exits (SIGCHLD); the timeout only bounds the
+    // time until g_child_exited is seen if the signal came before the call.
+    const int r = ::poll(&p, 1, 100);
+    if (r < 0 && errno != EINTR) throw_errno("poll");
+    if (r <= 0) {
+      if (clock_type::now() > deadline) throw std::runtime_error("a batch took over 60 s");
+      continue;
+    }
+    const ssize_t n = ::read(done_fd, buf.data() + have, buf.size() - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_errno("read");
+    if (n == 0) throw std::runtime_error("every client exited");
+    have += static_cast<std::size_t>(n);
+    std::size_t used = 0;
+    for (; have - used >= sizeof(report); used += sizeof(report)) {
+      report rep;
+      std::memcpy(&rep, buf.data() + used, sizeof rep);
+      result.reports.push_back(rep);
+    }
+    std::memmove(buf.data(), buf.data() + used, have - used);
+    have -= used;
+  }
+  result.seconds = std::chrono::duration<double>(clock_type::now() - start).count();
+  std::uint64_t calls = 0;
+  for (const report& rep : result.reports)
+    calls += rep.calls;
+  if (calls != batch_calls)
+    throw std::runtime_error("the clients completed " + std::to_string(calls) + " calls of " +
+                             std::to_string(batch_calls));
+  return result;
+}
+
+void bm_service_clients(benchmark::State& state, family f, int clients) {
+  std::vector<double> rates;  // per timed batch, calls per second
+  std::uint64_t client_allocations = 0;
+  std::vector<std::uint64_t> per_client(static_cast<std::size_t>(clients));  // timed calls
+  guarded(state, [&] {
+    leftovers left;  // before the session: sweeps after the session has reaped every child
+    session s(placement::split);
+    s.pin_parent();  // the server's CPU: the parent wakes only to start and end batches
+    pipes p;         // after the session: closed (EOF to every child) before it reaps them
+    const std::string address =
+        f == family::shmio_service ? s.segment_name("svc") : stream_address();
+    if (f == family::shmio_service) left.watch(address);
+    const pipes::pair up = p.make(), stop = p.make(), done = p.make();
+    std::vector<pipes::pair> go;
+    for (int i = 0; i < clients; ++i)
+      go.push_back(p.make());
+    s.fork_child(
+        [&](const std::function<void()>& ready) {
+          left.note_child();
+          p.keep_only({stop.read, up.write});
+          if (!pin_to(parent_cpu)) throw_errno("sched_setaffinity(server)");
+          run_server(f, address, stop.read, [&] {
+            // One byte per client: each reads one before it connects.
+            const std::string bytes(static_cast<std::size_t>(clients), 'U');
+            write_all(up.write, bytes.data(), bytes.size());
+            p.close(up.write);  // a client still waiting now would read EOF
+            ready();
+          });
+        },
+        false);  // pinned above, to the server's CPU
+    for (int i = 0; i < clients; ++i)
+      s.fork_child([&, i](const std::function<void()>& ready) {
+        left.note_child();
+        const pipes::pair mine = go[static_cast<std::size_t>(i)];
+        p.keep_only({up.read, mine.read, done.write});
+        run_client(f, i, address, up.read, mine.read, done.write, s.ctl().count, ready);
+      });
+    std::vector<int> go_fds, parent_ends{stop.write, done.read};
+    for (const auto& g : go) {
+      go_fds.push_back(g.write);
+      parent_ends.push_back(g.write);
+    }
+    p.keep_only(parent_ends);  // the server alone holds up.write now: if it fails, EOF
+    s.start_children();
+
+    run_batch(s, go_fds, done.read);  // warm-up
+    for (auto _ : state) {
+      const batch_result b = run_batch(s, go_fds, done.read);
+      state.SetIterationTime(b.seconds);
+      rates.push_back(static_cast<double>(batch_calls) / b.seconds);
+      for (const report& r : b.reports) {
+        client_allocations += r.allocations;
+        per_client.at(static_cast<std::size_t>(r.client)) += r.calls;
+      }
+    }
+    // EOF on every pipe the children read: the clients close their ends and exit, then the
+    // server.
+    s.stop_children([&] { p.close_all(); });
+  });
+  const auto iterations = state.iterations();
+  state.SetItemsProcessed(iterations * static_cast<std::int64_t>(batch_calls));
+  if (iterations == 0 || rates.empty()) return;
+  const double calls = static_cast<double>(iterations) * static_cast<double>(batch_calls);
+  state.counters["allocs_per_call"] =
+      benchmark::Counter(static_cast<double>(client_allocations) / calls);
+  auto mid = rates.begin() + static_cast<std::ptrdiff_t>(rates.size() / 2);
+  std::nth_element(rates.begin(), mid, rates.end());
+  state.counters["median_items_per_second"] = benchmark::Counter(*mid);
+  const auto [fewest, most] = std::minmax_element(per_client.begin(), per_client.end());
+  if (*most > 0)
+    state.counters["min_over_max_client"] =
+        benchmark::Counter(static_cast<double>(*fewest) / static_cast<double>(*most));
+}
+
+// ---- BM_connect_call_close -------------------------------------------------------------------
+
+/// Times `step()`, one whole connect/call/close per iteration, after the warm-up.
+template <class Step>
+asio::awaitable<void> measure_steps(benchmark::State& state, Step step) {
+  const warmup w;
+  for (long i = 0; w.more(i); ++i)
+    co_await step();
+  batch_timer bt(state);
+  bt.start();
+  for (auto _ : state) {
+    co_await step();
+    bt.tick();
+  }
+  bt.report(state);
+}
+
+void bm_connect_call_close(benchmark::State& state, family f) {
+  guarded(state, [&] {
+    leftovers left;  // before the session: sweeps after the session has reaped the server
+    session s(placement::split);
+    s.pin_parent();
+    pipes p;
+    const std::string address =
+        f == family::shmio_service ? s.segment_name("svc") : stream_address();
+    if (f == family::shmio_service) left.watch(address);
+    const pipes::pair stop = p.make();
+    s.fork_child([&](const std::function<void()>& ready) {
+      left.note_child();
+      p.keep_only({stop.read});
+      run_server(f, address, stop.read, ready);
+    });
+    p.keep_only({stop.write});
+    s.start_children();
+
+    asio::io_context io;
+    const std::vector<std::byte> request(message, std::byte{7});
+    std::vector<std::byte> reply;
+    auto check = [&] {
+      if (reply.size() != message) throw std::runtime_error("a reply of the wrong size");
+    };
+    if (f == family::shmio_service) {
+      run_parent_coroutine(s, io, measure_steps(state, [&]() -> asio::awaitable<void> {
+                             shmio::rpc_buffer client(io.get_executor());
+                             client.connect(address, connect_timeout);
+                             reply = co_await client.async_request(asio::buffer(request),
+                                                                   asio::use_awaitable);
+                             client.close();
+                             check();
+                           }));
+    } else {
+      const stream_protocol::endpoint server(address);
+      run_parent_coroutine(s, io, measure_steps(state, [&]() -> asio::awaitable<void> {
+                             stream_socket sock(io);
+                             sock.connect(server);
+                             co_await stream_call(sock, request, reply);
+                             sock.close();
+                             check();
+                           }));
+    }
+    s.stop_children([&] { p.close_all(); });
+  });
+  state.SetItemsProcessed(state.iterations());
+}
+
+void register_all() {
+  for (family f : {family::shmio_service, family::asio_local_stream})
+    for (int clients : client_counts) {
+      const std::string name =
+          std::string("BM_service_clients/") + name_of(f) + "/clients:" + std::to_string(clients);
+      benchmark::RegisterBenchmark(
+          name.c_str(), [f, clients](benchmark::State& st) { bm_service_clients(st, f, clients); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  for (family f : {family::shmio_service, family::asio_local_stream}) {
+    const std::string name = std::string("BM_connect_call_close/") + name_of(f);
+    auto* b = benchmark::RegisterBenchmark(
+        name.c_str(), [f](benchmark::State& st) { bm_connect_call_close(st, f); });
+    b->UseRealTime()->Unit(benchmark::kMicrosecond);
+    if (g_fixed_round_trips > 0) b->Iterations(g_fixed_round_trips);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return bench_main(argc, argv, register_all);
+}
