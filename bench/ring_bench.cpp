@@ -101,18 +101,6 @@ const char* name_of(family f) {
   return "?";
 }
 
-/// Runs `f`, turning an exception into the benchmark's error.
-template <class F>
-void guarded(benchmark::State& state, F&& f) {
-  std::string error;
-  try {
-    f();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  if (!error.empty()) state.SkipWithError(error.c_str());
-}
-
 // ---- round trip ------------------------------------------------------------------------------
 
 void roundtrip_spin(benchmark::State& state, session& s, std::size_t size) {

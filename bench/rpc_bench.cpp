@@ -75,17 +75,6 @@ const char* name_of(family f) {
   return "?";
 }
 
-template <class F>
-void guarded(benchmark::State& state, F&& f) {
-  std::string error;
-  try {
-    f();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  if (!error.empty()) state.SkipWithError(error.c_str());
-}
-
 /// Ends a child's io_context once the parent sets ctl().stop (checked every 10 ms).
 asio::awaitable<void> stop_watch(control_block& c, asio::io_context& io) {
   asio::steady_timer t(io);

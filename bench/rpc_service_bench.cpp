@@ -108,17 +108,6 @@ const char* name_of(family f) {
   return "?";
 }
 
-template <class F>
-void guarded(benchmark::State& state, F&& f) {
-  std::string error;
-  try {
-    f();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  if (!error.empty()) state.SkipWithError(error.c_str());
-}
-
 // ---- what is left to clean up after the processes -------------------------------------------
 
 /// Removes what the processes of one benchmark made beyond the session's names, once they are

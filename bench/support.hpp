@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -200,5 +201,17 @@ std::uint64_t allocations() noexcept;
 /// main() of every bench binary: our defaults (--benchmark_min_time=0.5, random interleaving of
 /// repetitions), our flag --roundtrips=N, then `register_all()` and Google Benchmark.
 int bench_main(int argc, char** argv, const std::function<void()>& register_all);
+
+/// Runs `f`, turning an exception into the benchmark's error.
+template <class F>
+void guarded(benchmark::State& state, F&& f) {
+  std::string error;
+  try {
+    f();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!error.empty()) state.SkipWithError(error.c_str());
+}
 
 }  // namespace shmio_bench

@@ -15,6 +15,7 @@
 #include "shmio/detail/platform.hpp"
 #include "shmio/detail/ring.hpp"
 #include "shmio/detail/rpc_listener.hpp"
+#include "shmio/detail/rpc_packet.hpp"
 #include "shmio/detail/rw_lock_view.hpp"
 #include "shmio/detail/segment_locks.hpp"
 
@@ -419,8 +420,7 @@ void read_listener(std::span<const std::byte> body, int fd, segment_info& info) 
     return set_problem(info, errc::corrupted,
                        "channel rings of " + std::to_string(node_count) + " nodes of " +
                            std::to_string(node_size) + " bytes");
-  if (timeout_ms != layout::rpc_no_timeout &&
-      timeout_ms > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+  if (std::chrono::milliseconds ignored; !detail::decode_timeout(timeout_ms, ignored))
     return set_problem(info, errc::corrupted, "default timeout " + std::to_string(timeout_ms));
   if (ring_offset != sizeof(layout::listener_header) ||
       ring_bytes != body.size() - sizeof(layout::listener_header))

@@ -71,10 +71,7 @@ std::error_code validate_channel(std::span<const std::byte> body, channel_settin
       to_owner != sizeof(layout::rpc_header) + ring_bytes ||
       body.size() != sizeof(layout::rpc_header) + 2 * ring_bytes)
     return errc::corrupted;
-  // Milliseconds count in a signed 64-bit number; only rpc_no_timeout stands above that.
-  if (timeout_ms != layout::rpc_no_timeout &&
-      timeout_ms > static_cast<std::uint64_t>(std::chrono::milliseconds::max().count()))
-    return errc::corrupted;
+  if (!decode_timeout(timeout_ms, out.default_timeout)) return errc::corrupted;
   for (const std::uint64_t offset : {to_opener, to_owner}) {
     ring_geometry g;
     if (auto ec = ring_view::validate(body.subspan(offset, ring_bytes), g)) return ec;
@@ -84,9 +81,6 @@ std::error_code validate_channel(std::span<const std::byte> body, channel_settin
   out.to_opener_offset = to_opener;
   out.to_owner_offset = to_owner;
   out.max_message_size = max_message_size;
-  out.default_timeout = timeout_ms == layout::rpc_no_timeout
-                            ? std::chrono::milliseconds::max()
-                            : std::chrono::milliseconds(static_cast<std::int64_t>(timeout_ms));
   return {};
 }
 
@@ -156,8 +150,6 @@ std::shared_ptr<rpc_channel> rpc_channel::make_owner(const asio::any_io_executor
                        sizeof(layout::rpc_header) + ring_bytes,
                        {count, size, static_cast<std::uint32_t>(layout::node_stride_for(size)),
                         layout::ring_nodes_offset}};
-  const bool no_timeout = options.default_timeout.count() < 0 ||
-                          options.default_timeout == std::chrono::milliseconds::max();
   auto init = [&](std::span<std::byte> body) {
     auto* h = new (body.data()) layout::rpc_header{};
     h->version = layout::rpc_version;
@@ -167,9 +159,7 @@ std::shared_ptr<rpc_channel> rpc_channel::make_owner(const asio::any_io_executor
     h->ring_bytes = ring_bytes;
     h->to_opener_offset = where.to_opener_offset;
     h->to_owner_offset = where.to_owner_offset;
-    h->default_timeout_ms = no_timeout
-                                ? layout::rpc_no_timeout
-                                : static_cast<std::uint64_t>(options.default_timeout.count());
+    h->default_timeout_ms = encode_timeout(options.default_timeout);
     ring_view::initialize(body.subspan(where.to_opener_offset, ring_bytes), count, size);
     ring_view::initialize(body.subspan(where.to_owner_offset, ring_bytes), count, size);
   };
@@ -177,7 +167,8 @@ std::shared_ptr<rpc_channel> rpc_channel::make_owner(const asio::any_io_executor
                                 init, ec);
   if (ec) return nullptr;
   auto ch = std::make_shared<rpc_channel>(ex, std::move(service));
-  ch->default_timeout_ = no_timeout ? std::chrono::milliseconds::max() : options.default_timeout;
+  // The value as the header holds it: "none" (negative or max()) becomes max().
+  decode_timeout(encode_timeout(options.default_timeout), ch->default_timeout_);
   ch->reassembler_ = reassembler(options.max_message_size, reassembler::default_partial_messages,
                                  options.max_reassembly_bytes);
   ch->set_limits(options);

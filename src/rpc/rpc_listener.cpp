@@ -33,17 +33,13 @@ segment create_listener(std::string_view name, const rpc_options& channel, std::
   }
   std::uint64_t ring_bytes = 0;
   ring_view::body_size_for(listener_backlog, sizeof(layout::connect_request), ring_bytes);
-  const bool no_timeout = channel.default_timeout.count() < 0 ||
-                          channel.default_timeout == std::chrono::milliseconds::max();
   auto init = [&](std::span<std::byte> body) {
     auto* h = new (body.data()) layout::listener_header{};
     h->version = layout::listener_version;
     h->node_count = static_cast<std::uint32_t>(channel.node_count);
     h->node_size = static_cast<std::uint32_t>(channel.node_size);
     h->max_message_size = static_cast<std::uint32_t>(channel.max_message_size);
-    h->default_timeout_ms = no_timeout
-                                ? layout::rpc_no_timeout
-                                : static_cast<std::uint64_t>(channel.default_timeout.count());
+    h->default_timeout_ms = encode_timeout(channel.default_timeout);
     h->ring_offset = sizeof(layout::listener_header);
     h->ring_bytes = ring_bytes;
     h->backlog = listener_backlog;
@@ -73,19 +69,15 @@ std::error_code validate_listener(std::span<const std::byte> body, listener_sett
       node_size <= packet_header_size || ring_offset != sizeof(layout::listener_header) ||
       ring_bytes != body.size() - ring_offset)
     return errc::corrupted;
-  if (timeout_ms != layout::rpc_no_timeout &&
-      timeout_ms > static_cast<std::uint64_t>(std::chrono::milliseconds::max().count()))
-    return errc::corrupted;
+  std::chrono::milliseconds timeout{};
+  if (!decode_timeout(timeout_ms, timeout)) return errc::corrupted;
   ring_geometry g;
   if (auto ec = ring_view::validate(body.subspan(ring_offset, ring_bytes), g)) return ec;
   if (g.node_size != sizeof(layout::connect_request)) return errc::corrupted;
   out.channel.node_count = node_count;
   out.channel.node_size = node_size;
   out.channel.max_message_size = max_message_size;
-  out.channel.default_timeout =
-      timeout_ms == layout::rpc_no_timeout
-          ? std::chrono::milliseconds::max()
-          : std::chrono::milliseconds(static_cast<std::int64_t>(timeout_ms));
+  out.channel.default_timeout = timeout;
   out.ring_offset = ring_offset;
   out.ring = g;
   return {};

@@ -114,6 +114,23 @@ void reassembler::drop(std::unordered_map<std::uint64_t, partial>::iterator it) 
   partial_.erase(it);
 }
 
+std::uint64_t encode_timeout(std::chrono::milliseconds timeout) noexcept {
+  if (timeout.count() < 0 || timeout == std::chrono::milliseconds::max())
+    return layout::rpc_no_timeout;
+  return static_cast<std::uint64_t>(timeout.count());
+}
+
+bool decode_timeout(std::uint64_t wire, std::chrono::milliseconds& out) noexcept {
+  if (wire == layout::rpc_no_timeout) {
+    out = std::chrono::milliseconds::max();
+    return true;
+  }
+  // Milliseconds count in a signed 64-bit number; only rpc_no_timeout stands above that.
+  if (wire > static_cast<std::uint64_t>(std::chrono::milliseconds::max().count())) return false;
+  out = std::chrono::milliseconds(static_cast<std::int64_t>(wire));
+  return true;
+}
+
 std::vector<std::byte> encode_named(std::string_view method, std::span<const std::byte> payload) {
   std::vector<std::byte> out(1 + method.size() + payload.size());
   out[0] = static_cast<std::byte>(method.size());  // 1..255: checked by the caller

@@ -2,6 +2,7 @@
 // Packets of the RPC channel: splitting a message into node-sized packets, checking a packet
 // read from shared memory, and putting messages back together.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -110,6 +111,12 @@ class reassembler {
   void drop(std::unordered_map<std::uint64_t, partial>::iterator it) noexcept;
   bool last_too_large_ = false;
 };
+
+/// A default timeout as the RPC headers hold it: milliseconds, or layout::rpc_no_timeout for
+/// none (a negative timeout, or milliseconds::max()).
+std::uint64_t encode_timeout(std::chrono::milliseconds timeout) noexcept;
+/// Reads one back: false if it is out of range (past a signed 64-bit count, and not "none").
+bool decode_timeout(std::uint64_t wire, std::chrono::milliseconds& out) noexcept;
 
 /// A named request's payload: the method's name in front of the caller's bytes.
 std::vector<std::byte> encode_named(std::string_view method, std::span<const std::byte> payload);

@@ -15,23 +15,25 @@
 namespace shmio {
 namespace detail {
 
-/// A caller's completion handler, kept until its reply comes; tracks work meanwhile.
+/// A completion handler kept until its one completion, with work tracked on its associated
+/// executor meanwhile (so that io_context::run() does not return under it).
 template <class Handler>
-class rpc_call final : public rpc_channel::pending_call {
+class tracked_handler {
   using work_type = std::decay_t<
       typename asio::prefer_result<asio::associated_executor_t<Handler, asio::any_io_executor>,
                                    asio::execution::outstanding_work_t::tracked_t>::type>;
 
  public:
-  rpc_call(Handler h, const asio::any_io_executor& ex)
+  tracked_handler(Handler h, const asio::any_io_executor& ex)
       : handler_(std::move(h)),
         work_(asio::prefer(asio::get_associated_executor(handler_, ex),
                            asio::execution::outstanding_work.tracked)) {}
 
-  void complete(std::error_code ec, std::vector<std::byte> reply, bool may_dispatch) override {
-    auto h = std::move(handler_);
+  /// `may_dispatch`: see rpc_channel::pending_call::complete.
+  template <class... Args>
+  void deliver(bool may_dispatch, Args&&... args) {
     auto work = std::move(work_);
-    auto bound = asio::experimental::append(std::move(h), ec, std::move(reply));
+    auto bound = asio::experimental::append(std::move(handler_), std::forward<Args>(args)...);
     if (may_dispatch)
       asio::dispatch(work, std::move(bound));
     else
@@ -43,31 +45,30 @@ class rpc_call final : public rpc_channel::pending_call {
   work_type work_;
 };
 
-/// A handler waiting for an event without a value (connect, close); tracks work meanwhile.
+/// A caller's completion handler, kept until its reply comes.
 template <class Handler>
-class rpc_signal final : public rpc_channel::pending_signal {
-  using work_type = std::decay_t<
-      typename asio::prefer_result<asio::associated_executor_t<Handler, asio::any_io_executor>,
-                                   asio::execution::outstanding_work_t::tracked_t>::type>;
-
+class rpc_call final : public rpc_channel::pending_call {
  public:
-  rpc_signal(Handler h, const asio::any_io_executor& ex)
-      : handler_(std::move(h)),
-        work_(asio::prefer(asio::get_associated_executor(handler_, ex),
-                           asio::execution::outstanding_work.tracked)) {}
-
-  void complete(std::error_code ec, bool may_dispatch) override {
-    auto work = std::move(work_);
-    auto bound = asio::experimental::append(std::move(handler_), ec);
-    if (may_dispatch)
-      asio::dispatch(work, std::move(bound));
-    else
-      asio::post(work, std::move(bound));
+  rpc_call(Handler h, const asio::any_io_executor& ex) : handler_(std::move(h), ex) {}
+  void complete(std::error_code ec, std::vector<std::byte> reply, bool may_dispatch) override {
+    handler_.deliver(may_dispatch, ec, std::move(reply));
   }
 
  private:
-  Handler handler_;
-  work_type work_;
+  tracked_handler<Handler> handler_;
+};
+
+/// A handler waiting for an event without a value (connect, close).
+template <class Handler>
+class rpc_signal final : public rpc_channel::pending_signal {
+ public:
+  rpc_signal(Handler h, const asio::any_io_executor& ex) : handler_(std::move(h), ex) {}
+  void complete(std::error_code ec, bool may_dispatch) override {
+    handler_.deliver(may_dispatch, ec);
+  }
+
+ private:
+  tracked_handler<Handler> handler_;
 };
 
 struct rpc_connect_cancel {
