@@ -242,11 +242,8 @@ TEST_CASE("rpc_buffer: a service that does not accept in time: timed_out, and no
   CHECK(*result == errc::timed_out);
   // Its channel is gone: an acceptor that gets to the request now refuses it.
   CHECK(shm_files_with(name.str() + "#") == 0);
-  auto [ec, reply] = std::tuple<std::error_code, bytes_t>{};
-  client.async_request(asio::buffer(bytes("x")), [&](std::error_code e, bytes_t r) {
-    ec = e;
-    reply = std::move(r);
-  });
+  std::error_code ec;
+  client.async_request(asio::buffer(bytes("x")), [&](std::error_code e, bytes_t) { ec = e; });
   io.restart();
   io.run_for(bound);
   CHECK(ec == errc::peer_gone);

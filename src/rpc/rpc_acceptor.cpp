@@ -7,7 +7,6 @@
 namespace shmio {
 namespace detail {
 
-namespace platform = detail::platform;
 
 std::shared_ptr<rpc_acceptor_impl> rpc_acceptor_impl::create(const asio::any_io_executor& ex,
                                                              std::string_view name,
