@@ -698,8 +698,8 @@ TEST_CASE("inspect tells an rpc service whose server died, and its clients' chan
   CHECK(info.rpc_service->server_pid == server);
   CHECK_FALSE(info.rpc_service->server_alive);
   CHECK(info.rpc_service->accepted == 0);
-  CHECK(info.rpc_service->node_count == 64);  // rpc_options' defaults
-  CHECK(info.rpc_service->node_size == 16 * 1024);
+  CHECK(info.rpc_service->node_count == 16);  // rpc_connection_options()
+  CHECK(info.rpc_service->node_size == 4096);
   REQUIRE(info.rpc_service->clients.size() == 1);
   auto c = info.rpc_service->clients[0];
   CHECK(c.name == channel);
@@ -784,7 +784,7 @@ TEST_CASE("inspect reports damaged rpc service headers as corrupted", "[inspect]
   SECTION("a channel node size with no room for a packet header") {
     auto info = status_after(svc_node_size, std::uint32_t{40});
     CHECK(info.status == shmio::errc::corrupted);
-    CHECK(info.problem.find("channel rings of 64 nodes of 40 bytes") != std::string::npos);
+    CHECK(info.problem.find("channel rings of 16 nodes of 40 bytes") != std::string::npos);
     CHECK_FALSE(info.rpc_service);
   }
   SECTION("a channel node count of 1") {

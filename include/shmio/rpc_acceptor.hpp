@@ -42,11 +42,12 @@ class rpc_acceptor {
  public:
   using executor_type = asio::any_io_executor;
 
-  /// Creates the service `name`. `options` are every connection's: ring sizes, default timeout
-  /// and largest message (`strategy` is this end's). errc::already_exists if a live service has
-  /// the name; errc::invalid_argument if a size is out of range. Throws shmio::error.
+  /// Creates the service `name`. `options` are every connection's (by default
+  /// rpc_connection_options()): ring sizes, default timeout and largest message (`strategy` is this
+  /// end's). errc::already_exists if a live service has the name; errc::invalid_argument if a size
+  /// is out of range. Throws shmio::error.
   rpc_acceptor(const executor_type& ex, create_only_t, std::string_view name,
-               rpc_options options = {});
+               rpc_options options = rpc_connection_options());
   rpc_acceptor(const executor_type& ex, create_only_t, std::string_view name, rpc_options options,
                std::error_code& ec);
   rpc_acceptor(rpc_acceptor&&) noexcept = default;

@@ -49,6 +49,17 @@ struct rpc_options {
   std::uint64_t max_reassembly_bytes = 0;
 };
 
+/// The defaults of a service's connections (rpc_acceptor, rpc_server): smaller rings than a
+/// channel's own defaults, 16 nodes of 4 KiB each way, since every client makes its channel as
+/// it connects and pays for its file up front (it is allocated whole, so that no write into it
+/// can fail later for want of room). Larger messages still go, as more packets.
+inline rpc_options rpc_connection_options() {
+  rpc_options o;
+  o.node_count = 16;
+  o.node_size = 4096;
+  return o;
+}
+
 /// Counters of one end of a channel (the C# SharedMemory library's RpcStatistics, plus what shmio
 /// adds).
 struct rpc_statistics {

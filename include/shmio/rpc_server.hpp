@@ -39,7 +39,7 @@ class rpc_server {
   /// named ones (rpc_methods.hpp); `options` are every connection's (see rpc_acceptor). Throws
   /// shmio::error (errc::already_exists if a live service has the name).
   rpc_server(const executor_type& ex, create_only_t, std::string_view name, rpc_methods methods,
-             rpc_options options = {});
+             rpc_options options = rpc_connection_options());
   /// The error_code form: on failure `ec` is set and the server is closed.
   rpc_server(const executor_type& ex, create_only_t, std::string_view name, rpc_methods methods,
              rpc_options options, std::error_code& ec);
