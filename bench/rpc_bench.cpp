@@ -308,21 +308,7 @@ void measure_pipelined(benchmark::State& state, session& s, asio::io_context& io
         co_await call(lane, request, reply);
       }
     };
-    auto all = [&]() -> asio::awaitable<void> {
-      // Spawn the lanes and wait for them through a counter and a timer used as a condition.
-      int running = in_flight;
-      asio::steady_timer all_done(io, clock_type::time_point::max());
-      std::exception_ptr failure;
-      for (int lane = 0; lane < in_flight; ++lane)
-        asio::co_spawn(io, caller(lane), [&](std::exception_ptr e) {
-          if (e && !failure) failure = e;
-          if (--running == 0) all_done.cancel();
-        });
-      std::error_code ec;
-      co_await all_done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-      if (failure) std::rethrow_exception(failure);
-    };
-    run_parent_coroutine(s, io, all());
+    run_parent_coroutine(s, io, all_lanes(io.get_executor(), in_flight, caller));
     state.SetIterationTime(std::chrono::duration<double>(clock_type::now() - start).count());
     state.counters["allocs_per_call"] = benchmark::Counter(
         static_cast<double>(allocations() - allocations_before) / pipelined_calls);

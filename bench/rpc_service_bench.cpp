@@ -332,18 +332,7 @@ asio::awaitable<std::uint64_t> run_callers(std::atomic<std::uint64_t>& claimed, 
       ++done;
     }
   };
-  // Spawn the callers and wait for them through a counter and a timer used as a condition.
-  int running = in_flight;
-  asio::steady_timer all_done(ex, clock_type::time_point::max());
-  std::exception_ptr failure;
-  for (int lane = 0; lane < in_flight; ++lane)
-    asio::co_spawn(ex, caller(lane), [&](std::exception_ptr e) {
-      if (e && !failure) failure = e;
-      if (--running == 0) all_done.cancel();
-    });
-  std::error_code ec;
-  co_await all_done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-  if (failure) std::rethrow_exception(failure);
+  co_await all_lanes(ex, in_flight, caller);
   co_return done;
 }
 

@@ -8,8 +8,13 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
+#include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
+#include <asio/redirect_error.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -212,6 +217,24 @@ void guarded(benchmark::State& state, F&& f) {
     error = e.what();
   }
   if (!error.empty()) state.SkipWithError(error.c_str());
+}
+
+/// Runs `lane(0)` .. `lane(n - 1)` (each returning asio::awaitable<void>) at once on `ex` and
+/// waits for all of them; rethrows the first failure. A counter and a timer stand for the
+/// condition "all done".
+template <class Lane>
+asio::awaitable<void> all_lanes(asio::any_io_executor ex, int n, Lane lane) {
+  int running = n;
+  asio::steady_timer all_done(ex, clock_type::time_point::max());
+  std::exception_ptr failure;
+  for (int i = 0; i < n; ++i)
+    asio::co_spawn(ex, lane(i), [&](std::exception_ptr e) {
+      if (e && !failure) failure = e;
+      if (--running == 0) all_done.cancel();
+    });
+  std::error_code ec;
+  co_await all_done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  if (failure) std::rethrow_exception(failure);
 }
 
 }  // namespace shmio_bench

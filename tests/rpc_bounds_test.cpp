@@ -240,7 +240,14 @@ TEST_CASE("rpc bounds: a million calls against a peer that never answers, in bou
   CHECK(timed_out == calls);
   const auto grown = resident_bytes() - std::min(resident_bytes(), after_first_batch);
   INFO("resident memory grew by " << grown << " bytes after the first batch");
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer keeps freed memory in quarantine (256 MiB by default): resident memory
+  // says nothing there. The counts below still bound what was queued, and LeakSanitizer what
+  // was kept.
+  (void)grown;
+#else
   CHECK(grown < 32u << 20);
+#endif
   // Most calls never left this process: only those with credit were sent.
   const auto s = owner.statistics();
   INFO("sent " << s.requests_sent << " of " << calls);
