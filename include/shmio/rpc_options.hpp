@@ -82,6 +82,9 @@ struct rpc_statistics {
   /// Messages the ring refused to take (it is damaged): a request fails at once with the ring's
   /// error (errc::corrupted); a reply, error or cancel is lost (its caller times out).
   std::uint64_t send_failures = 0;
+  /// Requests taken back before any of them was written (they timed out or were cancelled
+  /// while waiting for credit or queued whole): the other end never saw them.
+  std::uint64_t requests_withdrawn = 0;
 };
 
 /// Counters of an rpc_acceptor (and of an rpc_server's).

@@ -7,7 +7,6 @@
 namespace shmio {
 namespace detail {
 
-
 std::shared_ptr<rpc_acceptor_impl> rpc_acceptor_impl::create(const asio::any_io_executor& ex,
                                                              std::string_view name,
                                                              const rpc_options& options,
@@ -51,7 +50,9 @@ rpc_acceptor_statistics rpc_acceptor_impl::statistics() const noexcept {
 std::optional<outcome<layout::connect_request>> rpc_acceptor_impl::take_request() {
   // Under the waiter's mutex. A bad node is skipped by the ring, and reported; more reports in
   // a row than the ring has nodes can only be a damaged head, which would report for ever.
-  for (std::uint32_t bad = 0; bad <= ring_.node_count(); ++bad) {
+  // A message of the wrong size is taken and refused: it is progress, not damage, so that a
+  // client writing them cannot make the accept fail.
+  for (std::uint32_t bad = 0; bad <= ring_.node_count();) {
     layout::connect_request request{};
     std::size_t length = 0;
     auto copy = [&](std::span<const std::byte> message) {
@@ -61,6 +62,7 @@ std::optional<outcome<layout::connect_request>> rpc_acceptor_impl::take_request(
     const auto got = attempt_read(ring_, copy, ring_.node_size());
     if (!got) return std::nullopt;
     if (!got->ec && length == sizeof request) return outcome<layout::connect_request>{{}, request};
+    if (got->ec) ++bad;
     // relaxed: a counter.
     refused_.fetch_add(1, std::memory_order_relaxed);
   }

@@ -85,10 +85,14 @@ void rpc_channel::cancel_call(std::uint64_t id, asio::cancellation_type type) {
 bool rpc_channel::withdraw(std::uint64_t id) {
   auto it = calls_.find(id);
   if (it == calls_.end()) return false;
-  if (it->second.waiting) return true;  // finish_call drops it with its entry
+  if (it->second.waiting) {  // finish_call drops it with its entry
+    stats_.requests_withdrawn.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
   for (auto m = outbox_.begin(); m != outbox_.end(); ++m)
     if (m->type == packet_type::request && m->id == id && m->next_packet == 1) {
       outbox_.erase(m);  // bounded by max_in_flight
+      stats_.requests_withdrawn.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
   return false;
@@ -149,11 +153,13 @@ asio::awaitable<void> rpc_channel::housekeeping_loop(
     co_await tick_.async_wait(as_tuple_awaitable);
     if (closed_) break;
     const auto now = std::chrono::steady_clock::now();
-    for (auto it = calls_.begin(); it != calls_.end();) {
-      const std::uint64_t id = it->first;
-      const bool expired = it->second.deadline <= now;
-      ++it;  // finish_call erases the entry
-      if (!expired) continue;
+    // The expired ones first, then each abandoned if it is still there: abandoning one may
+    // finish others (credit admits a waiting call, whose send may fail on a damaged ring).
+    expired_.clear();
+    for (const auto& [id, entry] : calls_)
+      if (entry.deadline <= now) expired_.push_back(id);
+    for (const std::uint64_t id : expired_) {
+      if (!calls_.contains(id)) continue;
       stats_.timeouts.fetch_add(1, std::memory_order_relaxed);
       abandon_call(id, errc::timed_out);
     }

@@ -243,7 +243,7 @@ rpc_statistics rpc_channel::statistics() const {
           get(stats_.packets_rejected),  get(stats_.packets_stale),
           get(stats_.discarded_replies), get(stats_.timeouts),
           get(stats_.cancellations),     get(stats_.pending),
-          get(stats_.send_failures)};
+          get(stats_.send_failures),     get(stats_.requests_withdrawn)};
 }
 
 // ---- reading -----------------------------------------------------------------------------
@@ -491,6 +491,8 @@ void rpc_channel::end_session() {
     death_watch_.reset();
     poll_peer_ = false;
     complete_closed_waiters({});
+    // An acceptor that opened the channel and went without accepting it (it refused it).
+    if (connecting()) connect_failed(errc::peer_gone);
   }
 }
 

@@ -107,7 +107,10 @@ void rpc_channel::async_connected(std::unique_ptr<pending_signal> op,
     // Posted, not dispatched: this may run inside the caller's initiating function.
     if (self->closed_)
       return op->complete(self->failure_ ? self->failure_ : asio::error::operation_aborted, false);
-    if (self->accepted_) return op->complete({}, false);
+    if (self->accepted_) {
+      self->link_.reset();  // the accept came before this: the listener is done with
+      return op->complete({}, false);
+    }
     if (self->connect_op_ || !self->link_) return op->complete(errc::busy, false);
     self->connect_op_ = std::move(op);
     self->connect_deadline_ = deadline_after(timeout);
@@ -135,7 +138,16 @@ std::error_code rpc_channel::wait_connected(std::chrono::milliseconds timeout) {
       break;
     }
     const auto slice = std::min<std::chrono::nanoseconds>(deadline - now, connect_slice);
-    if (waiter_->wait(in_queue, accepted, slice)) break;
+    if (waiter_->wait(in_queue, accepted, slice)) {
+      // An acceptor that refused the channel opened it first, then let go: only one that still
+      // holds it has accepted it.
+      std::error_code lock_ec;
+      if (!platform::byte_locked_by_other(seg_.native_handle(), layout::rpc_opener_lock_byte,
+                                          lock_ec) ||
+          lock_ec)
+        ec = errc::peer_gone;
+      break;
+    }
     if (!link_->server_alive()) {
       ec = errc::peer_gone;
       break;

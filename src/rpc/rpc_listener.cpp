@@ -11,7 +11,6 @@
 
 namespace shmio::detail {
 
-
 std::string connection_name(std::string_view service, std::uint32_t pid, std::uint64_t nonce) {
   char numbers[40];
   std::snprintf(numbers, sizeof numbers, "#%u.%016llx", static_cast<unsigned>(pid),

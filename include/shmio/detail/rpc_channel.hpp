@@ -140,7 +140,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
     std::atomic<std::uint64_t> requests_sent{0}, requests_received{0}, responses_sent{0},
         responses_received{0}, errors_sent{0}, errors_received{0}, bytes_sent{0}, bytes_received{0},
         packets_sent{0}, packets_received{0}, packets_rejected{0}, packets_stale{0},
-        discarded_replies{0}, timeouts{0}, cancellations{0}, pending{0}, send_failures{0};
+        discarded_replies{0}, timeouts{0}, cancellations{0}, pending{0}, send_failures{0},
+        requests_withdrawn{0};
   };
 
   // A running handler, in serving_ by request id. Its table node is recycled with the signal in
@@ -247,6 +248,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::size_t max_in_flight_ = 1024;
   std::size_t max_handlers_ = 1024;
   std::deque<incoming_message> deferred_;  // requests waiting for a handler slot
+  std::vector<std::uint64_t> expired_;     // housekeeping's scratch list, kept for its capacity
   serving_table serving_;                  // by request id
   // Nodes of erased entries, for the next insertions: a steady flow of calls allocates none.
   std::vector<call_table::node_type> spare_calls_;
