@@ -102,6 +102,9 @@ class rpc_acceptor {
                       std::move(self), std::error_code(asio::error::operation_aborted), request));
         return impl->async_next_request(std::move(self));
       }
+      // A step that starts after close() finds the waiter shut (bad_descriptor): to the caller
+      // that is the documented operation_aborted.
+      if (ec == asio::error::bad_descriptor) ec = asio::error::operation_aborted;
       if (ec) return self.complete(ec, rpc_buffer(ex));
       std::error_code refused;
       auto channel = impl->accept(ex, request, handlers, refused);
