@@ -79,6 +79,7 @@
 #include <string>
 #include <vector>
 
+#include "stream_frames.hpp"
 #include "support.hpp"
 
 namespace {
@@ -235,34 +236,9 @@ bool read_byte(int fd) {
 
 // ---- the stream protocol: u32 length, then the bytes -----------------------------------------
 
-asio::awaitable<void> stream_call(stream_socket& sock, std::span<const std::byte> request,
-                                  std::vector<std::byte>& reply) {
-  const auto len = static_cast<std::uint32_t>(request.size());
-  const std::array<asio::const_buffer, 2> out{asio::buffer(&len, sizeof len),
-                                              asio::buffer(request.data(), request.size())};
-  co_await asio::async_write(sock, out, asio::use_awaitable);
-  std::uint32_t reply_len = 0;
-  co_await asio::async_read(sock, asio::buffer(&reply_len, sizeof reply_len), asio::use_awaitable);
-  reply.resize(reply_len);
-  co_await asio::async_read(sock, asio::buffer(reply), asio::use_awaitable);
-}
-
 /// One connection of the stream server: echoes frames until its client closes.
 asio::awaitable<void> stream_serve(stream_socket sock) {
-  std::vector<std::byte> buf;
-  try {
-    for (;;) {
-      std::uint32_t len = 0;
-      co_await asio::async_read(sock, asio::buffer(&len, sizeof len), asio::use_awaitable);
-      buf.resize(len);
-      co_await asio::async_read(sock, asio::buffer(buf), asio::use_awaitable);
-      const std::array<asio::const_buffer, 2> out{asio::buffer(&len, sizeof len),
-                                                  asio::buffer(buf)};
-      co_await asio::async_write(sock, out, asio::use_awaitable);
-    }
-  } catch (const std::system_error&) {
-    // EOF: the client closed its end
-  }
+  co_await serve_frames(sock, true);
 }
 
 asio::awaitable<void> stream_accept(stream_protocol::acceptor& acceptor) {

@@ -291,13 +291,13 @@ inline constexpr std::uint64_t listener_server_lock_byte = 32;
 inline constexpr std::uint32_t listener_version = 1;
 
 struct listener_header {
-  std::uint32_t version;           // listener_version
-  std::uint32_t node_count;        // of each ring of a connection's channel
-  std::uint32_t node_size;         // of each ring of a connection's channel
-  std::uint32_t max_message_size;  // of a connection's channel
-  std::uint64_t default_timeout_ms;      // of a connection's channel; rpc_no_timeout: none
-  std::uint64_t ring_offset;             // from the start of the body: 64
-  std::uint64_t ring_bytes;              // ring_state + nodes of the connect ring
+  std::uint32_t version;                  // listener_version
+  std::uint32_t node_count;               // of each ring of a connection's channel
+  std::uint32_t node_size;                // of each ring of a connection's channel
+  std::uint32_t max_message_size;         // of a connection's channel
+  std::uint64_t default_timeout_ms;       // of a connection's channel; rpc_no_timeout: none
+  std::uint64_t ring_offset;              // from the start of the body: 64
+  std::uint64_t ring_bytes;               // ring_state + nodes of the connect ring
   std::atomic<std::uint32_t> server_pid;  // informational
   std::uint32_t backlog;                  // nodes of the connect ring
   std::atomic<std::uint64_t> accepted;    // connections accepted so far; informational
@@ -317,9 +317,9 @@ static_assert(offsetof(listener_header, accepted) == 48);
 static_assert(offsetof(listener_header, reserved) == 56);
 
 struct connect_request {
-  std::uint32_t version;   // listener_version
-  std::uint32_t pid;       // the client's process id; part of the channel's name
-  std::uint64_t nonce;     // random, never 0; part of the channel's name
+  std::uint32_t version;      // listener_version
+  std::uint32_t pid;          // the client's process id; part of the channel's name
+  std::uint64_t nonce;        // random, never 0; part of the channel's name
   std::uint64_t reserved[2];  // 0
 };
 static_assert(sizeof(connect_request) == 32);
