@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs the examples as a user would and checks what they do.
 
-usage: examples_test.py kvd|tcp_bridge|worker_pool|broadcast|echo|event_ping_pong PROGRAM
+usage: examples_test.py kvd|tcp_bridge|worker_pool|broadcast|echo|event_ping_pong|ticker PROGRAM
 
 Synchronisation is by what the programs print ("ready" lines) or by bounded retries, never by
 fixed sleeps. Ends with the line "N passed, M failed"; exits 1 on any failure."""
@@ -187,6 +187,52 @@ def test_echo():
     check("served 3 clients, 6 requests" in p.stdout, "the demo's server count")
 
 
+def test_ticker():
+    name = f"shmio-test.ticker.{os.getpid()}"
+    p = run("watch", name, "ACME", "3")
+    check(p.returncode == 1 and "no service is running" in p.stderr, f"no service: {p.stderr!r}")
+
+    server, _ = start("serve", name)
+    try:
+        again = run("serve", name)
+        check(again.returncode == 1 and "already running" in again.stderr, "second server refused")
+        # Watchers at once, each its own stream: every tick in order, then the end.
+        watchers = [subprocess.Popen([program, "watch", name, sym, "20", "1"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                    for sym in ("AAA", "BBBB", "CC")]
+        for sym, w in zip(("AAA", "BBBB", "CC"), watchers):
+            out, err = w.communicate(timeout=60)
+            lines = out.splitlines()
+            check(w.returncode == 0 and len(lines) == 21 and lines[-1] == "end of stream",
+                  f"{sym}: 20 ticks then the end: exit {w.returncode}, {out!r} {err!r}")
+            check([ln.split()[1] for ln in lines[:-1]] == [f"#{i}" for i in range(1, 21)] and
+                  all(ln.startswith(sym + " ") for ln in lines[:-1]), f"{sym}: in order")
+        # A watcher of an endless stream that stops: the service's handler is cancelled.
+        p = run("watch", name, "FOREVER", "0", "5", "3")
+        check(p.returncode == 0 and p.stdout.splitlines()[-1] == "stopped after 3 ticks",
+              f"stopping watcher: {p.stdout!r} {p.stderr!r}")
+        # A request the handler cannot read: its exception's text reaches the watcher.
+        p = run("watch", name, "BAD", "x")
+        check(p.returncode == 1 and "expected 'SYMBOL COUNT MS'" in p.stderr,
+              f"bad request: {p.stderr!r}")
+        server.send_signal(signal.SIGTERM)
+        check(server.wait(timeout=30) == 0, "SIGTERM stops the server cleanly")
+        log = server.stdout.read()
+        check(all(f"{sym} done after 20 ticks" in log for sym in ("AAA", "BBBB", "CC")),
+              f"the server finished each stream: {log!r}")
+        check("FOREVER stopped after" in log and "(cancelled)" in log,
+              f"the stopped watcher's handler was cancelled: {log!r}")
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+    p = run(timeout=120)
+    check(p.returncode == 0, f"ticker demo exit {p.returncode}: {p.stderr!r}")
+    check("stopped after 4 ticks" in p.stdout and p.stdout.count("end of stream") == 2,
+          f"the demo's watchers: {p.stdout!r}")
+
+
 def test_event_ping_pong():
     p = run("200")
     check(p.returncode == 0 and "200 round trips" in p.stdout, "ping-pong")
@@ -210,7 +256,7 @@ def test_broadcast():
 
 
 tests = {"kvd": test_kvd, "broadcast": test_broadcast, "worker_pool": test_worker_pool, "tcp_bridge": test_tcp_bridge,
-         "echo": test_echo, "event_ping_pong": test_event_ping_pong}
+         "echo": test_echo, "event_ping_pong": test_event_ping_pong, "ticker": test_ticker}
 tests[example]()
 print(f"{checks - len(failures)} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)

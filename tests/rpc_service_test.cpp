@@ -736,7 +736,7 @@ TEST_CASE("rpc_buffer: an owner and opener serve named methods; a service withou
   });
 }
 
-TEST_CASE("rpc packets: flags other than the method's, or on other packets, are refused",
+TEST_CASE("rpc packets: unknown flags, or flags on other packets, are refused",
           "[rpc][methods]") {
   layout::packet_header h{};
   h.type = static_cast<std::uint8_t>(layout::packet_type::request);
@@ -754,7 +754,9 @@ TEST_CASE("rpc packets: flags other than the method's, or on other packets, are 
   CHECK(parse(h));
   h.flags = layout::packet_flag_method;
   CHECK(parse(h));
-  h.flags = 2;
+  h.flags = layout::packet_flag_stream | layout::packet_flag_method;
+  CHECK(parse(h));
+  h.flags = 4;
   CHECK_FALSE(parse(h));
   h.flags = layout::packet_flag_method;
   h.type = static_cast<std::uint8_t>(layout::packet_type::response);

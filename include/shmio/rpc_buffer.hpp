@@ -42,6 +42,7 @@
 #include "shmio/open_mode.hpp"
 #include "shmio/rpc_methods.hpp"
 #include "shmio/rpc_options.hpp"
+#include "shmio/rpc_stream.hpp"
 #include "shmio/wait_strategy.hpp"
 
 namespace shmio {
@@ -155,6 +156,23 @@ class rpc_buffer {
   auto async_request(std::string_view method, asio::const_buffer payload,
                      std::chrono::milliseconds timeout, CompletionToken&& token);
 
+  /// Calls the other end's stream method `method` (see rpc_stream.hpp): its handler answers
+  /// with any number of items, read through the rpc_stream this completes with.
+  ///
+  /// Completion signature: `void(std::error_code, shmio::rpc_stream)`; it completes as the
+  /// request is sent (after waiting for credit, rpc_options::max_in_flight, if it must; an open
+  /// stream holds one credit until it ends). What the other end answers (items, the end, an
+  /// error such as errc::no_such_method) comes through the stream's reads. Errors here:
+  /// asio::error::operation_aborted (cancelled while unsent, or this end closed);
+  /// errc::peer_gone; errc::message_too_large; errc::invalid_argument (a name that is empty or
+  /// over rpc_methods::max_name). Thread-safe.
+  template <class CompletionToken>
+  auto async_request_stream(std::string_view method, asio::const_buffer payload,
+                            CompletionToken&& token);
+  /// The same for the unnamed method.
+  template <class CompletionToken>
+  auto async_request_stream(asio::const_buffer payload, CompletionToken&& token);
+
   /// Tells the other end (its pending calls fail with errc::peer_gone at once), aborts this
   /// end's pending calls and handlers, and releases the channel; the last end to close removes
   /// its segment.
@@ -167,6 +185,9 @@ class rpc_buffer {
   template <class CompletionToken>
   auto start_request(std::vector<std::byte> message, std::uint16_t flags,
                      std::chrono::milliseconds timeout, CompletionToken&& token);
+  template <class CompletionToken>
+  auto start_stream(bool named, std::string_view method, asio::const_buffer payload,
+                    CompletionToken&& token);
 
   executor_type ex_;  // kept after close, so that late calls complete on it
   std::shared_ptr<detail::rpc_channel> channel_;

@@ -4,13 +4,16 @@
 //   shmio::rpc_methods methods;
 //   methods.add("get", get_handler)        // a coroutine handler (rpc_handler)
 //          .add("set", set_handler)        // or a plain one (rpc_sync_handler)
+//          .add("watch", watch_handler)    // or a stream handler (rpc_stream_handler)
 //          .add("", fallback);             // "": what calls without a method name reach
 //   shmio::rpc_server server(ex, shmio::create_only, "kv", std::move(methods));
 //
 //   co_await client.async_request("get", asio::buffer(key), asio::use_awaitable);
 //
 // A call to a name that is not there completes at once with errc::no_such_method; a call
-// without a name, where "" is not there, with errc::no_handler. Names are 1 to 255 bytes.
+// without a name, where "" is not there, with errc::no_handler. A name has one handler: a stream
+// handler answers async_request_stream only, the others async_request only; the wrong kind of
+// call gets errc::no_such_method too. Names are 1 to 255 bytes.
 // The table is shared, not copied, by every connection that serves it.
 
 #include <cstddef>
@@ -23,14 +26,16 @@
 
 #include "shmio/error.hpp"
 #include "shmio/rpc_options.hpp"
+#include "shmio/rpc_stream.hpp"
 
 namespace shmio {
 
 namespace detail {
-/// One method: a coroutine handler or a plain one.
+/// One method: a coroutine handler, a plain one or a stream handler.
 struct rpc_method {
   rpc_handler async;
   rpc_sync_handler sync;
+  rpc_stream_handler stream;
 };
 struct method_name_hash {
   using is_transparent = void;
@@ -53,23 +58,30 @@ class rpc_methods {
   /// One handler, as the unnamed method: what every constructor taking rpc_methods accepts in
   /// place of a table. A coroutine handler (returning asio::awaitable<std::vector<std::byte>>)
   /// runs on the channel's strand; a plain one (returning std::vector<std::byte>) runs inline as
-  /// its request is read. An empty std::function is no handler.
+  /// its request is read; a stream handler (returning asio::awaitable<void>, with an
+  /// rpc_stream_writer as its third argument) answers async_request_stream. An empty
+  /// std::function is no handler.
   template <class Handler>
   requires(!std::is_same_v<std::remove_cvref_t<Handler>, rpc_methods> &&
            !std::is_same_v<std::remove_cvref_t<Handler>, std::nullptr_t>)
       rpc_methods(Handler&& handler) {  // NOLINT: implicit on purpose
     constexpr bool coroutine = std::is_constructible_v<rpc_handler, Handler&&>;
     constexpr bool plain = std::is_constructible_v<rpc_sync_handler, Handler&&>;
-    static_assert(coroutine || plain,
+    constexpr bool stream = std::is_constructible_v<rpc_stream_handler, Handler&&>;
+    static_assert(coroutine || plain || stream,
                   "an rpc handler is callable as (std::uint64_t request_id, "
                   "std::span<const std::byte> payload) and returns "
                   "asio::awaitable<std::vector<std::byte>> (a coroutine handler) or "
-                  "std::vector<std::byte> (a plain handler)");
+                  "std::vector<std::byte> (a plain handler); or as (request_id, payload, "
+                  "shmio::rpc_stream_writer) returning asio::awaitable<void> (a stream handler)");
     if constexpr (coroutine) {
       rpc_handler h(std::forward<Handler>(handler));
       if (h) add("", std::move(h));
     } else if constexpr (plain) {
       rpc_sync_handler h(std::forward<Handler>(handler));
+      if (h) add("", std::move(h));
+    } else if constexpr (stream) {
+      rpc_stream_handler h(std::forward<Handler>(handler));
       if (h) add("", std::move(h));
     }
   }
@@ -77,10 +89,13 @@ class rpc_methods {
   /// Adds (or replaces) the method `name`; "" is the unnamed method. Throws shmio::error
   /// (errc::invalid_argument) for a name over max_name bytes or an empty handler.
   rpc_methods& add(std::string_view name, rpc_handler handler) {
-    return put(name, {std::move(handler), {}}, static_cast<bool>(handler));
+    return put(name, {std::move(handler), {}, {}}, static_cast<bool>(handler));
   }
   rpc_methods& add(std::string_view name, rpc_sync_handler handler) {
-    return put(name, {{}, std::move(handler)}, static_cast<bool>(handler));
+    return put(name, {{}, std::move(handler), {}}, static_cast<bool>(handler));
+  }
+  rpc_methods& add(std::string_view name, rpc_stream_handler handler) {
+    return put(name, {{}, {}, std::move(handler)}, static_cast<bool>(handler));
   }
 
   bool empty() const noexcept { return !table_ || table_->empty(); }

@@ -47,6 +47,9 @@ struct rpc_options {
   /// Bytes of messages received in part (by their announced sizes) held at once; a message
   /// that would pass it is refused as too large would be. 0: max_message_size.
   std::uint64_t max_reassembly_bytes = 0;
+  /// Items of a stream this end reads that its handler may send ahead of the reads: what a
+  /// stream holds at most, and how far a fast writer runs before it waits (1..65536).
+  std::uint32_t stream_window = 32;
 };
 
 /// The defaults of a service's connections (rpc_acceptor, rpc_server): smaller rings than a
@@ -85,6 +88,8 @@ struct rpc_statistics {
   /// Requests taken back before any of them was written (they timed out or were cancelled
   /// while waiting for credit or queued whole): the other end never saw them.
   std::uint64_t requests_withdrawn = 0;
+  std::uint64_t stream_items_sent = 0;      ///< items of streams this end's handlers wrote
+  std::uint64_t stream_items_received = 0;  ///< items of streams this end's callers read
 };
 
 /// Counters of an rpc_acceptor (and of an rpc_server's).

@@ -29,47 +29,56 @@ constexpr auto as_tuple_awaitable = asio::experimental::as_tuple(asio::use_await
 
 void rpc_channel::start_call(std::uint64_t id, std::unique_ptr<pending_call> call,
                              std::vector<std::byte> payload, std::chrono::milliseconds timeout,
-                             std::uint16_t flags) {
+                             std::uint16_t flags, std::shared_ptr<stream_state> stream) {
   // Dispatched, not posted: called from a thread of the executor while the strand is free, the
   // request goes out now instead of after a trip through the scheduler. (This never completes
   // the call inside the initiating function: every completion is posted, see rpc_call.)
-  asio::dispatch(strand_, [self = shared_from_this(), id, call = std::move(call),
-                           payload = std::move(payload), timeout, flags]() mutable {
-    // Posted, not dispatched: this may run inside the caller's initiating function.
-    if (self->closed_)
-      return call->complete(self->failure_ ? self->failure_ : asio::error::operation_aborted, {},
-                            false);
-    if (payload.size() > self->reassembler_max())
-      return call->complete(errc::message_too_large, {}, false);
-    if (self->owner_) self->follow_opener();  // address the opener there is now
-    if (!self->peer_attached()) return call->complete(errc::peer_gone, {}, false);
-    const auto deadline = timeout.count() < 0 || timeout == std::chrono::milliseconds::max()
-                              ? std::chrono::steady_clock::time_point::max()
-                              : std::chrono::steady_clock::now() + timeout;
-    auto* entry = insert_recycled(self->calls_, self->spare_calls_, id);
-    if (!entry) return call->complete(errc::busy, {}, false);  // ids are unique: never
-    *entry = call_entry{std::move(call), deadline, std::nullopt};
-    self->stats_.pending.fetch_add(1, std::memory_order_relaxed);
-    outgoing_message request{packet_type::request, id, 0, std::move(payload)};
-    request.flags = flags;
-    if (self->in_flight_ < self->max_in_flight_ && self->credit_queue_.empty()) {
-      ++self->in_flight_;
-      self->stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
-      self->stats_.bytes_sent.fetch_add(request.payload.size(), std::memory_order_relaxed);
-      self->send(std::move(request));
-    } else {
-      // No credit: it waits here, not in the outbox, so that nothing queues for the ring past
-      // max_in_flight; its deadline runs meanwhile.
-      entry->waiting.emplace(std::move(request));
-      self->credit_queue_.push_back(id);
-    }
-    self->wake_housekeeping();
-  });
+  asio::dispatch(
+      strand_, [self = shared_from_this(), id, call = std::move(call), payload = std::move(payload),
+                timeout, flags, stream = std::move(stream)]() mutable {
+        // Posted, not dispatched: this may run inside the caller's initiating function.
+        if (self->closed_)
+          return call->complete(self->failure_ ? self->failure_ : asio::error::operation_aborted,
+                                {}, false);
+        if (payload.size() > self->reassembler_max())
+          return call->complete(errc::message_too_large, {}, false);
+        if (self->owner_) self->follow_opener();  // address the opener there is now
+        if (!self->peer_attached()) return call->complete(errc::peer_gone, {}, false);
+        // A stream has no timeout of its own (rpc_stream.hpp).
+        const auto deadline =
+            stream || timeout.count() < 0 || timeout == std::chrono::milliseconds::max()
+                ? std::chrono::steady_clock::time_point::max()
+                : std::chrono::steady_clock::now() + timeout;
+        auto* entry = insert_recycled(self->calls_, self->spare_calls_, id);
+        if (!entry) return call->complete(errc::busy, {}, false);  // ids are unique: never
+        *entry = call_entry{std::move(call), deadline, std::nullopt, std::move(stream)};
+        self->stats_.pending.fetch_add(1, std::memory_order_relaxed);
+        outgoing_message request{packet_type::request, id, 0, std::move(payload)};
+        request.flags = flags;
+        if (self->in_flight_ < self->max_in_flight_ && self->credit_queue_.empty()) {
+          ++self->in_flight_;
+          self->stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
+          self->stats_.bytes_sent.fetch_add(request.payload.size(), std::memory_order_relaxed);
+          self->send(std::move(request));
+          // send() may have failed the call (a damaged ring), erasing its entry: look again.
+          if (auto it = self->calls_.find(id); it != self->calls_.end())
+            self->call_sent(it->second);
+        } else {
+          // No credit: it waits here, not in the outbox, so that nothing queues for the ring past
+          // max_in_flight; its deadline runs meanwhile.
+          entry->waiting.emplace(std::move(request));
+          self->credit_queue_.push_back(id);
+        }
+        self->wake_housekeeping();
+      });
 }
 
 void rpc_channel::cancel_call(std::uint64_t id, asio::cancellation_type type) {
   asio::post(strand_, [self = shared_from_this(), id, type] {
-    if (!self->calls_.contains(id)) return;  // it completed first
+    auto it = self->calls_.find(id);
+    if (it == self->calls_.end()) return;  // it completed first
+    // An open stream is cancelled through its reads or its close, not its opening's slot.
+    if (it->second.stream && !it->second.call) return;
     // Total cancellation promises no side effect: only a request not yet sent qualifies.
     const auto effects = asio::cancellation_type::terminal | asio::cancellation_type::partial;
     if ((type & effects) == asio::cancellation_type::none) {
@@ -117,17 +126,26 @@ void rpc_channel::admit_waiting() {
     stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
     stats_.bytes_sent.fetch_add(m.payload.size(), std::memory_order_relaxed);
     send(std::move(m));
+    // send() may have failed the call (a damaged ring): look again.
+    if (auto again = calls_.find(id); again != calls_.end()) call_sent(again->second);
   }
 }
 
+void rpc_channel::call_sent(call_entry& entry) {
+  // A stream's caller gets its stream now; a plain call waits for its reply. Posted: this may
+  // run inside the initiating function.
+  if (entry.stream && entry.call) std::exchange(entry.call, nullptr)->complete({}, {}, false);
+}
+
 void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, std::vector<std::byte> reply,
-                              bool may_dispatch) {
+                              bool may_dispatch, bool stream_end) {
   auto it = calls_.find(id);
   if (it == calls_.end()) {
     stats_.discarded_replies.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   auto call = std::move(it->second.call);
+  auto stream = std::move(it->second.stream);
   const bool admitted = !it->second.waiting;
   it->second.waiting.reset();  // a recycled node keeps no payload
   erase_recycled(calls_, spare_calls_, it);
@@ -137,7 +155,17 @@ void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, std::vector<
     --in_flight_;
     admit_waiting();
   }
-  call->complete(ec, std::move(reply), may_dispatch);
+  // A reply to a stream, or a stream's end to a plain call: the other end broke the protocol.
+  if (!ec && stream_end != (stream != nullptr)) {
+    ec = errc::corrupted;
+    reply.clear();
+  }
+  if (call) return call->complete(ec, std::move(reply), may_dispatch);  // a stream not yet open
+  if (!stream) return;
+  stream->ended = true;
+  stream->end = ec ? ec : std::error_code(asio::error::eof);
+  stream->end_text = std::move(reply);
+  pump_stream(*stream, may_dispatch);
 }
 
 void rpc_channel::wake_housekeeping() {

@@ -243,7 +243,8 @@ rpc_statistics rpc_channel::statistics() const {
           get(stats_.packets_rejected),  get(stats_.packets_stale),
           get(stats_.discarded_replies), get(stats_.timeouts),
           get(stats_.cancellations),     get(stats_.pending),
-          get(stats_.send_failures),     get(stats_.requests_withdrawn)};
+          get(stats_.send_failures),     get(stats_.requests_withdrawn),
+          get(stats_.stream_items_sent), get(stats_.stream_items_received)};
 }
 
 // ---- reading -----------------------------------------------------------------------------
@@ -319,8 +320,11 @@ void rpc_channel::on_packet(std::span<const std::byte> bytes) {
         const auto& h = packet->header;
         if (h.type == static_cast<std::uint8_t>(packet_type::request))
           send_error(h.message_id, errc::message_too_large, "request larger than max_message_size");
-        else if (h.type != static_cast<std::uint8_t>(packet_type::cancel))
-          finish_call(h.response_to, errc::message_too_large, {}, true);
+        else if (h.type == static_cast<std::uint8_t>(packet_type::response) ||
+                 h.type == static_cast<std::uint8_t>(packet_type::error) ||
+                 h.type == static_cast<std::uint8_t>(packet_type::stream_item))
+          finish_call(h.response_to, errc::message_too_large, {}, true,
+                      h.type == static_cast<std::uint8_t>(packet_type::stream_item));
       }
       return;
   }
@@ -348,7 +352,11 @@ void rpc_channel::on_message(incoming_message m) {
     case packet_type::cancel:
       if (auto it = serving_.find(m.response_to); it != serving_.end()) {
         stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
-        it->second.signal.emit(asio::cancellation_type::terminal);
+        // A stream's writes fail first (nobody reads them), then its coroutine hears of it.
+        it->second.stream.ended = true;
+        end_stream_writes(it->second.stream, asio::error::operation_aborted);
+        if (auto again = serving_.find(m.response_to); again != serving_.end())
+          again->second.signal.emit(asio::cancellation_type::terminal);
         return;
       }
       // Not started yet: it never will be.
@@ -363,6 +371,13 @@ void rpc_channel::on_message(incoming_message m) {
       return end_session();
     case packet_type::accept:
       return on_accepted();
+    case packet_type::stream_item:
+      return on_stream_item(std::move(m));
+    case packet_type::stream_end:
+      stats_.responses_received.fetch_add(1, std::memory_order_relaxed);
+      return finish_call(m.response_to, {}, {}, true, true);
+    case packet_type::stream_credit:
+      return on_stream_credit(m);
   }
 }
 
@@ -486,7 +501,7 @@ void rpc_channel::end_session() {
   if (writer_busy_) writer_cancel_.emit(asio::cancellation_type::terminal);
   while (!calls_.empty())
     finish_call(calls_.begin()->first, errc::peer_gone, {});
-  cancel_serving();
+  cancel_serving(errc::peer_gone);
   if (had_peer) {
     death_watch_.reset();
     poll_peer_ = false;
@@ -542,7 +557,7 @@ void rpc_channel::shutdown_on_strand() {
   const std::error_code why = failure_ ? failure_ : asio::error::operation_aborted;
   while (!calls_.empty())
     finish_call(calls_.begin()->first, why, {});
-  cancel_serving();
+  cancel_serving(asio::error::operation_aborted);
   outbox_.clear();
   credit_queue_.clear();
   deferred_.clear();

@@ -36,9 +36,10 @@ std::optional<packet_view> parse_packet(std::span<const std::byte> node,
   std::memcpy(&p.header, node.data(), sizeof p.header);  // one copy: the peer may still scribble
   const auto& h = p.header;
   if (h.type < static_cast<std::uint8_t>(packet_type::request) ||
-      h.type > static_cast<std::uint8_t>(packet_type::accept) || h.version != layout::rpc_version)
+      h.type > static_cast<std::uint8_t>(packet_type::stream_credit) ||
+      h.version != layout::rpc_version)
     return {};
-  if ((h.flags & ~layout::packet_flag_method) != 0 ||
+  if ((h.flags & ~layout::packet_flags_known) != 0 ||
       (h.flags != 0 && h.type != static_cast<std::uint8_t>(packet_type::request)))
     return {};
   const std::uint32_t per = payload_per_packet(node_size);
@@ -132,11 +133,46 @@ bool decode_timeout(std::uint64_t wire, std::chrono::milliseconds& out) noexcept
 }
 
 std::vector<std::byte> encode_named(std::string_view method, std::span<const std::byte> payload) {
-  std::vector<std::byte> out(1 + method.size() + payload.size());
-  out[0] = static_cast<std::byte>(method.size());  // 1..255: checked by the caller
-  std::memcpy(out.data() + 1, method.data(), method.size());
-  if (!payload.empty()) std::memcpy(out.data() + 1 + method.size(), payload.data(), payload.size());
+  return encode_request(0, method, payload);
+}
+
+std::vector<std::byte> encode_request(std::uint32_t window, std::string_view method,
+                                      std::span<const std::byte> payload) {
+  const std::size_t head = (window ? 4 : 0) + (method.empty() ? 0 : 1 + method.size());
+  std::vector<std::byte> out(head + payload.size());
+  std::byte* p = out.data();
+  if (window) {
+    std::memcpy(p, &window, 4);
+    p += 4;
+  }
+  if (!method.empty()) {
+    *p++ = static_cast<std::byte>(method.size());  // 1..255: checked by the caller
+    std::memcpy(p, method.data(), method.size());
+    p += method.size();
+  }
+  if (!payload.empty()) std::memcpy(p, payload.data(), payload.size());
   return out;
+}
+
+bool split_window(std::span<const std::byte> message, std::uint32_t& window,
+                  std::span<const std::byte>& rest) noexcept {
+  if (message.size() < 4) return false;
+  std::memcpy(&window, message.data(), 4);
+  if (window == 0 || window > layout::max_stream_window) return false;
+  rest = message.subspan(4);
+  return true;
+}
+
+std::vector<std::byte> encode_credit(std::uint32_t count) {
+  std::vector<std::byte> out(4);
+  std::memcpy(out.data(), &count, 4);
+  return out;
+}
+
+bool decode_credit(std::span<const std::byte> payload, std::uint32_t& count) noexcept {
+  if (payload.size() != 4) return false;
+  std::memcpy(&count, payload.data(), 4);
+  return count != 0 && count <= layout::max_stream_window;
 }
 
 bool split_named(std::span<const std::byte> message, std::string_view& method,

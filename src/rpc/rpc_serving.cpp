@@ -13,6 +13,7 @@
 
 #include "shmio/detail/recycled_map.hpp"
 #include "shmio/detail/rpc_channel.hpp"
+#include "shmio/rpc_stream.hpp"
 
 namespace shmio::detail {
 namespace {
@@ -47,30 +48,42 @@ struct inline_executor {
 
 }  // namespace
 
-void rpc_channel::cancel_serving() {
+void rpc_channel::cancel_serving(std::error_code why) {
   // A snapshot: a cancellation handler may run code that changes serving_.
   std::vector<std::uint64_t> running;
   running.reserve(serving_.size());
   for (const auto& [id, call] : serving_)
     running.push_back(id);
   for (const std::uint64_t id : running)
-    if (auto it = serving_.find(id); it != serving_.end())
-      it->second.signal.emit(asio::cancellation_type::terminal);
+    if (auto it = serving_.find(id); it != serving_.end()) {
+      end_stream_writes(it->second.stream, why);
+      if (auto again = serving_.find(id); again != serving_.end())
+        again->second.signal.emit(asio::cancellation_type::terminal);
+    }
 }
 
 void rpc_channel::start_request(incoming_message m) {
   std::string_view name;
   std::span<const std::byte> payload = m.payload;
   const bool named = (m.flags & layout::packet_flag_method) != 0;
-  if (named && !split_named(m.payload, name, payload)) {
+  const bool stream = (m.flags & layout::packet_flag_stream) != 0;
+  std::uint32_t window = 0;
+  if ((stream && !split_window(payload, window, payload)) ||
+      (named && !split_named(payload, name, payload))) {
     stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
-    return send_error(m.id, errc::corrupted, "malformed method name");
+    return send_error(m.id, errc::corrupted, "malformed stream window or method name");
   }
   const rpc_method* method = service_.find(name);
   if (!method) {
     if (!named) return send_error(m.id, errc::no_handler, "no handler at this end");
     return send_error(m.id, errc::no_such_method,
                       "no method '" + std::string(name) + "' at this end");
+  }
+  if (stream != static_cast<bool>(method->stream)) {
+    const std::string which = named ? "method '" + std::string(name) + "'" : "the unnamed method";
+    return send_error(m.id, errc::no_such_method,
+                      stream ? which + " does not stream; call it with async_request"
+                             : which + " streams; call it with async_request_stream");
   }
   // A plain handler runs here and now: no coroutine to start, no trip through the
   // scheduler, nothing to cancel (a cancel packet that comes later finds nothing).
@@ -92,10 +105,23 @@ void rpc_channel::start_request(incoming_message m) {
     stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  call->stream.reset();  // a recycled node's
+  if (stream) {
+    call->stream.active = true;
+    call->stream.credit = window;
+    spawn_handler(id, call,
+                  serve_stream(shared_from_this(), std::move(m), skip, &method->stream, session_));
+  } else {
+    spawn_handler(id, call,
+                  serve(shared_from_this(), std::move(m), skip, &method->async, session_));
+  }
+}
+
+void rpc_channel::spawn_handler(std::uint64_t id, serving_call* call, asio::awaitable<void> body) {
   wake_housekeeping();  // watch the caller while we serve it
   // The signal must outlive the coroutine (its slot holds the coroutine's cancellation
   // state), so the entry goes only when the coroutine has finished: in its completion.
-  asio::co_spawn(strand_, serve(shared_from_this(), std::move(m), skip, &method->async, session_),
+  asio::co_spawn(strand_, std::move(body),
                  asio::bind_cancellation_slot(
                      call->signal.slot(),
                      asio::bind_executor(inline_executor{}, [self = shared_from_this(), id,
@@ -110,6 +136,32 @@ void rpc_channel::start_deferred() {
     deferred_.pop_front();
     start_request(std::move(m));
   }
+}
+
+asio::awaitable<void> rpc_channel::serve_stream(std::shared_ptr<rpc_channel> self,
+                                                incoming_message request, std::size_t skip,
+                                                const rpc_stream_handler* handler,
+                                                std::uint64_t session) {
+  if (closed_ || session != session_) co_return;  // its caller went before it started
+  std::error_code failure;
+  std::string text;
+  try {
+    // `handler` lives in service_, which lives as long as the channel (held by `self`).
+    co_await (*handler)(request.id, std::span<const std::byte>(request.payload).subspan(skip),
+                        rpc_stream_access::make_writer(self, request.id, session));
+  } catch (...) {
+    failure = errc::remote_error;
+    text = describe(std::current_exception());
+  }
+  if (closed_ || session != session_) co_return;
+  auto it = serving_.find(request.id);
+  if (it == serving_.end() || it->second.stream.ended) co_return;  // the caller cancelled it
+  it->second.stream.ended = true;
+  // Writes it started and did not wait for come after its end: they fail, not the stream.
+  end_stream_writes(it->second.stream, asio::error::operation_aborted);
+  if (failure) co_return send_error(request.id, failure, text);
+  stats_.responses_sent.fetch_add(1, std::memory_order_relaxed);
+  send({packet_type::stream_end, next_id(), request.id, {}});
 }
 
 asio::awaitable<void> rpc_channel::serve([[maybe_unused]] std::shared_ptr<rpc_channel> self,

@@ -240,12 +240,21 @@ enum class packet_type : std::uint8_t {
   cancel = 4,    // the caller gave up on response_to (timeout or cancellation); no payload
   close = 5,     // the sender is closing its end; no payload
   accept = 6,    // an acceptor's end took this connection (the first packet it sends); no payload
+  stream_item = 7,    // the next item of the stream answering response_to; payload: the item
+  stream_end = 8,     // the stream answering response_to ended normally; no payload
+  stream_credit = 9,  // the caller of stream response_to takes more items; payload: u32 count
 };
 
 // Packet flags. A request with packet_flag_method names the method it calls: its message starts
 // with the name's length (u8, 1..max_method_name), then the name's bytes, then the payload.
+// A request with packet_flag_stream asks for a stream: its message starts with the stream's
+// window (u32, 1..max_stream_window: items the handler may send before it hears credit), then
+// holds what a request's message holds. Flags are for requests only.
 // Every packet of a message carries the same flags; unknown bits make a packet invalid.
 inline constexpr std::uint16_t packet_flag_method = 1;
+inline constexpr std::uint16_t packet_flag_stream = 2;
+inline constexpr std::uint16_t packet_flags_known = packet_flag_method | packet_flag_stream;
+inline constexpr std::uint32_t max_stream_window = 65536;  // also the most one credit grants
 inline constexpr std::size_t max_method_name = 255;
 
 // The C# SharedMemory library's 32 bytes, with u32 packet numbers, a version, and the opener
@@ -253,7 +262,7 @@ inline constexpr std::size_t max_method_name = 255;
 struct packet_header {
   std::uint8_t type;           // packet_type
   std::uint8_t version;        // rpc_version
-  std::uint16_t flags;         // packet_flag_method, or 0
+  std::uint16_t flags;         // packet_flag_*, or 0
   std::uint32_t packet_index;  // 1-based, <= packet_count
   std::uint64_t message_id;    // unique per sender (random start, then +1)
   std::uint32_t total_size;    // payload bytes of the whole message (< 4 GiB)

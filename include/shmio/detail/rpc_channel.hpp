@@ -29,6 +29,8 @@
 #include "shmio/detail/ring.hpp"
 #include "shmio/detail/rpc_listener.hpp"
 #include "shmio/detail/rpc_packet.hpp"
+#include "shmio/detail/rpc_pending.hpp"
+#include "shmio/detail/rpc_stream_state.hpp"
 #include "shmio/detail/waiter.hpp"
 #include "shmio/rpc_methods.hpp"
 #include "shmio/rpc_options.hpp"
@@ -42,8 +44,6 @@ struct rpc_service {
   rpc_method unnamed;
   std::shared_ptr<const method_table> methods;  // may hold "" too, for a service without `unnamed`
 
-  static rpc_service of(rpc_handler h) { return {{std::move(h), {}}, {}}; }
-  static rpc_service of(rpc_sync_handler h) { return {{{}, std::move(h)}, {}}; }
   static rpc_service of(const rpc_methods& m) {
     rpc_service s{{}, m.table()};
     // The unnamed method without a lookup per call.
@@ -55,7 +55,7 @@ struct rpc_service {
 
   /// The method a request for `name` ("" for an unnamed call) reaches; null if none.
   const rpc_method* find(std::string_view name) const {
-    if (name.empty() && (unnamed.async || unnamed.sync)) return &unnamed;
+    if (name.empty() && (unnamed.async || unnamed.sync || unnamed.stream)) return &unnamed;
     if (!methods) return nullptr;
     auto it = methods->find(name);
     return it == methods->end() ? nullptr : &it->second;
@@ -64,20 +64,8 @@ struct rpc_service {
 
 class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
  public:
-  /// A caller waiting for its reply; completes exactly once.
-  struct pending_call {
-    virtual ~pending_call() = default;
-    /// `may_dispatch`: we run on an executor thread outside any initiating function, so the
-    /// handler may run here if its executor allows (saves a trip through the scheduler).
-    virtual void complete(std::error_code ec, std::vector<std::byte> reply, bool may_dispatch) = 0;
-  };
-
-  /// Waits for an event without a value (connected, the other end gone); completes once.
-  struct pending_signal {
-    virtual ~pending_signal() = default;
-    /// `may_dispatch`: as for pending_call.
-    virtual void complete(std::error_code ec, bool may_dispatch) = 0;
-  };
+  using pending_call = detail::pending_call;
+  using pending_signal = detail::pending_signal;
 
   /// A client's connection to the service `service`: creates its channel (as owner, with the
   /// listener's sizes) and writes the connect request. Wait for the acceptor with
@@ -121,9 +109,23 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   /// A fresh request id: random start per end, then +1, so ids of a previous peer never match.
   std::uint64_t next_id() noexcept { return next_id_.fetch_add(1, std::memory_order_relaxed); }
   /// Sends a request; `call` completes when its reply, timeout, cancellation or end comes.
+  /// With `stream` (a stream request: `flags` has packet_flag_stream), `call` completes as the
+  /// request is sent, and the stream's items go to `stream` until it ends.
   void start_call(std::uint64_t id, std::unique_ptr<pending_call> call,
                   std::vector<std::byte> payload, std::chrono::milliseconds timeout,
-                  std::uint16_t flags = 0);
+                  std::uint16_t flags = 0, std::shared_ptr<stream_state> stream = nullptr);
+  /// The window this end's stream requests announce (rpc_options::stream_window).
+  std::uint32_t stream_window() const noexcept { return stream_window_; }
+
+  // Streams (rpc_streams.cpp): see rpc_stream_core.hpp.
+  void read_stream(std::shared_ptr<stream_state> st, std::uint64_t read_id,
+                   std::unique_ptr<pending_call> op);
+  void cancel_stream_read(std::shared_ptr<stream_state> st, std::uint64_t read_id,
+                          asio::cancellation_type type);
+  void close_stream(std::shared_ptr<stream_state> st);
+  void write_stream(std::uint64_t request_id, std::uint64_t session, std::uint64_t write_id,
+                    std::vector<std::byte> item, std::unique_ptr<pending_signal> op);
+  void cancel_stream_write(std::uint64_t request_id, std::uint64_t write_id);
   /// Gives up on a call (cancellation through its slot): completes it with operation_aborted.
   /// `total` alone cancels only a request not yet sent (Asio's "no side effects").
   void cancel_call(std::uint64_t id, asio::cancellation_type type);
@@ -135,13 +137,15 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
     std::chrono::steady_clock::time_point deadline;
     // A request still waiting for credit (max_in_flight), not yet given to send().
     std::optional<outgoing_message> waiting;
+    // A stream request's: where its items go (`call` completed when the request was sent).
+    std::shared_ptr<stream_state> stream;
   };
   struct counters {
     std::atomic<std::uint64_t> requests_sent{0}, requests_received{0}, responses_sent{0},
         responses_received{0}, errors_sent{0}, errors_received{0}, bytes_sent{0}, bytes_received{0},
         packets_sent{0}, packets_received{0}, packets_rejected{0}, packets_stale{0},
         discarded_replies{0}, timeouts{0}, cancellations{0}, pending{0}, send_failures{0},
-        requests_withdrawn{0};
+        requests_withdrawn{0}, stream_items_sent{0}, stream_items_received{0};
   };
 
   // A running handler, in serving_ by request id. Its table node is recycled with the signal in
@@ -149,6 +153,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // too: a steady flow of requests allocates neither.
   struct serving_call {
     asio::cancellation_signal signal;  // cancels the handler; lives until its coroutine is over
+    stream_writer_state stream;        // a stream handler's
   };
   struct geometry {  // where the rings are and their sizes, as checked (read once)
     std::uint64_t to_opener_offset, to_owner_offset;
@@ -175,6 +180,20 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   asio::awaitable<void> housekeeping_loop(std::shared_ptr<rpc_channel> self);
   asio::awaitable<void> serve(std::shared_ptr<rpc_channel> self, incoming_message request,
                               std::size_t skip, const rpc_handler* handler, std::uint64_t session);
+  asio::awaitable<void> serve_stream(std::shared_ptr<rpc_channel> self, incoming_message request,
+                                     std::size_t skip, const rpc_stream_handler* handler,
+                                     std::uint64_t session);
+  /// Runs the coroutine `body` as the handler of request `id`, in serving_ until it is over.
+  void spawn_handler(std::uint64_t id, serving_call* call, asio::awaitable<void> body);
+  // Streams, the caller's side: an item, the end, or credit arrived.
+  void on_stream_item(incoming_message m);
+  void on_stream_credit(const incoming_message& m);
+  /// Hands `st`'s items (then its end) to its waiting reads and grants credit for them.
+  void pump_stream(stream_state& st, bool may_dispatch);
+  /// Sends the writes of `w` that its credit allows.
+  void flush_stream_writes(std::uint64_t request_id, stream_writer_state& w, bool may_dispatch);
+  /// A handler's stream can go no further: its waiting writes fail with `why`.
+  void end_stream_writes(stream_writer_state& w, std::error_code why);
   void on_packet(std::span<const std::byte> bytes);
   void on_message(incoming_message m);
   void serve_now(std::uint64_t id, const rpc_sync_handler& handler,
@@ -185,9 +204,12 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void end_serving(std::uint64_t id, const serving_call* call);
   void answer(std::uint64_t request_id, std::vector<std::byte> reply, std::error_code failure,
               std::string_view text);
-  // `may_dispatch`: see pending_call::complete.
+  // `may_dispatch`: see pending_call::complete. `stream_end`: the answer is a stream's end;
+  // a stream answered otherwise, or a call answered so, broke the protocol (errc::corrupted).
   void finish_call(std::uint64_t id, std::error_code ec, std::vector<std::byte> reply,
-                   bool may_dispatch = false);
+                   bool may_dispatch = false, bool stream_end = false);
+  /// A call's request went out (or will, queued whole): a stream's opening completes.
+  void call_sent(call_entry& entry);
   void send(outgoing_message m);
   /// Takes back request `id` if none of it has been written (waiting for credit, or queued
   /// whole): true if it was, and then the other end never hears of it.
@@ -198,6 +220,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void set_limits(const rpc_options& o) noexcept {
     max_in_flight_ = o.max_in_flight == 0 ? 1 : o.max_in_flight;
     max_handlers_ = o.max_concurrent_handlers == 0 ? 1 : o.max_concurrent_handlers;
+    stream_window_ =
+        o.stream_window == 0 ? 1 : std::min(o.stream_window, layout::max_stream_window);
   }
   /// Starts serving request `m` (after its counts): its method's handler, now or once a
   /// handler slot frees (max_concurrent_handlers), or an error answer.
@@ -209,7 +233,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   bool from_peer(std::uint64_t generation);
   void follow_opener();
   void end_session();
-  void cancel_serving();
+  /// Cancels every running handler; their streams' writes fail with `why`.
+  void cancel_serving(std::error_code why);
   void wake_housekeeping();
   void shutdown_on_strand();
   /// The channel cannot go on (its ring is damaged): closes it, failing calls with `why`.
@@ -247,6 +272,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::deque<std::uint64_t> credit_queue_;  // calls waiting for credit, oldest first
   std::size_t max_in_flight_ = 1024;
   std::size_t max_handlers_ = 1024;
+  std::uint32_t stream_window_ = 32;
   std::deque<incoming_message> deferred_;  // requests waiting for a handler slot
   std::vector<std::uint64_t> expired_;     // housekeeping's scratch list, kept for its capacity
   serving_table serving_;                  // by request id

@@ -37,7 +37,7 @@ struct outgoing_message {
   std::vector<std::byte> payload;
   std::uint32_t next_packet = 1;  // the first packet not yet written
   std::uint64_t generation = 0;   // the opener it is from or to: stamped on every packet
-  std::uint16_t flags = 0;        // layout::packet_flag_method, or 0
+  std::uint16_t flags = 0;        // layout::packet_flag_*, or 0
 };
 
 /// Writes packet `index` (1-based) of `m` into `node`; returns the bytes used.
@@ -120,6 +120,16 @@ bool decode_timeout(std::uint64_t wire, std::chrono::milliseconds& out) noexcept
 
 /// A named request's payload: the method's name in front of the caller's bytes.
 std::vector<std::byte> encode_named(std::string_view method, std::span<const std::byte> payload);
+/// A request's message: with a window (not 0), a stream request's; with a method name (not
+/// empty, at most 255 bytes), a named one's; then the caller's bytes.
+std::vector<std::byte> encode_request(std::uint32_t window, std::string_view method,
+                                      std::span<const std::byte> payload);
+/// Splits a stream request's window from the rest; false if it is missing or out of range.
+bool split_window(std::span<const std::byte> message, std::uint32_t& window,
+                  std::span<const std::byte>& rest) noexcept;
+/// A stream_credit packet's payload; decode is false unless it is 1..max_stream_window.
+std::vector<std::byte> encode_credit(std::uint32_t count);
+bool decode_credit(std::span<const std::byte> payload, std::uint32_t& count) noexcept;
 /// Splits a named request's message; false if its name's length is out of range.
 bool split_named(std::span<const std::byte> message, std::string_view& method,
                  std::span<const std::byte>& payload) noexcept;

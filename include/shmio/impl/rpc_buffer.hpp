@@ -1,74 +1,37 @@
 #pragma once
 // The template part of rpc_buffer; included by shmio/rpc_buffer.hpp.
 
-#include <asio/associated_allocator.hpp>
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
-#include <asio/dispatch.hpp>
-#include <asio/execution.hpp>
 #include <asio/experimental/append.hpp>
 #include <asio/post.hpp>
-#include <asio/prefer.hpp>
 
 #include "shmio/detail/rpc_channel.hpp"
+#include "shmio/detail/rpc_pending.hpp"
 
 namespace shmio {
 namespace detail {
 
-/// A completion handler kept until its one completion, with work tracked on its associated
-/// executor meanwhile (so that io_context::run() does not return under it).
+/// A stream's opening: completes with the stream once its request is sent.
 template <class Handler>
-class tracked_handler {
-  using work_type = std::decay_t<
-      typename asio::prefer_result<asio::associated_executor_t<Handler, asio::any_io_executor>,
-                                   asio::execution::outstanding_work_t::tracked_t>::type>;
-
+class rpc_stream_open final : public pending_call {
  public:
-  tracked_handler(Handler h, const asio::any_io_executor& ex)
-      : handler_(std::move(h)),
-        work_(asio::prefer(asio::get_associated_executor(handler_, ex),
-                           asio::execution::outstanding_work.tracked)) {}
-
-  /// `may_dispatch`: see rpc_channel::pending_call::complete.
-  template <class... Args>
-  void deliver(bool may_dispatch, Args&&... args) {
-    auto work = std::move(work_);
-    auto bound = asio::experimental::append(std::move(handler_), std::forward<Args>(args)...);
-    if (may_dispatch)
-      asio::dispatch(work, std::move(bound));
-    else
-      asio::post(work, std::move(bound));
-  }
-
- private:
-  Handler handler_;
-  work_type work_;
-};
-
-/// A caller's completion handler, kept until its reply comes.
-template <class Handler>
-class rpc_call final : public rpc_channel::pending_call {
- public:
-  rpc_call(Handler h, const asio::any_io_executor& ex) : handler_(std::move(h), ex) {}
-  void complete(std::error_code ec, std::vector<std::byte> reply, bool may_dispatch) override {
-    handler_.deliver(may_dispatch, ec, std::move(reply));
+  rpc_stream_open(Handler h, const asio::any_io_executor& ex, std::shared_ptr<rpc_channel> ch,
+                  std::shared_ptr<stream_state> st)
+      : handler_(std::move(h), ex), ex_(ex), channel_(std::move(ch)), state_(std::move(st)) {}
+  void complete(std::error_code ec, std::vector<std::byte>, bool may_dispatch) override {
+    rpc_stream stream;
+    if (!ec) stream = rpc_stream_access::make_stream(ex_, std::move(channel_), std::move(state_));
+    channel_.reset();  // this op lives in the channel's table: no cycle once it completed
+    state_.reset();
+    handler_.deliver(may_dispatch, ec, std::move(stream));
   }
 
  private:
   tracked_handler<Handler> handler_;
-};
-
-/// A handler waiting for an event without a value (connect, close).
-template <class Handler>
-class rpc_signal final : public rpc_channel::pending_signal {
- public:
-  rpc_signal(Handler h, const asio::any_io_executor& ex) : handler_(std::move(h), ex) {}
-  void complete(std::error_code ec, bool may_dispatch) override {
-    handler_.deliver(may_dispatch, ec);
-  }
-
- private:
-  tracked_handler<Handler> handler_;
+  asio::any_io_executor ex_;
+  std::shared_ptr<rpc_channel> channel_;
+  std::shared_ptr<stream_state> state_;
 };
 
 struct rpc_connect_cancel {
@@ -153,6 +116,55 @@ auto rpc_buffer::async_request(std::string_view method, asio::const_buffer paylo
   return async_request(method, payload,
                        channel_ ? channel_->default_timeout() : std::chrono::seconds(30),
                        std::forward<CompletionToken>(token));
+}
+
+template <class CompletionToken>
+auto rpc_buffer::start_stream(bool named, std::string_view method, asio::const_buffer payload,
+                              CompletionToken&& token) {
+  // Encoded now (the payload is copied before this returns: see async_request).
+  const bool valid = !named || (!method.empty() && method.size() <= rpc_methods::max_name);
+  std::vector<std::byte> message;
+  if (channel_ && valid)
+    message =
+        detail::encode_request(channel_->stream_window(), named ? method : std::string_view(),
+                               {static_cast<const std::byte*>(payload.data()), payload.size()});
+  const std::uint16_t flags = static_cast<std::uint16_t>(
+      detail::layout::packet_flag_stream | (named ? detail::layout::packet_flag_method : 0));
+  return asio::async_initiate<CompletionToken, void(std::error_code, rpc_stream)>(
+      [](auto handler, const std::shared_ptr<detail::rpc_channel>& ch, const executor_type& ex,
+         std::vector<std::byte> data, std::uint16_t packet_flags, bool name_valid) {
+        using handler_t = decltype(handler);
+        if (!ch || !name_valid) {  // completes on the handler's executor, never in here
+          auto hex = asio::get_associated_executor(handler, ex);
+          const std::error_code ec = ch ? std::error_code(errc::invalid_argument)
+                                        : std::error_code(asio::error::operation_aborted);
+          return asio::post(hex, asio::experimental::append(std::move(handler), ec, rpc_stream{}));
+        }
+        const std::uint64_t id = ch->next_id();
+        auto st = std::make_shared<detail::stream_state>();
+        st->id = id;
+        st->window = ch->stream_window();
+        st->allowed = st->window;
+        auto slot = asio::get_associated_cancellation_slot(handler);
+        if (slot.is_connected())
+          slot.template emplace<detail::rpc_cancel>(detail::rpc_cancel{ch, id});
+        auto op =
+            std::make_unique<detail::rpc_stream_open<handler_t>>(std::move(handler), ex, ch, st);
+        ch->start_call(id, std::move(op), std::move(data), std::chrono::milliseconds(-1),
+                       packet_flags, std::move(st));
+      },
+      token, channel_, ex_, std::move(message), flags, valid);
+}
+
+template <class CompletionToken>
+auto rpc_buffer::async_request_stream(std::string_view method, asio::const_buffer payload,
+                                      CompletionToken&& token) {
+  return start_stream(true, method, payload, std::forward<CompletionToken>(token));
+}
+
+template <class CompletionToken>
+auto rpc_buffer::async_request_stream(asio::const_buffer payload, CompletionToken&& token) {
+  return start_stream(false, {}, payload, std::forward<CompletionToken>(token));
 }
 
 template <class CompletionToken>

@@ -1,0 +1,45 @@
+#pragma once
+// What rpc_stream and rpc_stream_writer ask of their channel: plain functions, so that the
+// public stream header needs only the channel's name, not its definition (rpc_methods.hpp,
+// which the channel includes, includes the stream header for the handler type).
+
+#include <asio/any_io_executor.hpp>
+#include <asio/cancellation_type.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "shmio/detail/rpc_pending.hpp"
+
+namespace shmio::detail {
+
+class rpc_channel;
+struct stream_state;  // a caller's stream: detail/rpc_stream_state.hpp
+
+/// A fresh operation id of the channel (for cancellation to find its operation).
+std::uint64_t stream_op_id(rpc_channel& ch) noexcept;
+const asio::any_io_executor& stream_executor(const rpc_channel& ch) noexcept;
+std::uint64_t stream_request_id(const stream_state& st) noexcept;
+
+/// The caller's side: the next item of `st` (or its end) completes `op`.
+void stream_read(const std::shared_ptr<rpc_channel>& ch, const std::shared_ptr<stream_state>& st,
+                 std::uint64_t read_id, std::unique_ptr<pending_call> op);
+/// Cancels the read `read_id`; terminal and partial cancellation end the stream too.
+void stream_cancel_read(const std::shared_ptr<rpc_channel>& ch,
+                        const std::shared_ptr<stream_state>& st, std::uint64_t read_id,
+                        asio::cancellation_type type);
+/// Ends the stream from the caller's side: its handler over there is cancelled.
+void stream_close(const std::shared_ptr<rpc_channel>& ch,
+                  const std::shared_ptr<stream_state>& st) noexcept;
+
+/// The handler's side: sends `item` on the stream answering `request_id` once the caller has
+/// room for it, then completes `op`.
+void stream_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_id,
+                  std::uint64_t session, std::uint64_t write_id, std::vector<std::byte> item,
+                  std::unique_ptr<pending_signal> op);
+/// Cancels the write `write_id` if it is still waiting for room (nothing of it was sent).
+void stream_cancel_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_id,
+                         std::uint64_t write_id);
+
+}  // namespace shmio::detail

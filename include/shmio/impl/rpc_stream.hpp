@@ -1,0 +1,96 @@
+#pragma once
+// The template part of rpc_stream and rpc_stream_writer; included by shmio/rpc_stream.hpp.
+
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/error.hpp>
+#include <asio/experimental/append.hpp>
+#include <asio/post.hpp>
+
+namespace shmio {
+namespace detail {
+
+struct rpc_stream_access {
+  static rpc_stream make_stream(asio::any_io_executor ex, std::shared_ptr<rpc_channel> ch,
+                                std::shared_ptr<stream_state> st) {
+    return rpc_stream(std::move(ex), std::move(ch), std::move(st));
+  }
+  static rpc_stream_writer make_writer(std::shared_ptr<rpc_channel> ch, std::uint64_t id,
+                                       std::uint64_t session) {
+    return rpc_stream_writer(std::move(ch), id, session);
+  }
+};
+
+struct stream_read_cancel {
+  std::weak_ptr<rpc_channel> channel;
+  std::weak_ptr<stream_state> state;
+  std::uint64_t read_id;
+  void operator()(asio::cancellation_type type) const {
+    if (type == asio::cancellation_type::none) return;
+    auto c = channel.lock();
+    auto s = state.lock();
+    if (c && s) stream_cancel_read(c, s, read_id, type);
+  }
+};
+
+struct stream_write_cancel {
+  std::weak_ptr<rpc_channel> channel;
+  std::uint64_t request_id;
+  std::uint64_t write_id;
+  void operator()(asio::cancellation_type type) const {
+    if (type == asio::cancellation_type::none) return;
+    if (auto c = channel.lock()) stream_cancel_write(c, request_id, write_id);
+  }
+};
+
+}  // namespace detail
+
+template <class CompletionToken>
+auto rpc_stream::async_read(CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(std::error_code, std::vector<std::byte>)>(
+      [](auto handler, const executor_type& ex, const std::shared_ptr<detail::rpc_channel>& ch,
+         const std::shared_ptr<detail::stream_state>& st) {
+        using handler_t = decltype(handler);
+        if (!st) {  // not open: completes as any other completion, never inside this function
+          auto hex = asio::get_associated_executor(handler, ex);
+          return asio::post(
+              hex, asio::experimental::append(std::move(handler),
+                                              std::error_code(asio::error::operation_aborted),
+                                              std::vector<std::byte>{}));
+        }
+        const std::uint64_t read_id = detail::stream_op_id(*ch);
+        auto slot = asio::get_associated_cancellation_slot(handler);
+        if (slot.is_connected())
+          slot.template emplace<detail::stream_read_cancel>(
+              detail::stream_read_cancel{ch, st, read_id});
+        detail::stream_read(ch, st, read_id,
+                            std::make_unique<detail::rpc_call<handler_t>>(std::move(handler), ex));
+      },
+      token, ex_, channel_, state_);
+}
+
+inline rpc_stream_writer::executor_type rpc_stream_writer::get_executor() const noexcept {
+  return detail::stream_executor(*channel_);
+}
+
+template <class CompletionToken>
+auto rpc_stream_writer::async_write(asio::const_buffer item, CompletionToken&& token) {
+  // Copied now, not when the operation starts: a lazy token may start it after the buffer went.
+  const auto* p = static_cast<const std::byte*>(item.data());
+  return asio::async_initiate<CompletionToken, void(std::error_code)>(
+      [](auto handler, const std::shared_ptr<detail::rpc_channel>& ch, std::uint64_t id,
+         std::uint64_t session, std::vector<std::byte> data) {
+        using handler_t = decltype(handler);
+        const std::uint64_t write_id = detail::stream_op_id(*ch);
+        auto slot = asio::get_associated_cancellation_slot(handler);
+        if (slot.is_connected())
+          slot.template emplace<detail::stream_write_cancel>(
+              detail::stream_write_cancel{ch, id, write_id});
+        detail::stream_write(ch, id, session, write_id, std::move(data),
+                             std::make_unique<detail::rpc_signal<handler_t>>(
+                                 std::move(handler), detail::stream_executor(*ch)));
+      },
+      token, channel_, id_, session_, std::vector<std::byte>(p, p + item.size()));
+}
+
+}  // namespace shmio

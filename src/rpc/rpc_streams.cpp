@@ -1,0 +1,230 @@
+// Streams of rpc_channel: a caller's items received, read and paid for with credit; a handler's
+// writes sent as its caller's credit allows. See detail/rpc_stream_state.hpp for the protocol.
+
+#include <algorithm>
+#include <asio/dispatch.hpp>
+#include <asio/error.hpp>
+#include <asio/post.hpp>
+#include <utility>
+
+#include "shmio/detail/rpc_channel.hpp"
+#include "shmio/detail/rpc_stream_core.hpp"
+
+namespace shmio::detail {
+
+using layout::packet_type;
+
+// ---- the entry points of rpc_stream and rpc_stream_writer ----------------------------------
+
+std::uint64_t stream_op_id(rpc_channel& ch) noexcept {
+  return ch.next_id();
+}
+
+const asio::any_io_executor& stream_executor(const rpc_channel& ch) noexcept {
+  return ch.get_executor();
+}
+
+std::uint64_t stream_request_id(const stream_state& st) noexcept {
+  return st.id;
+}
+
+void stream_read(const std::shared_ptr<rpc_channel>& ch, const std::shared_ptr<stream_state>& st,
+                 std::uint64_t read_id, std::unique_ptr<pending_call> op) {
+  ch->read_stream(st, read_id, std::move(op));
+}
+
+void stream_cancel_read(const std::shared_ptr<rpc_channel>& ch,
+                        const std::shared_ptr<stream_state>& st, std::uint64_t read_id,
+                        asio::cancellation_type type) {
+  ch->cancel_stream_read(st, read_id, type);
+}
+
+void stream_close(const std::shared_ptr<rpc_channel>& ch,
+                  const std::shared_ptr<stream_state>& st) noexcept {
+  try {
+    ch->close_stream(st);
+  } catch (...) {
+    // Out of memory for the post: the stream ends with the channel instead.
+  }
+}
+
+void stream_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_id,
+                  std::uint64_t session, std::uint64_t write_id, std::vector<std::byte> item,
+                  std::unique_ptr<pending_signal> op) {
+  ch->write_stream(request_id, session, write_id, std::move(item), std::move(op));
+}
+
+void stream_cancel_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_id,
+                         std::uint64_t write_id) {
+  ch->cancel_stream_write(request_id, write_id);
+}
+
+// ---- the caller's side ---------------------------------------------------------------------
+
+void rpc_channel::read_stream(std::shared_ptr<stream_state> st, std::uint64_t read_id,
+                              std::unique_ptr<pending_call> op) {
+  // Dispatched: from a thread of the executor, an item already there is taken now. Its
+  // completion is posted (this may run inside the initiating function).
+  asio::dispatch(strand_, [self = shared_from_this(), st = std::move(st), read_id,
+                           op = std::move(op)]() mutable {
+    st->reads.push_back({read_id, std::move(op)});
+    self->pump_stream(*st, false);
+  });
+}
+
+void rpc_channel::cancel_stream_read(std::shared_ptr<stream_state> st, std::uint64_t read_id,
+                                     asio::cancellation_type type) {
+  asio::post(strand_, [self = shared_from_this(), st = std::move(st), read_id, type] {
+    auto r = std::find_if(st->reads.begin(), st->reads.end(),
+                          [&](const stream_state::read& x) { return x.id == read_id; });
+    if (r == st->reads.end()) return;  // it completed first
+    auto op = std::move(r->op);
+    st->reads.erase(r);
+    // Total cancellation promises no side effect: the read goes, the stream stays.
+    const auto effects = asio::cancellation_type::terminal | asio::cancellation_type::partial;
+    if ((type & effects) != asio::cancellation_type::none && !st->ended) {
+      self->stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
+      self->abandon_call(st->id, asio::error::operation_aborted);
+    }
+    op->complete(asio::error::operation_aborted, {}, false);
+  });
+}
+
+void rpc_channel::close_stream(std::shared_ptr<stream_state> st) {
+  asio::post(strand_, [self = shared_from_this(), st = std::move(st)] {
+    if (st->ended) {
+      st->items.clear();
+      return;
+    }
+    self->stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
+    self->abandon_call(st->id, asio::error::operation_aborted);  // ends it: reads abort
+    st->items.clear();
+  });
+}
+
+void rpc_channel::on_stream_item(incoming_message m) {
+  auto it = calls_.find(m.response_to);
+  if (it == calls_.end() || !it->second.stream) {
+    // A stream cancelled or ended here (or a call answered with an item: that call fails).
+    if (it != calls_.end()) return finish_call(m.response_to, errc::corrupted, {}, true);
+    stats_.discarded_replies.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const auto keep = it->second.stream;  // the entry may go while items are handed out
+  stream_state& st = *keep;
+  if (st.received >= st.allowed) {
+    // Past the credit granted: the handler's end does not keep the protocol. Taking it would
+    // let a stream hold without bound; the stream ends instead, and the handler is cancelled.
+    stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
+    return abandon_call(m.response_to, errc::corrupted);
+  }
+  ++st.received;
+  stats_.stream_items_received.fetch_add(1, std::memory_order_relaxed);
+  stats_.bytes_received.fetch_add(m.payload.size(), std::memory_order_relaxed);
+  st.items.push_back(std::move(m.payload));
+  pump_stream(st, true);
+}
+
+void rpc_channel::pump_stream(stream_state& st, bool may_dispatch) {
+  // Each read is taken off the queue before it completes: a completion that runs here (may
+  // dispatch) may start the next read, which comes back here.
+  while (!st.reads.empty() && !st.items.empty()) {
+    auto op = std::move(st.reads.front().op);
+    st.reads.pop_front();
+    auto item = std::move(st.items.front());
+    st.items.pop_front();
+    ++st.unreported;
+    // Credit for what was read, in batches of half a window: the handler never waits for
+    // more than that while its caller keeps reading.
+    if (!st.ended && st.unreported >= std::max<std::uint32_t>(1, st.window / 2) &&
+        calls_.contains(st.id)) {
+      st.allowed += st.unreported;
+      send({packet_type::stream_credit, next_id(), st.id, encode_credit(st.unreported)});
+      st.unreported = 0;
+    }
+    op->complete({}, std::move(item), may_dispatch);
+  }
+  if (!st.ended || !st.items.empty()) return;
+  while (!st.reads.empty()) {
+    auto op = std::move(st.reads.front().op);
+    st.reads.pop_front();
+    op->complete(st.end, st.end_text, may_dispatch);
+  }
+}
+
+// ---- the handler's side --------------------------------------------------------------------
+
+void rpc_channel::write_stream(std::uint64_t request_id, std::uint64_t session,
+                               std::uint64_t write_id, std::vector<std::byte> item,
+                               std::unique_ptr<pending_signal> op) {
+  // Dispatched: a handler's write from the strand goes out now. Completions are posted (this
+  // may run inside the initiating function).
+  asio::dispatch(strand_, [self = shared_from_this(), request_id, session, write_id,
+                           item = std::move(item), op = std::move(op)]() mutable {
+    if (self->closed_) return op->complete(asio::error::operation_aborted, false);
+    if (session != self->session_) return op->complete(errc::peer_gone, false);
+    auto it = self->serving_.find(request_id);
+    if (it == self->serving_.end() || !it->second.stream.active || it->second.stream.ended)
+      return op->complete(asio::error::operation_aborted, false);
+    if (item.size() > self->reassembler_max()) return op->complete(errc::message_too_large, false);
+    it->second.stream.writes.push_back({write_id, std::move(item), std::move(op)});
+    self->flush_stream_writes(request_id, it->second.stream, false);
+  });
+}
+
+void rpc_channel::cancel_stream_write(std::uint64_t request_id, std::uint64_t write_id) {
+  asio::post(strand_, [self = shared_from_this(), request_id, write_id] {
+    auto it = self->serving_.find(request_id);
+    if (it == self->serving_.end()) return;
+    auto& writes = it->second.stream.writes;
+    auto w = std::find_if(writes.begin(), writes.end(),
+                          [&](const stream_writer_state::write& x) { return x.id == write_id; });
+    if (w == writes.end()) return;  // sent, or failed, first
+    auto op = std::move(w->op);
+    writes.erase(w);  // nothing of it went: the stream goes on without it
+    op->complete(asio::error::operation_aborted, false);
+  });
+}
+
+void rpc_channel::on_stream_credit(const incoming_message& m) {
+  std::uint32_t count = 0;
+  auto it = serving_.find(m.response_to);
+  if (!decode_credit(m.payload, count)) {
+    stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (it == serving_.end() || !it->second.stream.active || it->second.stream.ended) return;
+  auto& w = it->second.stream;
+  // Never more than a window's worth: a forged grant cannot make this end queue without bound
+  // (and the caller ends a stream that sends past what it granted).
+  w.credit = std::min<std::uint64_t>(w.credit + count, layout::max_stream_window);
+  flush_stream_writes(m.response_to, w, true);
+}
+
+void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_state& w,
+                                      bool may_dispatch) {
+  // Sent first, completed after: a completion that runs here (may dispatch) may write again,
+  // and its item must queue behind these, not pass them.
+  std::vector<std::unique_ptr<pending_signal>> done;
+  while (w.credit > 0 && !w.writes.empty() && !closed_) {
+    auto next = std::move(w.writes.front());
+    w.writes.pop_front();
+    --w.credit;
+    stats_.stream_items_sent.fetch_add(1, std::memory_order_relaxed);
+    stats_.bytes_sent.fetch_add(next.item.size(), std::memory_order_relaxed);
+    send({packet_type::stream_item, next_id(), request_id, std::move(next.item)});
+    done.push_back(std::move(next.op));
+  }
+  for (auto& op : done)
+    op->complete({}, may_dispatch);
+}
+
+void rpc_channel::end_stream_writes(stream_writer_state& w, std::error_code why) {
+  w.ended = true;
+  auto writes = std::move(w.writes);
+  w.writes.clear();
+  for (auto& x : writes)
+    x.op->complete(why, false);
+}
+
+}  // namespace shmio::detail

@@ -1,0 +1,531 @@
+// Tests of streaming replies: rpc_buffer::async_request_stream, rpc_stream and
+// rpc_stream_writer. Order and sizes, back-pressure (the writer runs at most a window ahead),
+// cancellation from each side, a handler's exception, the wrong kind of method, a peer that
+// sends past its credit, and the death of either process mid-stream.
+#include <unistd.h>
+
+#include <csignal>
+#include <tuple>
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "rpc_test_support.hpp"
+#include "shmio/rpc_buffer.hpp"
+#include "shmio/rpc_server.hpp"
+#include "shmio/rpc_stream.hpp"
+#include "support.hpp"
+
+namespace {
+
+using namespace shmio::test::rpc;
+using shmio::errc;
+using shmio::rpc_buffer;
+using shmio::rpc_methods;
+using shmio::rpc_options;
+using shmio::rpc_stream;
+using shmio::rpc_stream_writer;
+using shmio::test::child;
+using shmio::test::run_until;
+using shmio::test::run_until_idle;
+using shmio::test::scoped_name;
+using shmio::test::signal_pipe;
+
+// The item `i` of a stream of `seed`: sizes from empty to three packets of 1 KiB nodes.
+bytes_t item(std::uint64_t seed, std::size_t i) {
+  constexpr std::size_t sizes[] = {0, 1, 8, 100, 1000, 3000};
+  return pattern(sizes[i % std::size(sizes)], seed * 100'000 + i);
+}
+
+std::uint64_t as_u64(std::span<const std::byte> b) {
+  std::uint64_t v = 0;
+  if (b.size() == sizeof v) std::memcpy(&v, b.data(), sizeof v);
+  return v;
+}
+
+rpc_options options(std::uint32_t window = 32) {
+  rpc_options o;
+  o.node_count = 8;
+  o.node_size = 1024;
+  o.stream_window = window;
+  return o;
+}
+
+// What a stream handler saw: the items it got out, and how its writing ended.
+struct writer_log {
+  int written = 0;
+  bool done = false;
+  std::error_code ended;  // the error its last write got, if one failed
+};
+
+// Writes `count` items of `seed` (the payload holds the seed as a u64); `count` < 0: forever.
+// A cancelled handler hears of it as any coroutine does: the write it waits for fails, or, if
+// it was between writes, its next co_await throws operation_aborted.
+rpc_methods streaming(writer_log& log, int count) {
+  rpc_methods m;
+  m.add("items",
+        [&log, count](std::uint64_t, std::span<const std::byte> in,
+                      rpc_stream_writer out) -> asio::awaitable<void> {
+          const std::uint64_t seed = as_u64(in);
+          try {
+            for (std::size_t i = 0; count < 0 || static_cast<int>(i) < count; ++i) {
+              const bytes_t x = item(seed, i);
+              co_await out.async_write(asio::buffer(x), asio::use_awaitable);
+              ++log.written;
+            }
+          } catch (const std::system_error& e) {
+            log.ended = e.code();
+          }
+          log.done = true;
+        });
+  m.add("plain",
+        [](std::uint64_t, std::span<const std::byte> in) { return bytes_t(in.begin(), in.end()); });
+  m.add("fails",
+        [](std::uint64_t, std::span<const std::byte>,
+           rpc_stream_writer out) -> asio::awaitable<void> {
+          for (int i = 0; i < 2; ++i)
+            co_await out.async_write(asio::buffer(bytes("x")), asio::use_awaitable);
+          throw std::runtime_error("the feed broke");
+        });
+  return m;
+}
+
+bytes_t seed_bytes(std::uint64_t seed) {
+  bytes_t b(sizeof seed);
+  std::memcpy(b.data(), &seed, sizeof seed);
+  return b;
+}
+
+// Reads `n` items, checking each against item(seed, i); false at the first wrong one.
+asio::awaitable<bool> read_items(rpc_stream& s, std::uint64_t seed, std::size_t from,
+                                 std::size_t n) {
+  for (std::size_t i = from; i < from + n; ++i) {
+    auto [ec, got] = co_await s.async_read(tuple_awaitable);
+    if (ec || got != item(seed, i)) co_return false;
+  }
+  co_return true;
+}
+
+// Lets every other handler on the executor run `turns` times.
+asio::awaitable<void> yield_turns(int turns) {
+  auto ex = co_await asio::this_coro::executor;
+  for (int i = 0; i < turns; ++i)
+    co_await asio::post(ex, asio::use_awaitable);
+}
+
+}  // namespace
+
+TEST_CASE("rpc_stream: items arrive in order, whole, then eof, and eof again", "[rpc][stream]") {
+  scoped_name name("stream");
+  asio::io_context io;
+  writer_log log;
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, streaming(log, 600));
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    const bytes_t seed = seed_bytes(7);
+    rpc_stream s =
+        co_await caller.async_request_stream("items", asio::buffer(seed), asio::use_awaitable);
+    CHECK(s.is_open());
+    CHECK(s.request_id() != 0);
+    CO_CHECK(co_await read_items(s, 7, 0, 600));
+    for (int i = 0; i < 2; ++i) {
+      auto [ec, got] = co_await s.async_read(tuple_awaitable);
+      CHECK(ec == asio::error::eof);
+      CHECK(got.empty());
+    }
+    CHECK(log.done);
+    CHECK_FALSE(log.ended);
+    CHECK(server.statistics().stream_items_sent == 600);
+    CHECK(caller.statistics().stream_items_received == 600);
+    CHECK(caller.statistics().pending_requests == 0);  // an ended stream holds nothing
+    caller.close();
+    server.close();
+  });
+}
+
+TEST_CASE("rpc_stream: a slow reader holds the writer to one window ahead", "[rpc][stream]") {
+  scoped_name name("stream");
+  asio::io_context io;
+  writer_log log;
+  constexpr std::uint32_t window = 4;
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options(window));
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, streaming(log, 100));
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    const bytes_t seed = seed_bytes(3);
+    rpc_stream s =
+        co_await caller.async_request_stream("items", asio::buffer(seed), asio::use_awaitable);
+    // Nothing read: the handler gets exactly a window out, and no further however long it runs.
+    CO_REQUIRE(co_await wait_until([&] { return log.written == static_cast<int>(window); }));
+    co_await yield_turns(2000);
+    CHECK(log.written == static_cast<int>(window));
+    CHECK_FALSE(log.done);
+    std::size_t read = 0;
+    while (read < 100) {
+      CO_REQUIRE(co_await read_items(s, 3, read, 1));
+      ++read;
+      // Never more written than read plus a window: neither end holds more than that.
+      CHECK(log.written <= static_cast<int>(read + window));
+      if (read % 10 == 0) co_await yield_turns(50);
+    }
+    auto [ec, got] = co_await s.async_read(tuple_awaitable);
+    CHECK(ec == asio::error::eof);
+    CHECK(log.written == 100);
+    caller.close();
+    server.close();
+  });
+}
+
+TEST_CASE("rpc_stream: closing the stream cancels its handler; a pending read is aborted",
+          "[rpc][stream]") {
+  scoped_name name("stream");
+  asio::io_context io;
+  writer_log log;
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options(4));
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, streaming(log, -1));
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    const bytes_t seed = seed_bytes(1);
+    {
+      rpc_stream s =
+          co_await caller.async_request_stream("items", asio::buffer(seed), asio::use_awaitable);
+      CO_CHECK(co_await read_items(s, 1, 0, 10));
+      s.close();
+      CHECK_FALSE(s.is_open());
+      auto [ec, got] = co_await s.async_read(tuple_awaitable);
+      CHECK(ec == asio::error::operation_aborted);
+    }
+    CO_REQUIRE(co_await wait_until([&] { return log.done; }));
+    CHECK(log.ended == asio::error::operation_aborted);
+    CHECK(server.statistics().cancellations == 1);
+    CO_CHECK(co_await wait_until([&] { return server.statistics().pending_requests == 0; }));
+
+    caller.close();
+    server.close();
+  });
+}
+
+TEST_CASE("rpc_stream: a stream destroyed with a read pending: the read is aborted",
+          "[rpc][stream]") {
+  scoped_name name("stream");
+  asio::io_context io;
+  bool handler_cancelled = false;
+  rpc_methods methods;
+  methods.add(
+      "",
+      [&](std::uint64_t, std::span<const std::byte>, rpc_stream_writer) -> asio::awaitable<void> {
+        asio::steady_timer gate(co_await asio::this_coro::executor, 1h);
+        auto [ec] = co_await gate.async_wait(tuple_awaitable);
+        handler_cancelled = ec == asio::error::operation_aborted;
+      });
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, methods);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    std::optional<std::error_code> pending;
+    {
+      rpc_stream s = co_await caller.async_request_stream({}, asio::use_awaitable);
+      s.async_read([&](std::error_code ec, bytes_t) { pending = ec; });
+      co_await yield_turns(10);
+      CHECK_FALSE(pending);
+    }
+    CO_REQUIRE(co_await wait_until([&] { return pending.has_value() && handler_cancelled; }));
+    CHECK(*pending == asio::error::operation_aborted);
+    caller.close();
+    server.close();
+  });
+}
+
+TEST_CASE("rpc_stream: total cancellation aborts one read; terminal ends the stream",
+          "[rpc][stream]") {
+  scoped_name name("stream");
+  asio::io_context io;
+  bool handler_cancelled = false;
+  rpc_methods methods;
+  // One item, then a wait that only cancellation ends, then one more item.
+  methods.add("",
+              [&](std::uint64_t, std::span<const std::byte>,
+                  rpc_stream_writer out) -> asio::awaitable<void> {
+                asio::steady_timer gate(co_await asio::this_coro::executor, 1h);
+                try {
+                  co_await gate.async_wait(asio::use_awaitable);
+                } catch (const std::system_error&) {
+                  handler_cancelled = true;
+                  throw;
+                }
+                co_await out.async_write(asio::buffer(bytes("late")), asio::use_awaitable);
+              });
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, methods);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    rpc_stream s = co_await caller.async_request_stream({}, asio::use_awaitable);
+    asio::cancellation_signal signal;
+    std::optional<std::error_code> first;
+    s.async_read(asio::bind_cancellation_slot(signal.slot(),
+                                              [&](std::error_code ec, bytes_t) { first = ec; }));
+    signal.emit(asio::cancellation_type::total);
+    CO_REQUIRE(co_await wait_until([&] { return first.has_value(); }));
+    CHECK(*first == asio::error::operation_aborted);
+    co_await yield_turns(100);
+    CHECK_FALSE(handler_cancelled);  // the stream goes on
+
+    std::optional<std::error_code> second;
+    s.async_read(asio::bind_cancellation_slot(signal.slot(),
+                                              [&](std::error_code ec, bytes_t) { second = ec; }));
+    signal.emit(asio::cancellation_type::terminal);
+    CO_REQUIRE(co_await wait_until([&] { return second.has_value() && handler_cancelled; }));
+    CHECK(*second == asio::error::operation_aborted);
+    auto [ec, got] = co_await s.async_read(tuple_awaitable);
+    CHECK(ec == asio::error::operation_aborted);  // it ended so, for good
+    caller.close();
+    server.close();
+  });
+}
+
+TEST_CASE("rpc_stream: a handler's exception ends the stream after its items, with its text",
+          "[rpc][stream]") {
+  scoped_name name("stream");
+  asio::io_context io;
+  writer_log log;
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, streaming(log, 0));
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    rpc_stream s = co_await caller.async_request_stream("fails", {}, asio::use_awaitable);
+    for (int i = 0; i < 2; ++i) {
+      auto [ec, got] = co_await s.async_read(tuple_awaitable);
+      CHECK_FALSE(ec);
+      CHECK(text(got) == "x");
+    }
+    auto [ec, got] = co_await s.async_read(tuple_awaitable);
+    CHECK(ec == errc::remote_error);
+    CHECK(text(got) == "the feed broke");
+    caller.close();
+    server.close();
+  });
+}
+
+TEST_CASE("rpc_stream: unknown names, the wrong kind of method and bad names are refused",
+          "[rpc][stream]") {
+  scoped_name name("stream");
+  asio::io_context io;
+  writer_log log;
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, streaming(log, 1));
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    auto first_read = [&](std::string_view method) -> asio::awaitable<std::error_code> {
+      rpc_stream s = co_await caller.async_request_stream(method, {}, asio::use_awaitable);
+      auto [ec, got] = co_await s.async_read(tuple_awaitable);
+      co_return ec;
+    };
+    CO_CHECK(co_await first_read("nope") == errc::no_such_method);
+    CO_CHECK(co_await first_read("plain") == errc::no_such_method);  // not a stream
+    {
+      auto [ec, reply] = co_await caller.async_request("items", {}, tuple_awaitable);
+      CHECK(ec == errc::no_such_method);  // a stream, called as a plain method
+      CHECK(text(reply).find("async_request_stream") != std::string::npos);
+    }
+    {
+      // The other end serves no unnamed method at all.
+      auto [ec, s] = co_await server.async_request_stream({}, tuple_awaitable);
+      REQUIRE_FALSE(ec);
+      auto [read_ec, got] = co_await s.async_read(tuple_awaitable);
+      CHECK(read_ec == errc::no_handler);
+    }
+    // A name out of range: at once, and never inside the initiating function.
+    std::optional<std::error_code> bad;
+    caller.async_request_stream("", {}, [&](std::error_code ec, rpc_stream) { bad = ec; });
+    CHECK_FALSE(bad);
+    CO_REQUIRE(co_await wait_until([&] { return bad.has_value(); }));
+    CHECK(*bad == errc::invalid_argument);
+    caller.close();
+    server.close();
+    // A closed end.
+    auto [ec, s] = co_await caller.async_request_stream("items", {}, tuple_awaitable);
+    CHECK(ec == asio::error::operation_aborted);
+    CHECK_FALSE(s.is_open());
+  });
+}
+
+TEST_CASE("rpc_stream: many streams and calls at once keep each stream's order", "[rpc][stream]") {
+  scoped_name name("stream");
+  asio::io_context io;
+  writer_log log;
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options(8));
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, streaming(log, 200));
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    int finished = 0;
+    bool all_right = true;
+    auto ex = co_await asio::this_coro::executor;
+    for (std::uint64_t k = 0; k < 8; ++k)
+      asio::co_spawn(
+          ex,
+          [&, k]() -> asio::awaitable<void> {
+            const bytes_t seed = seed_bytes(100 + k);
+            rpc_stream s = co_await caller.async_request_stream("items", asio::buffer(seed),
+                                                                asio::use_awaitable);
+            all_right &= co_await read_items(s, 100 + k, 0, 200);
+            auto [ec, got] = co_await s.async_read(tuple_awaitable);
+            all_right &= ec == asio::error::eof;
+            ++finished;
+          },
+          asio::detached);
+    for (int i = 0; i < 50; ++i) {
+      const bytes_t x = pattern(500, i);
+      auto reply = co_await caller.async_request("plain", asio::buffer(x), asio::use_awaitable);
+      all_right &= reply == x;
+    }
+    CO_REQUIRE(co_await wait_until([&] { return finished == 8; }));
+    CHECK(all_right);
+    caller.close();
+    server.close();
+  });
+}
+
+TEST_CASE("rpc_stream: writes after the handler returned fail; the stream had ended",
+          "[rpc][stream]") {
+  scoped_name name("stream");
+  asio::io_context io;
+  std::optional<rpc_stream_writer> kept;
+  rpc_methods methods;
+  methods.add("",
+              [&](std::uint64_t, std::span<const std::byte>,
+                  rpc_stream_writer out) -> asio::awaitable<void> {
+                co_await out.async_write(asio::buffer(bytes("one")), asio::use_awaitable);
+                kept = out;
+              });
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, methods);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    rpc_stream s = co_await caller.async_request_stream({}, asio::use_awaitable);
+    auto [ec1, one] = co_await s.async_read(tuple_awaitable);
+    CHECK(text(one) == "one");
+    auto [ec2, end] = co_await s.async_read(tuple_awaitable);
+    CHECK(ec2 == asio::error::eof);
+    REQUIRE(kept);
+    auto [late] = co_await kept->async_write(asio::buffer(bytes("late")), tuple_awaitable);
+    CHECK(late == asio::error::operation_aborted);
+    kept.reset();
+    caller.close();
+    server.close();
+  });
+}
+
+TEST_CASE("rpc_stream: items past the credit granted end the stream as corrupted",
+          "[rpc][stream]") {
+  // The handler's end never sends past its credit, so a third party does: the caller takes
+  // the window's worth, then ends the stream rather than hold more.
+  scoped_name name("stream");
+  asio::io_context io;
+  bool cancelled = false;
+  rpc_methods methods;
+  methods.add(
+      "",
+      [&](std::uint64_t, std::span<const std::byte>, rpc_stream_writer) -> asio::awaitable<void> {
+        asio::steady_timer gate(co_await asio::this_coro::executor, 1h);
+        auto [ec] = co_await gate.async_wait(tuple_awaitable);
+        cancelled = ec == asio::error::operation_aborted;
+      });
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options(2));
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, methods);
+  ring_injector inject(name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    rpc_stream s = co_await caller.async_request_stream({}, asio::use_awaitable);
+    constexpr auto item_type = static_cast<std::uint8_t>(layout::packet_type::stream_item);
+    for (std::uint64_t i = 0; i < 3; ++i)
+      co_await inject.publish(node(header(item_type, 1, 9000 + i, 5, 1, s.request_id()), 5, i));
+    // Nothing read yet, so no credit granted: the third is one too many.
+    CO_REQUIRE(co_await wait_until([&] { return caller.statistics().packets_rejected == 1; }));
+    CHECK(caller.statistics().stream_items_received == 2);
+    for (std::uint64_t i = 0; i < 2; ++i) {  // what came within the window is still read
+      auto [ec, got] = co_await s.async_read(tuple_awaitable);
+      CHECK_FALSE(ec);
+      CHECK(got == pattern(5, i));
+    }
+    auto [ec, got] = co_await s.async_read(tuple_awaitable);
+    CHECK(ec == errc::corrupted);
+    CO_CHECK(co_await wait_until([&] { return cancelled; }));
+    CHECK(caller.statistics().packets_rejected == 1);
+    caller.close();
+    server.close();
+  });
+}
+
+TEST_CASE("rpc_stream: the server killed mid-stream: the reader hears peer_gone",
+          "[rpc][stream][process]") {
+  scoped_name name("stream");
+  signal_pipe ready;
+  child server([&] {
+    asio::io_context io;
+    writer_log log;
+    shmio::rpc_server srv(io.get_executor(), shmio::create_only, name.str(), streaming(log, -1));
+    ready.notify();
+    io.run();
+    return 0;
+  });
+  REQUIRE(ready.wait() == 1);
+  asio::io_context io;
+  rpc_buffer client(io.get_executor());
+  client.connect(name.str());
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    const bytes_t seed = seed_bytes(5);
+    rpc_stream s =
+        co_await client.async_request_stream("items", asio::buffer(seed), asio::use_awaitable);
+    CO_CHECK(co_await read_items(s, 5, 0, 50));
+    const auto killed = steady::now();
+    CHECK(server.kill9() == 128 + SIGKILL);
+    std::error_code ec;
+    for (int i = 0; i < 1000 && !ec; ++i)  // the window's items may still be there to read
+      std::tie(ec, std::ignore) = co_await s.async_read(tuple_awaitable);
+    CHECK(ec == errc::peer_gone);
+    CHECK(steady::now() - killed < 2s);
+    client.close();
+  });
+}
+
+TEST_CASE("rpc_stream: a reader killed mid-stream: the handler's write fails with peer_gone",
+          "[rpc][stream][process]") {
+  scoped_name name("stream");
+  asio::io_context io;
+  writer_log log;
+  shmio::rpc_server srv(io.get_executor(), shmio::create_only, name.str(), streaming(log, -1));
+  child reader([&] {
+    asio::io_context cio;
+    rpc_buffer client(cio.get_executor());
+    client.connect(name.str());
+    const bytes_t seed = seed_bytes(9);
+    bool right = false;
+    asio::co_spawn(
+        cio,
+        [&]() -> asio::awaitable<void> {
+          rpc_stream s = co_await client.async_request_stream("items", asio::buffer(seed),
+                                                              asio::use_awaitable);
+          right = co_await read_items(s, 9, 0, 20);
+          ::kill(::getpid(), SIGKILL);  // dies holding the stream open
+        },
+        asio::detached);
+    cio.run();
+    return right ? 0 : 3;
+  });
+  const bool done = run_until(io, [&] { return log.done; });
+  INFO("written " << log.written << ", server connections " << srv.connection_count()
+                  << ", accepted " << srv.statistics().accepted);
+  CHECK(done);
+  CHECK(reader.wait() == 128 + SIGKILL);
+  CHECK(log.written >= 20);
+  // Its write waiting for room fails with peer_gone; between writes, the cancellation that
+  // comes with the end of the session makes its next co_await throw instead.
+  CHECK((log.ended == errc::peer_gone || log.ended == asio::error::operation_aborted));
+  srv.close();
+  CHECK(run_until_idle(io));
+}
