@@ -7,8 +7,11 @@
 //     an error's payload decoded.
 //   - split_named also sees every node's bytes and the whole input as a message.
 //   - The input, read as [name length seed][name][payload], is a named request sent the way
-//     rpc_buffer sends one (encode_named, then packets of the node size): it must come back
-//     whole, with the same name and payload.
+//     rpc_buffer sends one (encode_named, then packets of the node size), and a named stream
+//     request (encode_request with a window): each must come back whole, with the same window,
+//     name and payload.
+//   - A stream request's window and a stream_credit's count are split and decoded as the channel
+//     does, and accepted only in range.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -30,7 +33,7 @@ void require(bool ok) {
 }
 
 bool valid_flags(std::uint16_t flags, std::uint8_t type) {
-  return (flags & ~layout::packet_flag_method) == 0 &&
+  return (flags & ~layout::packet_flags_known) == 0 &&
          (flags == 0 || type == static_cast<std::uint8_t>(layout::packet_type::request));
 }
 
@@ -57,23 +60,40 @@ void check_split(std::span<const std::byte> message) {
   check_split(message, method, payload);
 }
 
-// A named request of `name` and `payload`, through encode_named, packets of `node_size` bytes,
-// parse_packet and a reassembler, and split_named again.
-void round_trip(std::string_view name, std::span<const std::byte> payload,
-                std::uint32_t node_size) {
+// A stream request's message: its window in range, then the rest (a named one's, if flagged).
+void check_stream_request(std::span<const std::byte> message, std::uint16_t flags) {
+  std::uint32_t window = 0;
+  std::span<const std::byte> rest;
+  if (!split_window(message, window, rest)) return;
+  require(window >= 1 && window <= layout::max_stream_window);
+  require(rest.data() == message.data() + 4 && rest.size() == message.size() - 4);
+  if (flags & layout::packet_flag_method) check_split(rest);
+}
+
+// A named request of `name` and `payload` (a stream's, with `window` if not 0), through
+// encode_request, packets of `node_size` bytes, parse_packet and a reassembler, and split again.
+void round_trip(std::string_view name, std::span<const std::byte> payload, std::uint32_t node_size,
+                std::uint32_t window) {
   outgoing_message out;
   out.type = layout::packet_type::request;
   out.id = 77;
   out.generation = 1;
-  out.flags = layout::packet_flag_method;
-  out.payload = encode_named(name, payload);
-  require(out.payload.size() == 1 + name.size() + payload.size());
-  {
+  out.flags = static_cast<std::uint16_t>(layout::packet_flag_method |
+                                         (window ? layout::packet_flag_stream : 0));
+  out.payload = window ? encode_request(window, name, payload) : encode_named(name, payload);
+  require(out.payload.size() == (window ? 4 : 0) + 1 + name.size() + payload.size());
+  auto unwrap = [&](std::span<const std::byte> message) {
+    std::span<const std::byte> named = message;
+    if (window) {
+      std::uint32_t got = 0;
+      require(split_window(message, got, named) && got == window);
+    }
     std::string_view method;
     std::span<const std::byte> rest;
-    require(check_split(out.payload, method, rest));
+    require(check_split(named, method, rest));
     require(method == name && std::ranges::equal(rest, payload));
-  }
+  };
+  unwrap(out.payload);
   const std::uint32_t count = packets_for(out.payload.size(), payload_per_packet(node_size));
   reassembler r(out.payload.size(), 1);
   std::vector<std::byte> node(node_size);
@@ -81,7 +101,7 @@ void round_trip(std::string_view name, std::span<const std::byte> payload,
     const std::size_t used = encode_packet(out, i, node_size, node);
     require(used <= node_size);
     const auto packet = parse_packet(std::span(node).first(used), node_size);
-    require(packet && packet->header.flags == layout::packet_flag_method);
+    require(packet && packet->header.flags == out.flags);
     incoming_message m{};
     const auto got = r.add(*packet, m);
     if (i < count) {
@@ -89,11 +109,8 @@ void round_trip(std::string_view name, std::span<const std::byte> payload,
       continue;
     }
     require(got == reassembler::result::complete);
-    require(m.flags == layout::packet_flag_method && m.payload == out.payload);
-    std::string_view method;
-    std::span<const std::byte> rest;
-    require(check_split(m.payload, method, rest));
-    require(method == name && std::ranges::equal(rest, payload));
+    require(m.flags == out.flags && m.payload == out.payload);
+    unwrap(m.payload);
   }
 }
 
@@ -118,7 +135,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     require(m.payload.size() <= max_message);  // a message over the limit is never put together
     require(m.flags == h.flags && static_cast<std::uint8_t>(m.type) == h.type);
     require(valid_flags(m.flags, h.type));
-    if (m.flags & layout::packet_flag_method) check_split(m.payload);
+    if (m.flags & layout::packet_flag_stream)
+      check_stream_request(m.payload, m.flags);
+    else if (m.flags & layout::packet_flag_method)
+      check_split(m.payload);
+    if (m.type == layout::packet_type::stream_credit) {
+      std::uint32_t count = 0;
+      if (decode_credit(m.payload, count))
+        require(m.payload.size() == 4 && count >= 1 && count <= layout::max_stream_window);
+    }
     if (m.type == layout::packet_type::error) {
       int value = 0;
       std::string text;
@@ -132,7 +157,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::size_t length = std::min<std::size_t>(
         1 + std::to_integer<std::size_t>(bytes[0]) % layout::max_method_name, bytes.size() - 1);
     const std::string_view name(reinterpret_cast<const char*>(bytes.data()) + 1, length);
-    round_trip(name, bytes.subspan(1 + length), node_size);
+    round_trip(name, bytes.subspan(1 + length), node_size, 0);
+    const std::uint32_t window =
+        1 + (std::to_integer<std::uint32_t>(bytes[0]) * 257u) % layout::max_stream_window;
+    round_trip(name, bytes.subspan(1 + length), node_size, window);
   }
   return 0;
 }

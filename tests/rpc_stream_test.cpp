@@ -280,12 +280,22 @@ TEST_CASE("rpc_stream: total cancellation aborts one read; terminal ends the str
     co_await yield_turns(100);
     CHECK_FALSE(handler_cancelled);  // the stream goes on
 
+    // Two reads pending; the first cancelled (terminal): the stream ends, and both complete,
+    // in the order they were started.
+    std::vector<int> order;
     std::optional<std::error_code> second;
-    s.async_read(asio::bind_cancellation_slot(signal.slot(),
-                                              [&](std::error_code ec, bytes_t) { second = ec; }));
+    s.async_read(asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, bytes_t) {
+      second = ec;
+      order.push_back(1);
+    }));
+    s.async_read([&](std::error_code ec, bytes_t) {
+      CHECK(ec == asio::error::operation_aborted);
+      order.push_back(2);
+    });
     signal.emit(asio::cancellation_type::terminal);
-    CO_REQUIRE(co_await wait_until([&] { return second.has_value() && handler_cancelled; }));
+    CO_REQUIRE(co_await wait_until([&] { return order.size() == 2 && handler_cancelled; }));
     CHECK(*second == asio::error::operation_aborted);
+    CHECK(order == std::vector<int>{1, 2});
     auto [ec, got] = co_await s.async_read(tuple_awaitable);
     CHECK(ec == asio::error::operation_aborted);  // it ended so, for good
     caller.close();

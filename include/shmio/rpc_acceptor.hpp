@@ -31,6 +31,7 @@
 #include <asio/experimental/append.hpp>
 #include <asio/post.hpp>
 
+#include "shmio/detail/context.hpp"
 #include "shmio/detail/rpc_acceptor_impl.hpp"
 #include "shmio/open_mode.hpp"
 #include "shmio/rpc_buffer.hpp"
@@ -50,6 +51,16 @@ class rpc_acceptor {
                rpc_options options = rpc_connection_options());
   rpc_acceptor(const executor_type& ex, create_only_t, std::string_view name, rpc_options options,
                std::error_code& ec);
+  /// The same, given an execution context (an io_context) in place of an executor.
+  template <detail::execution_context_ref Context>
+  rpc_acceptor(Context& ctx, create_only_t, std::string_view name,
+               rpc_options options = rpc_connection_options())
+      : rpc_acceptor(executor_type(ctx.get_executor()), create_only, name, std::move(options)) {}
+  template <detail::execution_context_ref Context>
+  rpc_acceptor(Context& ctx, create_only_t, std::string_view name, rpc_options options,
+               std::error_code& ec)
+      : rpc_acceptor(executor_type(ctx.get_executor()), create_only, name, std::move(options), ec) {
+  }
   rpc_acceptor(rpc_acceptor&&) noexcept = default;
   rpc_acceptor& operator=(rpc_acceptor&& other) noexcept;
   ~rpc_acceptor();

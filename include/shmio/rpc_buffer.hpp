@@ -38,6 +38,8 @@
 #include <asio/awaitable.hpp>
 #include <asio/buffer.hpp>
 
+#include "shmio/bytes.hpp"
+#include "shmio/detail/context.hpp"
 #include "shmio/error.hpp"
 #include "shmio/open_mode.hpp"
 #include "shmio/rpc_methods.hpp"
@@ -52,6 +54,21 @@ class rpc_channel;
 struct rpc_buffer_access;
 struct rpc_service;
 }  // namespace detail
+
+/// What a failed call throws when awaited with asio::use_awaitable (other tokens get the
+/// error_code and the text as the reply's bytes): a shmio::error whose code() is the call's
+/// error, and the text the other end sent with it, if any (for errc::remote_error, the remote
+/// exception's what()), in remote_what() and in what().
+class rpc_error : public error {
+ public:
+  rpc_error(std::error_code ec, std::string_view channel, std::string remote_what);
+  const std::string& remote_what() const noexcept { return remote_what_; }
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  std::string remote_what_;
+  std::string what_;
+};
 
 class rpc_buffer {
  public:
@@ -80,6 +97,32 @@ class rpc_buffer {
              rpc_options options, std::error_code& ec);
   rpc_buffer(const executor_type& ex, open_only_t, std::string_view name, rpc_methods methods,
              wait_strategy strategy, std::error_code& ec);
+
+  /// The same, given an execution context (an io_context) in place of an executor: its
+  /// executor is used.
+  template <detail::execution_context_ref Context>
+  explicit rpc_buffer(Context& ctx, rpc_methods methods = {}, wait_strategy strategy = {})
+      : rpc_buffer(executor_type(ctx.get_executor()), std::move(methods), strategy) {}
+  template <detail::execution_context_ref Context>
+  rpc_buffer(Context& ctx, create_only_t, std::string_view name, rpc_methods methods = {},
+             rpc_options options = {})
+      : rpc_buffer(executor_type(ctx.get_executor()), create_only, name, std::move(methods),
+                   std::move(options)) {}
+  template <detail::execution_context_ref Context>
+  rpc_buffer(Context& ctx, open_only_t, std::string_view name, rpc_methods methods = {},
+             wait_strategy strategy = {})
+      : rpc_buffer(executor_type(ctx.get_executor()), open_only, name, std::move(methods),
+                   strategy) {}
+  template <detail::execution_context_ref Context>
+  rpc_buffer(Context& ctx, create_only_t, std::string_view name, rpc_methods methods,
+             rpc_options options, std::error_code& ec)
+      : rpc_buffer(executor_type(ctx.get_executor()), create_only, name, std::move(methods),
+                   std::move(options), ec) {}
+  template <detail::execution_context_ref Context>
+  rpc_buffer(Context& ctx, open_only_t, std::string_view name, rpc_methods methods,
+             wait_strategy strategy, std::error_code& ec)
+      : rpc_buffer(executor_type(ctx.get_executor()), open_only, name, std::move(methods), strategy,
+                   ec) {}
 
   rpc_buffer(rpc_buffer&&) noexcept;
   rpc_buffer& operator=(rpc_buffer&&) noexcept;
@@ -130,7 +173,8 @@ class rpc_buffer {
   ///
   /// Completion signature: `void(std::error_code, std::vector<std::byte> reply)`. Errors:
   /// errc::timed_out; asio::error::operation_aborted (cancelled, or this end closed);
-  /// errc::remote_error (the reply then holds the remote exception's text); errc::no_handler;
+  /// errc::remote_error (the reply then holds the remote exception's text; awaited with
+  /// asio::use_awaitable, the call throws rpc_error, which carries it); errc::no_handler;
   /// errc::peer_gone (the other end closed or died: reported within ~100 ms, not at the
   /// timeout); errc::message_too_large (over max_message_size at either end).
   ///

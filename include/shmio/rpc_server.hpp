@@ -21,6 +21,7 @@
 
 #include <asio/any_io_executor.hpp>
 
+#include "shmio/detail/context.hpp"
 #include "shmio/open_mode.hpp"
 #include "shmio/rpc_methods.hpp"
 #include "shmio/rpc_options.hpp"
@@ -43,6 +44,17 @@ class rpc_server {
   /// The error_code form: on failure `ec` is set and the server is closed.
   rpc_server(const executor_type& ex, create_only_t, std::string_view name, rpc_methods methods,
              rpc_options options, std::error_code& ec);
+  /// The same, given an execution context (an io_context) in place of an executor.
+  template <detail::execution_context_ref Context>
+  rpc_server(Context& ctx, create_only_t, std::string_view name, rpc_methods methods,
+             rpc_options options = rpc_connection_options())
+      : rpc_server(executor_type(ctx.get_executor()), create_only, name, std::move(methods),
+                   std::move(options)) {}
+  template <detail::execution_context_ref Context>
+  rpc_server(Context& ctx, create_only_t, std::string_view name, rpc_methods methods,
+             rpc_options options, std::error_code& ec)
+      : rpc_server(executor_type(ctx.get_executor()), create_only, name, std::move(methods),
+                   std::move(options), ec) {}
   rpc_server(rpc_server&&) noexcept;
   rpc_server& operator=(rpc_server&&) noexcept;
   /// Closes the server (see close()).

@@ -26,7 +26,9 @@
 // handler: its pending and later writes complete with asio::error::operation_aborted, and its
 // coroutine receives the cancellation. Either end going ends the stream (errc::peer_gone at the
 // caller; writes fail with errc::peer_gone). A stream has no timeout of its own: bound a read
-// with cancellation (e.g. a timer and asio's awaitable operators) where one is needed.
+// with cancellation where one is needed; mind that asio's awaitable operators (`||` with a
+// timer) cancel the read with cancellation_type::terminal, which ends the stream. For a timeout
+// that leaves the stream going, cancel the read with cancellation_type::total.
 
 #include <cstddef>
 #include <cstdint>
@@ -56,13 +58,17 @@ class rpc_stream {
  public:
   using executor_type = asio::any_io_executor;
 
-  /// Not open: reads complete with asio::error::operation_aborted.
+  /// Not open, and without an executor: its reads need a handler with an associated executor
+  /// (they complete with asio::error::operation_aborted). A failed async_request_stream gives a
+  /// stream that is not open but has its channel's executor.
   rpc_stream() = default;
-  rpc_stream(rpc_stream&& other) noexcept = default;
+  /// The moved-from stream is not open and keeps its executor.
+  rpc_stream(rpc_stream&& other) noexcept
+      : ex_(other.ex_), channel_(std::move(other.channel_)), state_(std::move(other.state_)) {}
   rpc_stream& operator=(rpc_stream&& other) noexcept {
     if (this != &other) {
       close();
-      ex_ = std::move(other.ex_);
+      ex_ = other.ex_;
       channel_ = std::move(other.channel_);
       state_ = std::move(other.state_);
     }

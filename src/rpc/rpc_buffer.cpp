@@ -25,6 +25,12 @@ std::shared_ptr<rpc_channel> open_or_throw(const asio::any_io_executor& ex, std:
 
 }  // namespace
 
+rpc_error::rpc_error(std::error_code ec, std::string_view channel, std::string remote_what)
+    : error(ec, "call", channel), remote_what_(std::move(remote_what)) {
+  what_ = error::what();
+  if (!remote_what_.empty()) what_ += " (" + remote_what_ + ")";
+}
+
 rpc_buffer::rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
                        rpc_methods methods, rpc_options options, std::error_code& ec)
     : ex_(ex), channel_(rpc_channel::create(ex, name, rpc_service::of(methods), options, ec)) {}

@@ -155,17 +155,21 @@ void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, std::vector<
     --in_flight_;
     admit_waiting();
   }
-  // A reply to a stream, or a stream's end to a plain call: the other end broke the protocol.
-  if (!ec && stream_end != (stream != nullptr)) {
+  // A reply to a stream, a stream's end to a plain call, or any answer to a stream request not
+  // yet sent (its id was guessed): the other end broke the protocol.
+  if (!ec && (stream_end != (stream != nullptr) || (stream && call))) {
     ec = errc::corrupted;
     reply.clear();
+    // Whatever serves it over there stops (a stream's handler would write on).
+    if (admitted) send({packet_type::cancel, next_id(), id, {}});
+  }
+  if (stream) {
+    stream->ended = true;
+    stream->end = ec ? ec : std::error_code(asio::error::eof);
+    stream->end_text = call ? std::vector<std::byte>() : std::move(reply);
   }
   if (call) return call->complete(ec, std::move(reply), may_dispatch);  // a stream not yet open
-  if (!stream) return;
-  stream->ended = true;
-  stream->end = ec ? ec : std::error_code(asio::error::eof);
-  stream->end_text = std::move(reply);
-  pump_stream(*stream, may_dispatch);
+  if (stream) pump_stream(*stream);
 }
 
 void rpc_channel::wake_housekeeping() {

@@ -320,11 +320,12 @@ void rpc_channel::on_packet(std::span<const std::byte> bytes) {
         const auto& h = packet->header;
         if (h.type == static_cast<std::uint8_t>(packet_type::request))
           send_error(h.message_id, errc::message_too_large, "request larger than max_message_size");
-        else if (h.type == static_cast<std::uint8_t>(packet_type::response) ||
-                 h.type == static_cast<std::uint8_t>(packet_type::error) ||
-                 h.type == static_cast<std::uint8_t>(packet_type::stream_item))
-          finish_call(h.response_to, errc::message_too_large, {}, true,
-                      h.type == static_cast<std::uint8_t>(packet_type::stream_item));
+        else if (h.type == static_cast<std::uint8_t>(packet_type::stream_item)) {
+          // The stream ends, and its handler over there hears of it (it would write on).
+          if (calls_.contains(h.response_to)) abandon_call(h.response_to, errc::message_too_large);
+        } else if (h.type == static_cast<std::uint8_t>(packet_type::response) ||
+                   h.type == static_cast<std::uint8_t>(packet_type::error))
+          finish_call(h.response_to, errc::message_too_large, {}, true);
       }
       return;
   }
@@ -352,8 +353,13 @@ void rpc_channel::on_message(incoming_message m) {
     case packet_type::cancel:
       if (auto it = serving_.find(m.response_to); it != serving_.end()) {
         stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
-        // A stream's writes fail first (nobody reads them), then its coroutine hears of it.
-        it->second.stream.ended = true;
+        // A stream's writes fail first (nobody reads them), its items still queued whole are
+        // taken back (bounded by its window), then its coroutine hears of it.
+        if (it->second.stream.active)
+          std::erase_if(outbox_, [&](const outgoing_message& q) {
+            return q.type == packet_type::stream_item && q.response_to == m.response_to &&
+                   q.next_packet == 1;
+          });
         end_stream_writes(it->second.stream, asio::error::operation_aborted);
         if (auto again = serving_.find(m.response_to); again != serving_.end())
           again->second.signal.emit(asio::cancellation_type::terminal);
@@ -413,6 +419,14 @@ void rpc_channel::send_failed(const outgoing_message& m, std::error_code ec) {
   // on, and its caller over there times out.
   stats_.send_failures.fetch_add(1, std::memory_order_relaxed);
   if (m.type == packet_type::request && calls_.contains(m.id)) finish_call(m.id, ec, {});
+  // A stream has no timeout to end it: a lost item, end or credit would leave one end waiting
+  // for ever. The channel fails instead (later, outside whatever loop is sending), and the
+  // other end hears of it as of a close.
+  if (m.type == packet_type::stream_item || m.type == packet_type::stream_end ||
+      m.type == packet_type::stream_credit)
+    asio::post(strand_, [self = shared_from_this(), ec] {
+      if (!self->closed_) self->fail(ec);
+    });
 }
 
 void rpc_channel::send_error(std::uint64_t to, std::error_code ec, std::string_view text) {

@@ -68,7 +68,7 @@ void rpc_channel::read_stream(std::shared_ptr<stream_state> st, std::uint64_t re
   asio::dispatch(strand_, [self = shared_from_this(), st = std::move(st), read_id,
                            op = std::move(op)]() mutable {
     st->reads.push_back({read_id, std::move(op)});
-    self->pump_stream(*st, false);
+    self->pump_stream(*st);
   });
 }
 
@@ -78,14 +78,16 @@ void rpc_channel::cancel_stream_read(std::shared_ptr<stream_state> st, std::uint
     auto r = std::find_if(st->reads.begin(), st->reads.end(),
                           [&](const stream_state::read& x) { return x.id == read_id; });
     if (r == st->reads.end()) return;  // it completed first
-    auto op = std::move(r->op);
-    st->reads.erase(r);
-    // Total cancellation promises no side effect: the read goes, the stream stays.
     const auto effects = asio::cancellation_type::terminal | asio::cancellation_type::partial;
     if ((type & effects) != asio::cancellation_type::none && !st->ended) {
+      // The stream ends: this read and those after it complete with operation_aborted, in the
+      // order they were started.
       self->stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
-      self->abandon_call(st->id, asio::error::operation_aborted);
+      return self->abandon_call(st->id, asio::error::operation_aborted);
     }
+    // Total cancellation promises no side effect: the read goes, the stream stays.
+    auto op = std::move(r->op);
+    st->reads.erase(r);
     op->complete(asio::error::operation_aborted, {}, false);
   });
 }
@@ -104,9 +106,10 @@ void rpc_channel::close_stream(std::shared_ptr<stream_state> st) {
 
 void rpc_channel::on_stream_item(incoming_message m) {
   auto it = calls_.find(m.response_to);
-  if (it == calls_.end() || !it->second.stream) {
-    // A stream cancelled or ended here (or a call answered with an item: that call fails).
-    if (it != calls_.end()) return finish_call(m.response_to, errc::corrupted, {}, true);
+  if (it == calls_.end() || !it->second.stream || it->second.call) {
+    // A call answered with an item, or a stream whose request was not even sent yet (its id
+    // guessed): that call fails. Else a stream cancelled or ended here: the item is late.
+    if (it != calls_.end()) return abandon_call(m.response_to, errc::corrupted);
     stats_.discarded_replies.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -122,12 +125,10 @@ void rpc_channel::on_stream_item(incoming_message m) {
   stats_.stream_items_received.fetch_add(1, std::memory_order_relaxed);
   stats_.bytes_received.fetch_add(m.payload.size(), std::memory_order_relaxed);
   st.items.push_back(std::move(m.payload));
-  pump_stream(st, true);
+  pump_stream(st);
 }
 
-void rpc_channel::pump_stream(stream_state& st, bool may_dispatch) {
-  // Each read is taken off the queue before it completes: a completion that runs here (may
-  // dispatch) may start the next read, which comes back here.
+void rpc_channel::pump_stream(stream_state& st) {
   while (!st.reads.empty() && !st.items.empty()) {
     auto op = std::move(st.reads.front().op);
     st.reads.pop_front();
@@ -142,13 +143,13 @@ void rpc_channel::pump_stream(stream_state& st, bool may_dispatch) {
       send({packet_type::stream_credit, next_id(), st.id, encode_credit(st.unreported)});
       st.unreported = 0;
     }
-    op->complete({}, std::move(item), may_dispatch);
+    op->complete({}, std::move(item), false);
   }
   if (!st.ended || !st.items.empty()) return;
   while (!st.reads.empty()) {
     auto op = std::move(st.reads.front().op);
     st.reads.pop_front();
-    op->complete(st.end, st.end_text, may_dispatch);
+    op->complete(st.end, st.end_text, false);
   }
 }
 
@@ -168,7 +169,7 @@ void rpc_channel::write_stream(std::uint64_t request_id, std::uint64_t session,
       return op->complete(asio::error::operation_aborted, false);
     if (item.size() > self->reassembler_max()) return op->complete(errc::message_too_large, false);
     it->second.stream.writes.push_back({write_id, std::move(item), std::move(op)});
-    self->flush_stream_writes(request_id, it->second.stream, false);
+    self->flush_stream_writes(request_id, it->second.stream);
   });
 }
 
@@ -198,14 +199,10 @@ void rpc_channel::on_stream_credit(const incoming_message& m) {
   // Never more than a window's worth: a forged grant cannot make this end queue without bound
   // (and the caller ends a stream that sends past what it granted).
   w.credit = std::min<std::uint64_t>(w.credit + count, layout::max_stream_window);
-  flush_stream_writes(m.response_to, w, true);
+  flush_stream_writes(m.response_to, w);
 }
 
-void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_state& w,
-                                      bool may_dispatch) {
-  // Sent first, completed after: a completion that runs here (may dispatch) may write again,
-  // and its item must queue behind these, not pass them.
-  std::vector<std::unique_ptr<pending_signal>> done;
+void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_state& w) {
   while (w.credit > 0 && !w.writes.empty() && !closed_) {
     auto next = std::move(w.writes.front());
     w.writes.pop_front();
@@ -213,13 +210,12 @@ void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_st
     stats_.stream_items_sent.fetch_add(1, std::memory_order_relaxed);
     stats_.bytes_sent.fetch_add(next.item.size(), std::memory_order_relaxed);
     send({packet_type::stream_item, next_id(), request_id, std::move(next.item)});
-    done.push_back(std::move(next.op));
+    next.op->complete({}, false);
   }
-  for (auto& op : done)
-    op->complete({}, may_dispatch);
 }
 
 void rpc_channel::end_stream_writes(stream_writer_state& w, std::error_code why) {
+  // Nothing more goes out for it: not its later writes, nor an end or error when it returns.
   w.ended = true;
   auto writes = std::move(w.writes);
   w.writes.clear();

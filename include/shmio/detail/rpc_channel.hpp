@@ -188,10 +188,12 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // Streams, the caller's side: an item, the end, or credit arrived.
   void on_stream_item(incoming_message m);
   void on_stream_credit(const incoming_message& m);
-  /// Hands `st`'s items (then its end) to its waiting reads and grants credit for them.
-  void pump_stream(stream_state& st, bool may_dispatch);
+  /// Hands `st`'s items (then its end) to its waiting reads and grants credit for them. Stream
+  /// completions are always posted: one dispatched inline could pass an earlier one still
+  /// queued, and reads (and writes) complete in the order they were started.
+  void pump_stream(stream_state& st);
   /// Sends the writes of `w` that its credit allows.
-  void flush_stream_writes(std::uint64_t request_id, stream_writer_state& w, bool may_dispatch);
+  void flush_stream_writes(std::uint64_t request_id, stream_writer_state& w);
   /// A handler's stream can go no further: its waiting writes fail with `why`.
   void end_stream_writes(stream_writer_state& w, std::error_code why);
   void on_packet(std::span<const std::byte> bytes);

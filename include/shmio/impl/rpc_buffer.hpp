@@ -4,7 +4,11 @@
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/experimental/append.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/post.hpp>
+#include <asio/use_awaitable.hpp>
+#include <string>
+#include <type_traits>
 
 #include "shmio/detail/rpc_channel.hpp"
 #include "shmio/detail/rpc_pending.hpp"
@@ -20,8 +24,8 @@ class rpc_stream_open final : public pending_call {
                   std::shared_ptr<stream_state> st)
       : handler_(std::move(h), ex), ex_(ex), channel_(std::move(ch)), state_(std::move(st)) {}
   void complete(std::error_code ec, std::vector<std::byte>, bool may_dispatch) override {
-    rpc_stream stream;
-    if (!ec) stream = rpc_stream_access::make_stream(ex_, std::move(channel_), std::move(state_));
+    rpc_stream stream = rpc_stream_access::make_stream(ex_, ec ? nullptr : std::move(channel_),
+                                                       ec ? nullptr : std::move(state_));
     channel_.reset();  // this op lives in the channel's table: no cycle once it completed
     state_.reset();
     handler_.deliver(may_dispatch, ec, std::move(stream));
@@ -60,32 +64,67 @@ struct rpc_cancel {
 
 }  // namespace detail
 
+namespace detail {
+
+/// Starts a call (see rpc_buffer::async_request).
+struct rpc_request_initiation {
+  template <class Handler>
+  void operator()(Handler handler, const std::shared_ptr<rpc_channel>& ch,
+                  const asio::any_io_executor& ex, std::vector<std::byte> data,
+                  std::uint16_t packet_flags, std::chrono::milliseconds limit) const {
+    // Closed, or a method name out of range: complete on the object's executor, as any
+    // other completion (never inside this function).
+    if (!ch || (packet_flags & layout::packet_flag_method && data.empty())) {
+      auto hex = asio::get_associated_executor(handler, ex);
+      const std::error_code ec = ch ? std::error_code(errc::invalid_argument)
+                                    : std::error_code(asio::error::operation_aborted);
+      return asio::post(
+          hex, asio::experimental::append(std::move(handler), ec, std::vector<std::byte>{}));
+    }
+    const std::uint64_t id = ch->next_id();
+    auto slot = asio::get_associated_cancellation_slot(handler);
+    if (slot.is_connected()) slot.template emplace<rpc_cancel>(rpc_cancel{ch, id});
+    ch->start_call(id, std::make_unique<rpc_call<Handler>>(std::move(handler), ch->get_executor()),
+                   std::move(data), limit, packet_flags);
+  }
+};
+
+template <class T>
+struct use_awaitable_token : std::false_type {};
+template <class Executor>
+struct use_awaitable_token<asio::use_awaitable_t<Executor>> : std::true_type {
+  using executor_type = Executor;
+};
+
+/// A call awaited with use_awaitable: as asio would do it, but a failure throws rpc_error,
+/// which keeps the error's text (a remote exception's what()).
+template <class Executor>
+asio::awaitable<std::vector<std::byte>, Executor> awaited_request(
+    std::shared_ptr<rpc_channel> ch, asio::any_io_executor ex, std::string name,
+    std::vector<std::byte> message, std::uint16_t flags, std::chrono::milliseconds timeout) {
+  constexpr auto token = asio::experimental::as_tuple(asio::use_awaitable_t<Executor>{});
+  auto [ec, reply] =
+      co_await asio::async_initiate<decltype(token), void(std::error_code, std::vector<std::byte>)>(
+          rpc_request_initiation{}, token, ch, ex, std::move(message), flags, timeout);
+  if (ec)
+    throw rpc_error(ec, name,
+                    std::string(reinterpret_cast<const char*>(reply.data()), reply.size()));
+  co_return std::move(reply);
+}
+
+}  // namespace detail
+
 template <class CompletionToken>
 auto rpc_buffer::start_request(std::vector<std::byte> message, std::uint16_t flags,
                                std::chrono::milliseconds timeout, CompletionToken&& token) {
-  return asio::async_initiate<CompletionToken, void(std::error_code, std::vector<std::byte>)>(
-      [](auto handler, const std::shared_ptr<detail::rpc_channel>& ch, const executor_type& ex,
-         std::vector<std::byte> data, std::uint16_t packet_flags, std::chrono::milliseconds limit) {
-        using handler_t = decltype(handler);
-        // Closed, or a method name out of range: complete on the object's executor, as any
-        // other completion (never inside this function).
-        if (!ch || (packet_flags & detail::layout::packet_flag_method && data.empty())) {
-          auto hex = asio::get_associated_executor(handler, ex);
-          const std::error_code ec = ch ? std::error_code(errc::invalid_argument)
-                                        : std::error_code(asio::error::operation_aborted);
-          return asio::post(
-              hex, asio::experimental::append(std::move(handler), ec, std::vector<std::byte>{}));
-        }
-        const std::uint64_t id = ch->next_id();
-        auto slot = asio::get_associated_cancellation_slot(handler);
-        if (slot.is_connected())
-          slot.template emplace<detail::rpc_cancel>(detail::rpc_cancel{ch, id});
-        ch->start_call(
-            id,
-            std::make_unique<detail::rpc_call<handler_t>>(std::move(handler), ch->get_executor()),
-            std::move(data), limit, packet_flags);
-      },
-      token, channel_, ex_, std::move(message), flags, timeout);
+  using token_type = std::decay_t<CompletionToken>;
+  if constexpr (detail::use_awaitable_token<token_type>::value) {
+    return detail::awaited_request<typename detail::use_awaitable_token<token_type>::executor_type>(
+        channel_, ex_, name(), std::move(message), flags, timeout);
+  } else {
+    return asio::async_initiate<CompletionToken, void(std::error_code, std::vector<std::byte>)>(
+        detail::rpc_request_initiation{}, token, channel_, ex_, std::move(message), flags, timeout);
+  }
 }
 
 template <class CompletionToken>
@@ -138,7 +177,9 @@ auto rpc_buffer::start_stream(bool named, std::string_view method, asio::const_b
           auto hex = asio::get_associated_executor(handler, ex);
           const std::error_code ec = ch ? std::error_code(errc::invalid_argument)
                                         : std::error_code(asio::error::operation_aborted);
-          return asio::post(hex, asio::experimental::append(std::move(handler), ec, rpc_stream{}));
+          return asio::post(hex, asio::experimental::append(
+                                     std::move(handler), ec,
+                                     detail::rpc_stream_access::make_stream(ex, nullptr, nullptr)));
         }
         const std::uint64_t id = ch->next_id();
         auto st = std::make_shared<detail::stream_state>();
