@@ -13,6 +13,9 @@
 //                          echoes
 //       shmio_rpc_plain    the same with a plain function as the owner's handler, which the
 //                          channel runs inline as the request arrives
+//       shmio_rpc_plain_tuple  the same, awaited with as_tuple(use_awaitable): the completion
+//                          as Asio delivers it, where use_awaitable goes through the coroutine
+//                          that throws shmio::rpc_error (one more frame per call)
 // BM_rpc_pipelined/<family>: 1 KiB requests (1 KiB echo) from `in_flight` concurrent callers in
 //     the parent's one thread; items_per_second = completed calls per second. The stream family
 //     uses one connection per caller (a connection pool, as a user would without a protocol
@@ -31,6 +34,7 @@
 #include <array>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/io_context.hpp>
 #include <asio/local/stream_protocol.hpp>
 #include <asio/read.hpp>
@@ -42,6 +46,7 @@
 #include <memory>
 #include <shmio/shmio.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "stream_frames.hpp"
@@ -59,7 +64,13 @@ constexpr std::size_t bulk_message = 512 * 1024;
 constexpr int in_flight = 32;
 constexpr std::uint64_t pipelined_calls = 200'000;
 
-enum class family { spin_ring, asio_local_stream, shmio_rpc, shmio_rpc_plain };
+enum class family {
+  spin_ring,
+  asio_local_stream,
+  shmio_rpc,
+  shmio_rpc_plain,
+  shmio_rpc_plain_tuple
+};
 enum class reply_kind { echo, empty };
 
 const char* name_of(family f) {
@@ -72,6 +83,8 @@ const char* name_of(family f) {
       return "shmio_rpc";
     case family::shmio_rpc_plain:
       return "shmio_rpc_plain";
+    case family::shmio_rpc_plain_tuple:
+      return "shmio_rpc_plain_tuple";
   }
   return "?";
 }
@@ -213,20 +226,26 @@ void sequential_stream(benchmark::State& state, session& s, std::size_t size, re
 }
 
 void sequential_rpc(benchmark::State& state, session& s, std::size_t size, reply_kind kind,
-                    bool plain) {
+                    bool plain, bool tuple = false) {
   const std::string name = s.segment_name("rpc");
   fork_rpc_server(s, name, kind, plain);
   s.start_children();
   asio::io_context io;
   {
     shmio::rpc_buffer opener(io.get_executor(), shmio::open_only, name);
-    run_parent_coroutine(s, io,
-                         measure_calls(state, size,
-                                       [&](const std::vector<std::byte>& rq,
-                                           std::vector<std::byte>& rp) -> asio::awaitable<void> {
-                                         rp = co_await opener.async_request(asio::buffer(rq),
-                                                                            asio::use_awaitable);
-                                       }));
+    run_parent_coroutine(
+        s, io,
+        measure_calls(state, size,
+                      [&](const std::vector<std::byte>& rq,
+                          std::vector<std::byte>& rp) -> asio::awaitable<void> {
+                        if (tuple) {
+                          std::error_code ec;
+                          std::tie(ec, rp) = co_await opener.async_request(
+                              asio::buffer(rq), asio::experimental::as_tuple(asio::use_awaitable));
+                        } else {
+                          rp = co_await opener.async_request(asio::buffer(rq), asio::use_awaitable);
+                        }
+                      }));
   }
   s.stop_children({});
 }
@@ -242,8 +261,9 @@ void bm_roundtrip(benchmark::State& state, family f, placement p) {
         return sequential_stream(state, s, small_message, reply_kind::echo);
       case family::shmio_rpc:
       case family::shmio_rpc_plain:
-        return sequential_rpc(state, s, small_message, reply_kind::echo,
-                              f == family::shmio_rpc_plain);
+      case family::shmio_rpc_plain_tuple:
+        return sequential_rpc(state, s, small_message, reply_kind::echo, f != family::shmio_rpc,
+                              f == family::shmio_rpc_plain_tuple);
     }
   });
   state.SetItemsProcessed(state.iterations());
@@ -345,10 +365,11 @@ void bm_pipelined(benchmark::State& state, family f, const shmio::rpc_options& o
 void register_all() {
   const std::pair<placement, const char*> placements[] = {{placement::split, "split"},
                                                           {placement::same, "same"}};
-  for (family f :
-       {family::spin_ring, family::asio_local_stream, family::shmio_rpc, family::shmio_rpc_plain})
+  for (family f : {family::spin_ring, family::asio_local_stream, family::shmio_rpc,
+                   family::shmio_rpc_plain, family::shmio_rpc_plain_tuple})
     for (const auto& [p, pname] : placements) {
-      if (f == family::spin_ring && p == placement::same) continue;  // measures time slices
+      if ((f == family::spin_ring || f == family::shmio_rpc_plain_tuple) && p == placement::same)
+        continue;  // the spin ring measures time slices there
       const std::string name = std::string("BM_rpc_roundtrip/") + name_of(f) + "/" + pname;
       auto* b = benchmark::RegisterBenchmark(
           name.c_str(), [f = f, p = p](benchmark::State& st) { bm_roundtrip(st, f, p); });

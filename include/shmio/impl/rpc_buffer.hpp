@@ -4,9 +4,9 @@
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/experimental/append.hpp>
-#include <asio/experimental/as_tuple.hpp>
 #include <asio/post.hpp>
 #include <asio/use_awaitable.hpp>
+#include <exception>
 #include <string>
 #include <type_traits>
 
@@ -66,65 +66,85 @@ struct rpc_cancel {
 
 namespace detail {
 
-/// Starts a call (see rpc_buffer::async_request).
+/// A caller's completion handler of the signature `void(std::exception_ptr, reply)`: what
+/// use_awaitable gets, so that a failure throws rpc_error with the other end's text (the
+/// error_code form would throw a std::system_error without it).
+template <class Handler>
+class rpc_throwing_call final : public pending_call {
+ public:
+  rpc_throwing_call(Handler h, const asio::any_io_executor& ex, const rpc_channel* ch)
+      : handler_(std::move(h), ex), channel_(ch) {}
+  void complete(std::error_code ec, std::vector<std::byte> reply, bool may_dispatch) override {
+    if (!ec) return handler_.deliver(may_dispatch, std::exception_ptr(), std::move(reply));
+    // The channel completes its calls while it lives: its name is still there.
+    auto e = std::make_exception_ptr(
+        rpc_error(ec, channel_->name(), std::string(as_string_view(reply))));
+    handler_.deliver(may_dispatch, std::move(e), std::vector<std::byte>());
+  }
+
+ private:
+  tracked_handler<Handler> handler_;
+  const rpc_channel* channel_;
+};
+
+/// Starts a call (see rpc_buffer::async_request). `Throwing`: the handler takes an
+/// exception_ptr, not an error_code (rpc_throwing_call).
+template <bool Throwing>
 struct rpc_request_initiation {
   template <class Handler>
   void operator()(Handler handler, const std::shared_ptr<rpc_channel>& ch,
-                  const asio::any_io_executor& ex, std::vector<std::byte> data,
-                  std::uint16_t packet_flags, std::chrono::milliseconds limit) const {
+                  const asio::any_io_executor& ex, const std::string& closed_name,
+                  std::vector<std::byte> data, std::uint16_t packet_flags,
+                  std::chrono::milliseconds limit) const {
     // Closed, or a method name out of range: complete on the object's executor, as any
     // other completion (never inside this function).
     if (!ch || (packet_flags & layout::packet_flag_method && data.empty())) {
       auto hex = asio::get_associated_executor(handler, ex);
       const std::error_code ec = ch ? std::error_code(errc::invalid_argument)
                                     : std::error_code(asio::error::operation_aborted);
-      return asio::post(
-          hex, asio::experimental::append(std::move(handler), ec, std::vector<std::byte>{}));
+      if constexpr (Throwing)
+        return asio::post(hex, asio::experimental::append(
+                                   std::move(handler),
+                                   std::make_exception_ptr(rpc_error(
+                                       ec, ch ? std::string_view(ch->name()) : closed_name, {})),
+                                   std::vector<std::byte>{}));
+      else
+        return asio::post(
+            hex, asio::experimental::append(std::move(handler), ec, std::vector<std::byte>{}));
     }
     const std::uint64_t id = ch->next_id();
     auto slot = asio::get_associated_cancellation_slot(handler);
     if (slot.is_connected()) slot.template emplace<rpc_cancel>(rpc_cancel{ch, id});
-    ch->start_call(id, std::make_unique<rpc_call<Handler>>(std::move(handler), ch->get_executor()),
-                   std::move(data), limit, packet_flags);
+    std::unique_ptr<pending_call> call;
+    if constexpr (Throwing)
+      call = std::make_unique<rpc_throwing_call<Handler>>(std::move(handler), ch->get_executor(),
+                                                          ch.get());
+    else
+      call = std::make_unique<rpc_call<Handler>>(std::move(handler), ch->get_executor());
+    ch->start_call(id, std::move(call), std::move(data), limit, packet_flags);
   }
 };
 
 template <class T>
 struct use_awaitable_token : std::false_type {};
 template <class Executor>
-struct use_awaitable_token<asio::use_awaitable_t<Executor>> : std::true_type {
-  using executor_type = Executor;
-};
-
-/// A call awaited with use_awaitable: as asio would do it, but a failure throws rpc_error,
-/// which keeps the error's text (a remote exception's what()).
-template <class Executor>
-asio::awaitable<std::vector<std::byte>, Executor> awaited_request(
-    std::shared_ptr<rpc_channel> ch, asio::any_io_executor ex, std::string name,
-    std::vector<std::byte> message, std::uint16_t flags, std::chrono::milliseconds timeout) {
-  constexpr auto token = asio::experimental::as_tuple(asio::use_awaitable_t<Executor>{});
-  auto [ec, reply] =
-      co_await asio::async_initiate<decltype(token), void(std::error_code, std::vector<std::byte>)>(
-          rpc_request_initiation{}, token, ch, ex, std::move(message), flags, timeout);
-  if (ec)
-    throw rpc_error(ec, name,
-                    std::string(reinterpret_cast<const char*>(reply.data()), reply.size()));
-  co_return std::move(reply);
-}
+struct use_awaitable_token<asio::use_awaitable_t<Executor>> : std::true_type {};
 
 }  // namespace detail
 
 template <class CompletionToken>
 auto rpc_buffer::start_request(std::vector<std::byte> message, std::uint16_t flags,
                                std::chrono::milliseconds timeout, CompletionToken&& token) {
-  using token_type = std::decay_t<CompletionToken>;
-  if constexpr (detail::use_awaitable_token<token_type>::value) {
-    return detail::awaited_request<typename detail::use_awaitable_token<token_type>::executor_type>(
-        channel_, ex_, name(), std::move(message), flags, timeout);
-  } else {
+  // A closed end's name, for the error it completes with (copied only then).
+  std::string closed = channel_ ? std::string() : closed_name_;
+  if constexpr (detail::use_awaitable_token<std::decay_t<CompletionToken>>::value)
+    return asio::async_initiate<CompletionToken, void(std::exception_ptr, std::vector<std::byte>)>(
+        detail::rpc_request_initiation<true>{}, token, channel_, ex_, std::move(closed),
+        std::move(message), flags, timeout);
+  else
     return asio::async_initiate<CompletionToken, void(std::error_code, std::vector<std::byte>)>(
-        detail::rpc_request_initiation{}, token, channel_, ex_, std::move(message), flags, timeout);
-  }
+        detail::rpc_request_initiation<false>{}, token, channel_, ex_, std::move(closed),
+        std::move(message), flags, timeout);
 }
 
 template <class CompletionToken>
