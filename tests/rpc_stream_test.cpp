@@ -189,6 +189,31 @@ TEST_CASE("rpc_stream: a slow reader holds the writer to one window ahead", "[rp
   });
 }
 
+TEST_CASE("rpc_stream: an opener sets its own window with set_limits", "[rpc][stream]") {
+  scoped_name name("stream");
+  asio::io_context io;
+  writer_log log;
+  rpc_buffer server(io, shmio::create_only, name, streaming(log, 50), options(32));
+  rpc_buffer caller(io, shmio::open_only, name);
+  rpc_options limits;
+  limits.stream_window = 3;  // the owner's 32 is the owner's own
+  caller.set_limits(limits);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    const bytes_t seed = seed_bytes(11);
+    rpc_stream s =
+        co_await caller.async_request_stream("items", asio::buffer(seed), asio::use_awaitable);
+    CO_CHECK(co_await wait_until([&] { return log.written >= 3; }));
+    co_await yield_turns(2000);
+    INFO("items the caller took in: " << caller.statistics().stream_items_received);
+    REQUIRE(log.written == 3);
+    CO_CHECK(co_await read_items(s, 11, 0, 50));
+    auto [ec, got] = co_await s.async_read(tuple_awaitable);
+    CHECK(ec == asio::error::eof);
+    caller.close();
+    server.close();
+  });
+}
+
 TEST_CASE("rpc_stream: closing the stream cancels its handler; a pending read is aborted",
           "[rpc][stream]") {
   scoped_name name("stream");

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -217,6 +218,12 @@ class rpc_buffer {
   template <class CompletionToken>
   auto async_request_stream(asio::const_buffer payload, CompletionToken&& token);
 
+  /// Sets this end's own bounds from `limits`: max_in_flight, max_concurrent_handlers and
+  /// stream_window (the rest of rpc_options is the channel's, fixed by its owner). An owner
+  /// gets them from its constructor; this is how an opener or a client sets its own. A client
+  /// keeps them for each connect. Thread-safe; they apply to what comes after.
+  void set_limits(const rpc_options& limits);
+
   /// Tells the other end (its pending calls fail with errc::peer_gone at once), aborts this
   /// end's pending calls and handlers, and releases the channel; the last end to close removes
   /// its segment.
@@ -238,7 +245,8 @@ class rpc_buffer {
   // A client end's: what serves the other end's calls, for the channel a connect makes.
   rpc_methods methods_;
   wait_strategy strategy_;
-  std::string closed_name_;  // name() and statistics() as they were at close()
+  std::optional<rpc_options> limits_;  // set_limits(), for a client's next connects
+  std::string closed_name_;            // name() and statistics() as they were at close()
   rpc_statistics closed_statistics_;
 };
 

@@ -68,8 +68,14 @@ rpc_buffer& rpc_buffer::operator=(rpc_buffer&& other) noexcept {
     closed_name_ = std::move(other.closed_name_);
     closed_statistics_ = other.closed_statistics_;
     strategy_ = other.strategy_;
+    limits_ = other.limits_;
   }
   return *this;
+}
+
+void rpc_buffer::set_limits(const rpc_options& limits) {
+  limits_ = limits;
+  if (channel_) channel_->apply_limits(limits);
 }
 
 void rpc_buffer::connect(std::string_view service, std::chrono::milliseconds timeout) {
@@ -85,6 +91,7 @@ void rpc_buffer::connect(std::string_view service, std::chrono::milliseconds tim
   auto ch = rpc_channel::connect(ex_, service, client_service(), strategy_, ec);
   if (!ch) return;
   channel_ = std::move(ch);
+  if (limits_) channel_->apply_limits(*limits_);
   ec = channel_->wait_connected(timeout);
 }
 

@@ -114,6 +114,17 @@ void rpc_channel::abandon_call(std::uint64_t id, std::error_code ec) {
   if (!unsent) send({packet_type::cancel, next_id(), id, {}});
 }
 
+void rpc_channel::apply_limits(const rpc_options& o) {
+  // The window at once: a stream request reads it as it starts, off the strand. The rest on the
+  // strand, ahead of any call this thread starts after (the strand keeps their order).
+  set_stream_window(o);
+  asio::post(strand_, [self = shared_from_this(), o] {
+    self->set_limits(o);
+    self->admit_waiting();  // more credit may let waiting calls go
+    self->start_deferred();
+  });
+}
+
 void rpc_channel::admit_waiting() {
   while (in_flight_ < max_in_flight_ && !credit_queue_.empty() && !closed_) {
     const std::uint64_t id = credit_queue_.front();

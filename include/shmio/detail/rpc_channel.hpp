@@ -115,7 +115,12 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
                   std::vector<std::byte> payload, std::chrono::milliseconds timeout,
                   std::uint16_t flags = 0, std::shared_ptr<stream_state> stream = nullptr);
   /// The window this end's stream requests announce (rpc_options::stream_window).
-  std::uint32_t stream_window() const noexcept { return stream_window_; }
+  std::uint32_t stream_window() const noexcept {
+    return stream_window_.load(std::memory_order_relaxed);  // relaxed: a setting, no data with it
+  }
+  /// Sets this end's bounds (max_in_flight, max_concurrent_handlers, stream_window) from any
+  /// thread; they apply from the strand's next turn.
+  void apply_limits(const rpc_options& o);
 
   // Streams (rpc_streams.cpp): see rpc_stream_core.hpp.
   void read_stream(std::shared_ptr<stream_state> st, std::uint64_t read_id,
@@ -222,8 +227,13 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void set_limits(const rpc_options& o) noexcept {
     max_in_flight_ = o.max_in_flight == 0 ? 1 : o.max_in_flight;
     max_handlers_ = o.max_concurrent_handlers == 0 ? 1 : o.max_concurrent_handlers;
-    stream_window_ =
-        o.stream_window == 0 ? 1 : std::min(o.stream_window, layout::max_stream_window);
+    set_stream_window(o);
+  }
+  void set_stream_window(const rpc_options& o) noexcept {
+    // relaxed: a setting, read alone.
+    stream_window_.store(
+        o.stream_window == 0 ? 1 : std::min(o.stream_window, layout::max_stream_window),
+        std::memory_order_relaxed);
   }
   /// Starts serving request `m` (after its counts): its method's handler, now or once a
   /// handler slot frees (max_concurrent_handlers), or an error answer.
@@ -274,10 +284,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::deque<std::uint64_t> credit_queue_;  // calls waiting for credit, oldest first
   std::size_t max_in_flight_ = 1024;
   std::size_t max_handlers_ = 1024;
-  std::uint32_t stream_window_ = 32;
-  std::deque<incoming_message> deferred_;  // requests waiting for a handler slot
-  std::vector<std::uint64_t> expired_;     // housekeeping's scratch list, kept for its capacity
-  serving_table serving_;                  // by request id
+  std::atomic<std::uint32_t> stream_window_{32};  // read by callers off the strand
+  std::deque<incoming_message> deferred_;         // requests waiting for a handler slot
+  std::vector<std::uint64_t> expired_;  // housekeeping's scratch list, kept for its capacity
+  serving_table serving_;               // by request id
   // Nodes of erased entries, for the next insertions: a steady flow of calls allocates none.
   std::vector<call_table::node_type> spare_calls_;
   std::vector<serving_table::node_type> spare_serving_;

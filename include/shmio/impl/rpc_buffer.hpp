@@ -240,6 +240,7 @@ auto rpc_buffer::async_connect(std::string_view service, std::chrono::millisecon
         std::error_code ec;
         channel_ = detail::rpc_channel::connect(ex_, name, client_service(), strategy_, ec);
         if (!channel_) return op->complete(ec, false);  // posted: never inside this function
+        if (limits_) channel_->apply_limits(*limits_);
         if (slot.is_connected())
           slot.template emplace<detail::rpc_connect_cancel>(detail::rpc_connect_cancel{channel_});
         channel_->async_connected(std::move(op), limit);
