@@ -207,6 +207,8 @@ TEST_CASE("rpc_buffer: connect to a service that is not there fails with not_fou
   client.connect(name.str(), 10s, sync_ec);
   CHECK(sync_ec == errc::not_found);
   CHECK_THROWS_AS(client.connect(name.str()), shmio::error);
+  CHECK_THROWS_WITH(client.connect(name.str()),
+                    Catch::Contains("none of that name is running") && Catch::Contains(name.str()));
   std::optional<std::error_code> async_ec;
   client.async_connect(name.str(), [&](std::error_code ec) { async_ec = ec; });
   CHECK_FALSE(async_ec);  // never inside the initiating function
@@ -736,8 +738,7 @@ TEST_CASE("rpc_buffer: an owner and opener serve named methods; a service withou
   });
 }
 
-TEST_CASE("rpc packets: unknown flags, or flags on other packets, are refused",
-          "[rpc][methods]") {
+TEST_CASE("rpc packets: unknown flags, or flags on other packets, are refused", "[rpc][methods]") {
   layout::packet_header h{};
   h.type = static_cast<std::uint8_t>(layout::packet_type::request);
   h.version = static_cast<std::uint8_t>(layout::rpc_version);

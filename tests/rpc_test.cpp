@@ -1732,6 +1732,19 @@ TEST_CASE("rpc_buffer: a second opener is refused with busy until the first one 
     FAIL("a second opener was let in");
   } catch (const shmio::error& e) {
     CHECK(e.code() == errc::busy);
+    CHECK(std::string_view(e.what()).find("already has an opener") != std::string_view::npos);
+    CHECK(std::string_view(e.what()).find(name.str()) != std::string_view::npos);
+  }
+  // Options out of range: the text says which ranges.
+  rpc_options bad;
+  bad.node_count = 1;
+  scoped_name other("rpc");
+  try {
+    rpc_buffer b(io, shmio::create_only, other, {}, bad);
+    FAIL("a channel of one node was made");
+  } catch (const shmio::error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK(std::string_view(e.what()).find("node_count 2 to") != std::string_view::npos);
   }
   std::optional<rpc_buffer> next;
   run_until_done(io, [&]() -> asio::awaitable<void> {

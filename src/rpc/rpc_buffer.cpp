@@ -7,11 +7,26 @@ namespace {
 using detail::rpc_channel;
 using detail::rpc_service;
 
+// What the exception says was attempted: with the error's reason where the code alone is vague.
+const char* create_what(std::error_code ec) {
+  if (ec == errc::invalid_argument)
+    return "create rpc channel (options out of range: node_count 2 to 2^32 - 1, node_size over "
+           "40 bytes, the rings together under 64 TiB, max_message_size below 4 GiB)";
+  return "create rpc channel";
+}
+
+const char* open_what(std::error_code ec) {
+  if (ec == errc::busy) return "open rpc channel (it already has an opener)";
+  if (ec == errc::incompatible)
+    return "open rpc channel (the segment is not an rpc channel, or of another layout version)";
+  return "open rpc channel";
+}
+
 std::shared_ptr<rpc_channel> create_or_throw(const asio::any_io_executor& ex, std::string_view name,
                                              rpc_service service, const rpc_options& options) {
   std::error_code ec;
   auto ch = rpc_channel::create(ex, name, std::move(service), options, ec);
-  detail::throw_if(ec, "create rpc channel", name);
+  detail::throw_if(ec, create_what(ec), name);
   return ch;
 }
 
@@ -19,7 +34,7 @@ std::shared_ptr<rpc_channel> open_or_throw(const asio::any_io_executor& ex, std:
                                            rpc_service service, wait_strategy strategy) {
   std::error_code ec;
   auto ch = rpc_channel::open(ex, name, std::move(service), strategy, ec);
-  detail::throw_if(ec, "open rpc channel", name);
+  detail::throw_if(ec, open_what(ec), name);
   return ch;
 }
 
@@ -81,7 +96,11 @@ void rpc_buffer::set_limits(const rpc_options& limits) {
 void rpc_buffer::connect(std::string_view service, std::chrono::milliseconds timeout) {
   std::error_code ec;
   connect(service, timeout, ec);
-  detail::throw_if(ec, "connect to rpc service", service);
+  const char* what = "connect to rpc service";
+  if (ec == errc::not_found) what = "connect to rpc service (none of that name is running)";
+  if (ec == errc::timed_out) what = "connect to rpc service (it did not accept in time)";
+  if (ec == errc::peer_gone) what = "connect to rpc service (it closed or died meanwhile)";
+  detail::throw_if(ec, what, service);
 }
 
 void rpc_buffer::connect(std::string_view service, std::chrono::milliseconds timeout,
