@@ -12,6 +12,10 @@
 //               (the write's ready completion is posted, co_await asio::post; the read looks
 //               once, then through the executor, one co_await asio::post per look), and
 //               nothing else
+//   rpc_plain   an rpc_buffer call: the parent (opener) co_awaits async_request("p", ...) with
+//               use_awaitable, the child's (owner's) plain-function handler echoes, run inline
+//               as the request is read
+//   rpc_coroutine  the same with a coroutine handler ("c")
 // Every other block is a line block: each family's block is compared with the line blocks on
 // either side, because the cache-line floor moves between ~100 ns and ~1 µs when the host moves
 // a vCPU, sometimes within seconds; only adjacent blocks compare. The order of the families
@@ -25,6 +29,7 @@
 
 #include <algorithm>
 #include <array>
+#include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <asio/use_awaitable.hpp>
@@ -53,10 +58,13 @@ enum family : int {
   co_await_family,
   co_fast,
   post_floor,
+  rpc_plain,
+  rpc_coroutine,
   family_count
 };
 const char* name_of(int f) {
-  static const char* names[] = {"line", "spin_ring", "sync", "co_await", "co_fast", "post_floor"};
+  static const char* names[] = {"line",    "spin_ring",  "sync",      "co_await",
+                                "co_fast", "post_floor", "rpc_plain", "rpc_coroutine"};
   return names[f];
 }
 
@@ -93,8 +101,16 @@ shared_lines* map_lines() {
 // The child's side of one block: echoes block_round_trips messages.
 void serve_block(int f, shared_lines& l, spin_ring& to_child, spin_ring& to_parent,
                  shmio::circular_buffer& ping, shmio::circular_buffer& pong, asio::io_context& io,
-                 std::vector<std::byte>& buf) {
+                 std::vector<std::byte>& buf, int& served) {
   switch (f) {
+    case rpc_plain:
+    case rpc_coroutine:
+      // The channel's handlers count what they served; the io_context runs until the block's.
+      served = 0;
+      io.restart();
+      while (served < block_round_trips)
+        if (io.run_one_for(1s) == 0 && g_child_exited) return;
+      return;
     case line:
       for (std::uint64_t i = 1; i <= block_round_trips; ++i) {
         // acquire/release: the value is the message; each side waits for the other's store.
@@ -121,20 +137,30 @@ void serve_block(int f, shared_lines& l, spin_ring& to_child, spin_ring& to_pare
       return;
     default:
       io.restart();
-      run_child_coroutine(io, [&, f]() -> asio::awaitable<void> {
-        for (int i = 0; i < block_round_trips; ++i) {
-          if (f == post_floor) {
-            const std::size_t n = co_await posted_read(to_child, buf.data());
-            co_await posted_write(to_parent, buf.data(), n);
-          } else if (f == co_fast) {
-            const std::size_t n = co_await ping.co_read(asio::buffer(buf));
-            co_await pong.co_write(asio::buffer(buf.data(), n));
-          } else {
-            const std::size_t n = co_await ping.async_read(asio::buffer(buf), asio::use_awaitable);
-            co_await pong.async_write(asio::buffer(buf.data(), n), asio::use_awaitable);
-          }
-        }
-      }());
+      // Until the block is served, not until `io` runs out of work: the rpc_buffer's loops
+      // keep it busy for ever.
+      asio::co_spawn(
+          io,
+          [&, f]() -> asio::awaitable<void> {
+            for (int i = 0; i < block_round_trips; ++i) {
+              if (f == post_floor) {
+                const std::size_t n = co_await posted_read(to_child, buf.data());
+                co_await posted_write(to_parent, buf.data(), n);
+              } else if (f == co_fast) {
+                const std::size_t n = co_await ping.co_read(asio::buffer(buf));
+                co_await pong.co_write(asio::buffer(buf.data(), n));
+              } else {
+                const std::size_t n =
+                    co_await ping.async_read(asio::buffer(buf), asio::use_awaitable);
+                co_await pong.async_write(asio::buffer(buf.data(), n), asio::use_awaitable);
+              }
+            }
+          },
+          [&io](std::exception_ptr e) {
+            io.stop();
+            if (e) std::rethrow_exception(e);
+          });
+      io.run();
   }
 }
 
@@ -149,17 +175,32 @@ void roundtrip_pairs(benchmark::State& state, session& s) {
   const std::string ping_name = s.segment_name("ping");
   const std::string pong_name = s.segment_name("pong");
   s.pin_parent();
+  const std::string rpc_name = s.segment_name("rpc");
   s.fork_child([&](const std::function<void()>& ready) {
     asio::io_context io;
     shmio::circular_buffer ping(io.get_executor(), shmio::open_only, ping_name);
     shmio::circular_buffer pong(io.get_executor(), shmio::open_only, pong_name);
     std::vector<std::byte> buf(message);
+    int served = 0;
+    shmio::rpc_methods methods;
+    methods.add("p", [&served](std::uint64_t, std::span<const std::byte> in) {
+      ++served;
+      return std::vector<std::byte>(in.begin(), in.end());
+    });
+    methods.add(
+        "c",
+        [&served](std::uint64_t,
+                  std::span<const std::byte> in) -> asio::awaitable<std::vector<std::byte>> {
+          ++served;
+          co_return std::vector<std::byte>(in.begin(), in.end());
+        });
+    shmio::rpc_buffer server(io, shmio::create_only, rpc_name, methods);
     ready();
     for (std::uint64_t b = 1;; ++b) {
       while (l.block.load(std::memory_order_acquire) < b)
         if (s.ctl().stop.load(std::memory_order_acquire)) return;
       serve_block(l.family.load(std::memory_order_relaxed), l, to_child, to_parent, ping, pong, io,
-                  buf);
+                  buf, served);
       l.done.store(b, std::memory_order_release);
     }
   });
@@ -167,6 +208,7 @@ void roundtrip_pairs(benchmark::State& state, session& s) {
   shmio::circular_buffer ping(io.get_executor(), shmio::create_only, ping_name, 8, message);
   shmio::circular_buffer pong(io.get_executor(), shmio::create_only, pong_name, 8, message);
   s.start_children();
+  shmio::rpc_buffer caller(io, shmio::open_only, rpc_name);
 
   std::vector<std::byte> out(message, std::byte{1}), in(message);
   std::vector<double> rtt(block_round_trips);
@@ -218,6 +260,9 @@ void roundtrip_pairs(benchmark::State& state, session& s) {
             } else if (f == co_fast) {
               co_await ping.co_write(asio::buffer(out));
               co_await pong.co_read(asio::buffer(in));
+            } else if (f == rpc_plain || f == rpc_coroutine) {
+              in = co_await caller.async_request(f == rpc_plain ? "p" : "c", asio::buffer(out),
+                                                 asio::use_awaitable);
             } else {
               co_await ping.async_write(asio::buffer(out), asio::use_awaitable);
               co_await pong.async_read(asio::buffer(in), asio::use_awaitable);
@@ -242,7 +287,7 @@ void roundtrip_pairs(benchmark::State& state, session& s) {
       for (int k = 0; k < family_count - 1; ++k) {
         const int f = 1 + (round + k) % (family_count - 1);
         const double m = run_block(f);
-        if (f == co_await_family || f == co_fast)
+        if (f == co_await_family || f == co_fast || f == rpc_plain || f == rpc_coroutine)
           all_rtts[f].insert(all_rtts[f].end(), rtt.begin(), rtt.end());
         const double after = run_block(line);
         medians[line].push_back(after);

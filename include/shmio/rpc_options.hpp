@@ -37,7 +37,8 @@ struct rpc_options {
   std::uint64_t max_message_size = 0xFFFF'FFFFull;  ///< larger messages are refused, both ways
   wait_strategy strategy = {};                      ///< this end's only
 
-  // This end's bounds (not published; an opener or a client has the defaults).
+  // This end's bounds (not published). An owner takes them from its constructor; an opener or
+  // a client has these defaults until rpc_buffer::set_limits.
   /// Calls of this end that are sent or being sent at once. Later calls wait for credit (a call
   /// that completes) without being queued for the ring; their timeouts run meanwhile.
   std::size_t max_in_flight = 1024;
