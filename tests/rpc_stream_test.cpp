@@ -120,6 +120,16 @@ asio::awaitable<bool> read_items(rpc_stream& s, std::uint64_t seed, std::size_t 
   co_return true;
 }
 
+// An unnamed stream method that writes nothing and waits until it is cancelled, then says so.
+rpc_methods silent_stream(bool& cancelled) {
+  return rpc_methods([&cancelled](std::uint64_t, std::span<const std::byte>,
+                                  rpc_stream_writer) -> asio::awaitable<void> {
+    asio::steady_timer gate(co_await asio::this_coro::executor, 1h);
+    auto [ec] = co_await gate.async_wait(tuple_awaitable);
+    cancelled = ec == asio::error::operation_aborted;
+  });
+}
+
 // Lets every other handler on the executor run `turns` times.
 asio::awaitable<void> yield_turns(int turns) {
   auto ex = co_await asio::this_coro::executor;
@@ -247,14 +257,7 @@ TEST_CASE("rpc_stream: a stream destroyed with a read pending: the read is abort
   scoped_name name("stream");
   asio::io_context io;
   bool handler_cancelled = false;
-  rpc_methods methods;
-  methods.add(
-      "",
-      [&](std::uint64_t, std::span<const std::byte>, rpc_stream_writer) -> asio::awaitable<void> {
-        asio::steady_timer gate(co_await asio::this_coro::executor, 1h);
-        auto [ec] = co_await gate.async_wait(tuple_awaitable);
-        handler_cancelled = ec == asio::error::operation_aborted;
-      });
+  const rpc_methods methods = silent_stream(handler_cancelled);
   rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
   rpc_buffer server(io.get_executor(), shmio::open_only, name, methods);
   run_until_done(io, [&]() -> asio::awaitable<void> {
@@ -463,14 +466,7 @@ TEST_CASE("rpc_stream: items past the credit granted end the stream as corrupted
   scoped_name name("stream");
   asio::io_context io;
   bool cancelled = false;
-  rpc_methods methods;
-  methods.add(
-      "",
-      [&](std::uint64_t, std::span<const std::byte>, rpc_stream_writer) -> asio::awaitable<void> {
-        asio::steady_timer gate(co_await asio::this_coro::executor, 1h);
-        auto [ec] = co_await gate.async_wait(tuple_awaitable);
-        cancelled = ec == asio::error::operation_aborted;
-      });
+  const rpc_methods methods = silent_stream(cancelled);
   rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options(2));
   rpc_buffer server(io.get_executor(), shmio::open_only, name, methods);
   ring_injector inject(name);

@@ -17,6 +17,11 @@
 //   std::vector<std::byte> reply = co_await client.async_request(asio::buffer(data),
 //                                                                asio::use_awaitable);
 //
+// Work: an open end keeps its executor's io_context::run() from returning, as a socket with a
+// read pending does, whether or not it serves anything (its reader waits on the channel, and
+// that wait is outstanding work); close() lets run() return. A client with nothing pending
+// holds that work too, unlike an idle socket.
+//
 // Handlers run on the channel's strand (on its executor): many requests are served concurrently
 // as coroutines, but a handler that computes for long should move its work elsewhere. A plain
 // function handler (rpc_sync_handler) is the fast path: it runs inline as its request is read,
