@@ -4,6 +4,7 @@
 // then get busy); the reassembly byte budget; and a million calls against a peer that never
 // answers, in bounded memory.
 #include <unistd.h>
+#include <algorithm>
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
@@ -253,6 +254,48 @@ TEST_CASE("rpc bounds: a million calls against a peer that never answers, in bou
   INFO("sent " << s.requests_sent << " of " << calls);
   CHECK(s.requests_sent < static_cast<std::uint64_t>(calls) / 10);
   CHECK(s.pending_requests == 0);
+  owner.close();
+  opener.close();
+  io.poll();
+}
+
+TEST_CASE("rpc bounds: waiting calls that keep giving up behind a call that never ends",
+          "[rpc][bounds]") {
+  // One credit, held for good by a call the peer never answers; thousands of calls wait behind
+  // it and time out there. None reaches the peer, and when the credit comes back the next call
+  // goes at once: the ones that gave up left nothing in its way.
+  scoped_name name("rpc");
+  asio::io_context io;
+  service::hold_counts counts;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, {}, bounded(1));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name, service::handler(counts));
+  asio::cancellation_signal release;
+  outcome hold;
+  owner.async_request(asio::buffer(service::hold), 1h,
+                      asio::bind_cancellation_slot(release.slot(), hold.handler()));
+  REQUIRE(run_until(io, [&] { return counts.holding == 1; }));
+  constexpr int waves = 20, per_wave = 500;
+  int timed_out = 0;
+  for (int w = 0; w < waves; ++w) {
+    std::vector<outcome> gave_up(per_wave);
+    for (auto& g : gave_up)
+      owner.async_request(asio::buffer(bytes("never sent")), 1ms, g.handler());
+    REQUIRE(run_until(io, [&] {
+      return std::all_of(gave_up.begin(), gave_up.end(),
+                         [](const outcome& g) { return g.ec.has_value(); });
+    }));
+    for (auto& g : gave_up)
+      timed_out += g.ec && *g.ec == errc::timed_out;
+  }
+  CHECK(timed_out == waves * per_wave);
+  CHECK(owner.statistics().requests_withdrawn == waves * per_wave);
+  CHECK(opener.statistics().requests_received == 1);
+  release.emit(asio::cancellation_type::terminal);
+  outcome next;
+  owner.async_request(asio::buffer(bytes("next")), 1h, next.handler());
+  REQUIRE(run_until(io, [&] { return next.ec.has_value(); }));
+  CHECK_FALSE(*next.ec);
+  CHECK(next.reply == service::answer(bytes("next")));
   owner.close();
   opener.close();
   io.poll();

@@ -68,6 +68,7 @@ void rpc_channel::start_call(std::uint64_t id, std::unique_ptr<pending_call> cal
           // max_in_flight; its deadline runs meanwhile.
           entry->waiting.emplace(std::move(request));
           self->credit_queue_.push_back(id);
+          ++self->waiting_;
         }
         self->wake_housekeeping();
       });
@@ -133,6 +134,7 @@ void rpc_channel::admit_waiting() {
     if (it == calls_.end() || !it->second.waiting) continue;  // completed while it waited
     outgoing_message m = std::move(*it->second.waiting);
     it->second.waiting.reset();
+    --waiting_;
     ++in_flight_;
     stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
     stats_.bytes_sent.fetch_add(m.payload.size(), std::memory_order_relaxed);
@@ -165,6 +167,16 @@ void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, std::vector<
   if (admitted) {
     --in_flight_;
     admit_waiting();
+  } else {
+    // It never got credit: its id stays in credit_queue_ until credit frees. Calls that keep
+    // giving up while the ones in flight never end would make that queue grow without bound:
+    // past twice what still waits, it is swept.
+    --waiting_;
+    if (credit_queue_.size() > 2 * waiting_ + 64)
+      std::erase_if(credit_queue_, [this](std::uint64_t q) {
+        auto c = calls_.find(q);
+        return c == calls_.end() || !c->second.waiting;
+      });
   }
   // A reply to a stream, a stream's end to a plain call, or any answer to a stream request not
   // yet sent (its id was guessed): the other end broke the protocol.

@@ -282,6 +282,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   call_table calls_;
   std::size_t in_flight_ = 0;               // calls given to send() and not yet completed
   std::deque<std::uint64_t> credit_queue_;  // calls waiting for credit, oldest first
+  std::size_t waiting_ = 0;  // calls whose entry still waits for credit (some ids above are stale)
   std::size_t max_in_flight_ = 1024;
   std::size_t max_handlers_ = 1024;
   std::atomic<std::uint32_t> stream_window_{32};  // read by callers off the strand
