@@ -203,7 +203,7 @@ inline constexpr std::uint64_t node_stride_for(std::uint64_t node_size) {
 
 inline constexpr std::uint64_t rpc_owner_lock_byte = 32;
 inline constexpr std::uint64_t rpc_opener_lock_byte = 33;
-inline constexpr std::uint32_t rpc_version = 2;  // 2: streams (packet types 7-9)
+inline constexpr std::uint32_t rpc_version = 2;                     // 2: streams (packet types 7-9)
 inline constexpr std::uint64_t rpc_no_timeout = ~std::uint64_t{0};  // default_timeout_ms: none
 
 struct rpc_header {
