@@ -1,0 +1,127 @@
+// The sessions of rpc_channel: whether the other end is there, following the owner's openers
+// one after the other, the end of a session (its calls fail, its handlers are cancelled), and
+// closing or failing this end.
+
+#include <asio/error.hpp>
+#include <asio/post.hpp>
+#include <utility>
+
+#include "shmio/detail/platform.hpp"
+#include "shmio/detail/ring_ops.hpp"
+#include "shmio/detail/rpc_channel.hpp"
+
+namespace shmio::detail {
+namespace {
+
+namespace platform = detail::platform;
+using layout::packet_type;
+
+}  // namespace
+
+// ---- the other end -----------------------------------------------------------------------
+
+bool rpc_channel::peer_attached() {
+  if (peer_lost_) return false;  // a connection's other end went: none other may come
+  if (!peer_present_) {
+    std::error_code ec;
+    peer_present_ = platform::byte_locked_by_other(seg_.native_handle(), peer_lock_byte_, ec);
+  }
+  return peer_present_;
+}
+
+bool rpc_channel::from_peer(std::uint64_t generation) {
+  if (owner_) follow_opener();  // a packet of a newer opener ends the session with the older
+  return generation == generation_;
+}
+
+void rpc_channel::follow_opener() {
+  // acquire: pairs with the opener's increment (any value is safe: it is only compared).
+  const std::uint64_t current = header_->opener_generation.load(std::memory_order_acquire);
+  if (current == generation_ || peer_lost_) return;
+  end_session();  // whatever we had with the previous opener is over
+  // A connection takes its first opener only: a later one is a stranger, its packets stale.
+  if (!peer_lost_) generation_ = current;
+}
+
+void rpc_channel::end_session() {
+  // An owner's session starts with its first opener; before it there is nobody to lose.
+  const bool had_peer = !owner_ || generation_ != 0;
+  if (connection_ && had_peer) peer_lost_ = true;
+  ++session_;
+  peer_present_ = false;
+  reassembler_.clear();
+  outbox_.clear();        // nobody to read them
+  credit_queue_.clear();  // nor the calls waiting to be sent: they fail below, unsent
+  deferred_.clear();
+  if (writer_busy_) writer_cancel_.emit(asio::cancellation_type::terminal);
+  while (!calls_.empty())
+    finish_call(calls_.begin()->first, errc::peer_gone, {});
+  cancel_serving(errc::peer_gone);
+  if (had_peer) {
+    death_watch_.reset();
+    poll_peer_ = false;
+    complete_closed_waiters({});
+    // An acceptor that opened the channel and went without accepting it (it refused it).
+    if (connecting()) connect_failed(errc::peer_gone);
+  }
+}
+
+// ---- closing -----------------------------------------------------------------------------
+
+void rpc_channel::close() noexcept {
+  release();
+  asio::post(strand_, [self = shared_from_this()] { self->shutdown_on_strand(); });
+}
+
+void rpc_channel::fail(std::error_code why) {
+  // On the strand, in the reader loop: the other end hears of it as of a close, and every call
+  // here fails with `why`; later calls too (start_call).
+  failure_ = why;
+  release();
+  shutdown_on_strand();
+}
+
+void rpc_channel::release() noexcept {
+  if (released_.exchange(true, std::memory_order_acq_rel)) return;  // closed or failed before
+  // Tell the other end now, if the ring has room: its calls then fail at once. (If not, it
+  // sees our lock go within its next check.)
+  // The owner's close is for whichever opener is there now; an opener's generation is fixed.
+  // acquire: as in follow_opener.
+  outgoing_message bye{packet_type::close, next_id(), 0, {}};
+  bye.generation =
+      owner_ ? header_->opener_generation.load(std::memory_order_acquire) : generation_;
+  auto fill = [&](std::span<std::byte> node) {
+    return encode_packet(bye, 1, out_.node_size(), node);
+  };
+  // Best effort, its result unused: if the ring is full or damaged, the other end learns of the
+  // close from our lock instead.
+  try {
+    if (bye.generation != 0) (void)attempt_write(out_, fill);  // 0: no opener ever came
+  } catch (...) {
+  }
+  std::error_code ignored;
+  platform::try_lock_byte(seg_.native_handle(),
+                          owner_ ? layout::rpc_owner_lock_byte : layout::rpc_opener_lock_byte,
+                          platform::lock_kind::unlock, ignored);
+  if (waiter_) waiter_->shutdown();
+}
+
+void rpc_channel::shutdown_on_strand() {
+  if (closed_) return;
+  closed_ = true;
+  const std::error_code why = failure_ ? failure_ : asio::error::operation_aborted;
+  while (!calls_.empty())
+    finish_call(calls_.begin()->first, why, {});
+  cancel_serving(asio::error::operation_aborted);
+  outbox_.clear();
+  credit_queue_.clear();
+  deferred_.clear();
+  outbox_ready_.cancel();
+  tick_.cancel();
+  if (connect_op_) std::exchange(connect_op_, nullptr)->complete(why, false);
+  link_.reset();
+  death_watch_.reset();
+  complete_closed_waiters(why);
+}
+
+}  // namespace shmio::detail
