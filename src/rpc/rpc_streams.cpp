@@ -94,13 +94,10 @@ void rpc_channel::cancel_stream_read(std::shared_ptr<stream_state> st, std::uint
 
 void rpc_channel::close_stream(std::shared_ptr<stream_state> st) {
   asio::post(strand_, [self = shared_from_this(), st = std::move(st)] {
-    if (st->ended) {
-      st->items.clear();
-      return;
-    }
+    st->items.clear();
+    if (st->ended) return;
     self->stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
     self->abandon_call(st->id, asio::error::operation_aborted);  // ends it: reads abort
-    st->items.clear();
   });
 }
 
@@ -136,9 +133,9 @@ void rpc_channel::pump_stream(stream_state& st) {
     st.items.pop_front();
     ++st.unreported;
     // Credit for what was read, in batches of half a window: the handler never waits for
-    // more than that while its caller keeps reading.
-    if (!st.ended && st.unreported >= std::max<std::uint32_t>(1, st.window / 2) &&
-        calls_.contains(st.id)) {
+    // more than that while its caller keeps reading. (A stream that has not ended is in
+    // calls_: finish_call ends it as it erases it.)
+    if (!st.ended && st.unreported >= std::max<std::uint32_t>(1, st.window / 2)) {
       st.allowed += st.unreported;
       send({packet_type::stream_credit, next_id(), st.id, encode_credit(st.unreported)});
       st.unreported = 0;
