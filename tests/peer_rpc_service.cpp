@@ -5,6 +5,9 @@
 //     test holds every client there until all are connected at once). Then makes CALLS calls
 //     with payload(size, SEED * 1000 + i) of sizes that include multi-packet ones, checks each
 //     reply, closes and exits.
+//   rpc-service-client-in-place NAME CALLS SEED
+//     The same without a gate, each call made in place to the method "reverse" (the caller's
+//     bytes sent from where they are, the reply read into its buffer).
 //   rpc-service-hold NAME
 //     Connects and calls "hold", which the service never answers: the test kills it meanwhile.
 //   rpc-service-server NAME
@@ -15,6 +18,7 @@
 #include <unistd.h>
 
 #include <asio/io_context.hpp>
+#include <algorithm>
 #include <asio/use_future.hpp>
 #include <string>
 #include <thread>
@@ -72,6 +76,40 @@ SHMIO_PEER_COMMAND("rpc-service-client", args) {
   return rc;
 }
 
+SHMIO_PEER_COMMAND("rpc-service-client-in-place", args) {
+  if (args.size() < 3) return exit_usage;
+  const int calls = std::stoi(args[1]);
+  const std::uint64_t seed = std::stoull(args[2]);
+  asio::io_context io;
+  shmio::rpc_buffer client(io.get_executor());
+  std::error_code ec;
+  client.connect(args[0], shmio::rpc_buffer::default_connect_timeout, ec);
+  if (ec) return exit_connect_failed;
+  std::thread runner([&] {
+    auto work = asio::make_work_guard(io);
+    io.run();
+  });
+  int rc = 0;
+  std::vector<std::byte> reply(4096);
+  for (int i = 0; i < calls && rc == 0; ++i) {
+    const auto request = service::payload(sizes[i % std::size(sizes)], seed * 1000 + i);
+    auto size = client.async_request("reverse", asio::buffer(request), asio::buffer(reply),
+                                     asio::use_future);
+    try {
+      const std::size_t n = size.get();
+      const auto expected = service::answer(request);
+      if (n != expected.size() || !std::equal(expected.begin(), expected.end(), reply.begin()))
+        rc = exit_wrong_reply;
+    } catch (...) {
+      rc = exit_wrong_reply;
+    }
+  }
+  client.close();
+  io.stop();
+  runner.join();
+  return rc;
+}
+
 SHMIO_PEER_COMMAND("rpc-service-hold", args) {
   if (args.empty()) return exit_usage;
   asio::io_context io;
@@ -89,7 +127,7 @@ SHMIO_PEER_COMMAND("rpc-service-server", args) {
   asio::io_context io;
   service::hold_counts counts;
   shmio::rpc_server server(io.get_executor(), shmio::create_only, args[0],
-                           service::handler(counts));
+                           service::methods(counts));
   io.run();
   return 0;
 }

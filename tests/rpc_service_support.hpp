@@ -4,6 +4,7 @@
 
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
+#include <algorithm>
 #include <asio/use_awaitable.hpp>
 #include <atomic>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shmio/rpc_methods.hpp"
 #include "shmio/rpc_options.hpp"
 
 namespace shmio::test::service {
@@ -63,6 +65,19 @@ inline shmio::rpc_handler handler(hold_counts& counts) {
     }
     co_return answer(in);
   };
+}
+
+/// The service with a second method, "reverse": answer() as an in-place handler, writing its
+/// reply into the channel's room instead of a vector of its own.
+inline shmio::rpc_methods methods(hold_counts& counts) {
+  shmio::rpc_methods m(handler(counts));
+  m.add("reverse", shmio::rpc_in_place_handler(
+                       [](std::uint64_t, std::span<const std::byte> in, shmio::rpc_reply& reply) {
+                         auto out = reply.prepare(in.size());
+                         std::reverse_copy(in.begin(), in.end(), out.begin());
+                         reply.commit(in.size());
+                       }));
+  return m;
 }
 
 }  // namespace shmio::test::service

@@ -384,7 +384,7 @@ struct server_thread {
   rpc_server server;
   std::thread runner;
   explicit server_thread(std::string_view name)
-      : server(io.get_executor(), shmio::create_only, name, service::handler(counts),
+      : server(io.get_executor(), shmio::create_only, name, service::methods(counts),
                small_rings()),
         runner([this] { io.run(); }) {}
   ~server_thread() {
@@ -443,6 +443,28 @@ TEST_CASE("rpc_server: many client processes connected at once, each with checks
   CHECK(eventually([&] { return s.server.connection_count() == 0; }));
   CHECK(s.server.statistics().accepted == many_clients);
   CHECK(s.server.statistics().refused == 0);
+}
+
+TEST_CASE("rpc_server: client processes calling in place, several at once, get checksummed "
+          "replies in their buffers",
+          "[rpc][service][process][in_place]") {
+  // The server process serves "reverse" in place; each client sends from its own buffer and
+  // reads each reply into one, with sizes of up to three packets.
+  scoped_name name("svc");
+  child server({peer_path(), "rpc-service-server", name.str()});
+  REQUIRE(eventually([&] {
+    asio::io_context io;
+    rpc_buffer probe(io.get_executor());
+    std::error_code ec;
+    probe.connect(name.str(), 10s, ec);
+    return !ec;
+  }));
+  std::vector<std::unique_ptr<child>> clients;
+  for (int i = 0; i < 8; ++i)
+    clients.push_back(std::make_unique<child>(std::vector<std::string>{
+        peer_path(), "rpc-service-client-in-place", name.str(), "200", std::to_string(i)}));
+  for (auto& c : clients) CHECK(c->wait(60s) == 0);
+  server.kill9();
 }
 
 TEST_CASE("rpc_server: a client killed mid-call frees its connection; others are unaffected",

@@ -57,6 +57,7 @@ namespace shmio {
 
 namespace detail {
 class rpc_channel;
+struct outgoing_message;
 struct rpc_buffer_access;
 struct rpc_service;
 }  // namespace detail
@@ -206,6 +207,31 @@ class rpc_buffer {
   auto async_request(std::string_view method, asio::const_buffer payload,
                      std::chrono::milliseconds timeout, CompletionToken&& token);
 
+  /// Calls the other end as async_request does, in place: `payload` is sent from where it is
+  /// and the reply is read into `reply`, with no copy and, in steady state, no heap allocation
+  /// at this end (for requests and replies of one packet each: up to node_size - 40 bytes,
+  /// rpc_options). Neither buffer is copied, so both (and the characters of `method`) must stay
+  /// valid until the call completes, as for asio::async_write.
+  ///
+  /// Completion signature: `void(std::error_code, std::size_t reply_size)`. The errors of
+  /// async_request; on an error with a text (errc::remote_error), `reply` holds as much of it
+  /// as fits and the size is the part copied. A reply larger than `reply` fills it and the call
+  /// completes with errc::message_too_large and the reply's whole size. Awaited with
+  /// asio::use_awaitable, a failure throws rpc_error as async_request's does.
+  template <class CompletionToken>
+  auto async_request(asio::const_buffer payload, asio::mutable_buffer reply,
+                     CompletionToken&& token);
+  template <class CompletionToken>
+  auto async_request(asio::const_buffer payload, asio::mutable_buffer reply,
+                     std::chrono::milliseconds timeout, CompletionToken&& token);
+  template <class CompletionToken>
+  auto async_request(std::string_view method, asio::const_buffer payload,
+                     asio::mutable_buffer reply, CompletionToken&& token);
+  template <class CompletionToken>
+  auto async_request(std::string_view method, asio::const_buffer payload,
+                     asio::mutable_buffer reply, std::chrono::milliseconds timeout,
+                     CompletionToken&& token);
+
   /// Calls the other end's stream method `method` (see rpc_stream.hpp): its handler answers
   /// with any number of items, read through the rpc_stream this completes with.
   ///
@@ -238,8 +264,8 @@ class rpc_buffer {
   friend struct detail::rpc_buffer_access;
   rpc_buffer(const executor_type& ex, std::shared_ptr<detail::rpc_channel> channel);
   detail::rpc_service client_service() const;
-  template <class CompletionToken>
-  auto start_request(std::vector<std::byte> message, std::uint16_t flags,
+  template <bool Into, class CompletionToken>
+  auto start_request(detail::outgoing_message message, bool valid, asio::mutable_buffer target,
                      std::chrono::milliseconds timeout, CompletionToken&& token);
   template <class CompletionToken>
   auto start_stream(bool named, std::string_view method, asio::const_buffer payload,

@@ -4,6 +4,7 @@
 //   shmio::rpc_methods methods;
 //   methods.add("get", get_handler)        // a coroutine handler (rpc_handler)
 //          .add("set", set_handler)        // or a plain one (rpc_sync_handler)
+//          .add("put", put_handler)        // or a plain one in place (rpc_in_place_handler)
 //          .add("watch", watch_handler)    // or a stream handler (rpc_stream_handler)
 //          .add("", fallback);             // "": what calls without a method name reach
 //   shmio::rpc_server server(ex, shmio::create_only, "kv", std::move(methods));
@@ -31,11 +32,13 @@
 namespace shmio {
 
 namespace detail {
-/// One method: a coroutine handler, a plain one or a stream handler.
+/// One method: a coroutine handler, a plain one (returning its reply, or writing it in place)
+/// or a stream handler.
 struct rpc_method {
   rpc_handler async;
   rpc_sync_handler sync;
   rpc_stream_handler stream;
+  rpc_in_place_handler in_place;
 };
 struct method_name_hash {
   using is_transparent = void;
@@ -57,8 +60,9 @@ class rpc_methods {
 
   /// One handler, as the unnamed method: what every constructor taking rpc_methods accepts in
   /// place of a table. A coroutine handler (returning asio::awaitable<std::vector<std::byte>>)
-  /// runs on the channel's strand; a plain one (returning std::vector<std::byte>) runs inline as
-  /// its request is read; a stream handler (returning asio::awaitable<void>, with an
+  /// runs on the channel's strand; a plain one (returning std::vector<std::byte>, or void with an
+  /// rpc_reply& as its third argument: in place) runs inline as its request is read; a stream
+  /// handler (returning asio::awaitable<void>, with an
   /// rpc_stream_writer as its third argument) answers async_request_stream. An empty
   /// std::function is no handler.
   template <class Handler>
@@ -68,12 +72,15 @@ class rpc_methods {
     constexpr bool coroutine = std::is_constructible_v<rpc_handler, Handler&&>;
     constexpr bool plain = std::is_constructible_v<rpc_sync_handler, Handler&&>;
     constexpr bool stream = std::is_constructible_v<rpc_stream_handler, Handler&&>;
-    static_assert(coroutine || plain || stream,
+    constexpr bool in_place = std::is_constructible_v<rpc_in_place_handler, Handler&&>;
+    static_assert(coroutine || plain || stream || in_place,
                   "an rpc handler is callable as (std::uint64_t request_id, "
                   "std::span<const std::byte> payload) and returns "
                   "asio::awaitable<std::vector<std::byte>> (a coroutine handler) or "
                   "std::vector<std::byte> (a plain handler); or as (request_id, payload, "
-                  "shmio::rpc_stream_writer) returning asio::awaitable<void> (a stream handler)");
+                  "shmio::rpc_stream_writer) returning asio::awaitable<void> (a stream handler); "
+                  "or as (request_id, payload, shmio::rpc_reply&) returning void (a plain handler "
+                  "in place)");
     if constexpr (coroutine) {
       rpc_handler h(std::forward<Handler>(handler));
       if (h) add("", std::move(h));
@@ -83,19 +90,25 @@ class rpc_methods {
     } else if constexpr (stream) {
       rpc_stream_handler h(std::forward<Handler>(handler));
       if (h) add("", std::move(h));
+    } else if constexpr (in_place) {
+      rpc_in_place_handler h(std::forward<Handler>(handler));
+      if (h) add("", std::move(h));
     }
   }
 
   /// Adds (or replaces) the method `name`; "" is the unnamed method. Throws shmio::error
   /// (errc::invalid_argument) for a name over max_name bytes or an empty handler.
   rpc_methods& add(std::string_view name, rpc_handler handler) {
-    return put(name, {std::move(handler), {}, {}}, static_cast<bool>(handler));
+    return put(name, {std::move(handler), {}, {}, {}}, static_cast<bool>(handler));
   }
   rpc_methods& add(std::string_view name, rpc_sync_handler handler) {
-    return put(name, {{}, std::move(handler), {}}, static_cast<bool>(handler));
+    return put(name, {{}, std::move(handler), {}, {}}, static_cast<bool>(handler));
   }
   rpc_methods& add(std::string_view name, rpc_stream_handler handler) {
-    return put(name, {{}, {}, std::move(handler)}, static_cast<bool>(handler));
+    return put(name, {{}, {}, std::move(handler), {}}, static_cast<bool>(handler));
+  }
+  rpc_methods& add(std::string_view name, rpc_in_place_handler handler) {
+    return put(name, {{}, {}, {}, std::move(handler)}, static_cast<bool>(handler));
   }
 
   bool empty() const noexcept { return !table_ || table_->empty(); }

@@ -10,6 +10,7 @@
 
 #include <asio/awaitable.hpp>
 
+#include "shmio/rpc_reply.hpp"
 #include "shmio/wait_strategy.hpp"
 
 namespace shmio {
@@ -22,6 +23,11 @@ using rpc_handler = std::function<asio::awaitable<std::vector<std::byte>>(
 /// read (no coroutine, no trip through the scheduler): the fastest way to serve.
 using rpc_sync_handler = std::function<std::vector<std::byte>(std::uint64_t request_id,
                                                               std::span<const std::byte> payload)>;
+/// The same, in place: the handler sees the request where it was read (valid until it returns)
+/// and writes its reply into `reply` (rpc_reply.hpp) instead of returning a vector, so that a
+/// steady flow of requests allocates nothing. Run inline as its request is read.
+using rpc_in_place_handler = std::function<void(
+    std::uint64_t request_id, std::span<const std::byte> payload, rpc_reply& reply)>;
 
 /// Sizes and limits of a channel, fixed by its owner. The owner publishes all but `strategy` in
 /// the channel's header, and every opener adopts them: both ends agree on the ring sizes, the

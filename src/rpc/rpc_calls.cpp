@@ -27,20 +27,20 @@ constexpr auto as_tuple_awaitable = asio::experimental::as_tuple(asio::use_await
 
 }  // namespace
 
-void rpc_channel::start_call(std::uint64_t id, std::unique_ptr<pending_call> call,
-                             std::vector<std::byte> payload, std::chrono::milliseconds timeout,
-                             std::uint16_t flags, std::shared_ptr<stream_state> stream) {
+void rpc_channel::start_call(std::uint64_t id, pending_call_ptr call, outgoing_message request,
+                             std::chrono::milliseconds timeout,
+                             std::shared_ptr<stream_state> stream) {
   // Dispatched, not posted: called from a thread of the executor while the strand is free, the
   // request goes out now instead of after a trip through the scheduler. (This never completes
   // the call inside the initiating function: every completion is posted, see rpc_call.)
   asio::dispatch(
-      strand_, [self = shared_from_this(), id, call = std::move(call), payload = std::move(payload),
-                timeout, flags, stream = std::move(stream)]() mutable {
+      strand_, [self = shared_from_this(), id, call = std::move(call), request = std::move(request),
+                timeout, stream = std::move(stream)]() mutable {
         // Posted, not dispatched: this may run inside the caller's initiating function.
         if (self->closed_)
           return call->complete(self->failure_ ? self->failure_ : asio::error::operation_aborted,
                                 {}, false);
-        if (payload.size() > self->reassembler_max())
+        if (request.size() > self->reassembler_max())
           return call->complete(errc::message_too_large, {}, false);
         if (self->owner_) self->follow_opener();  // address the opener there is now
         if (!self->peer_attached()) return call->complete(errc::peer_gone, {}, false);
@@ -53,12 +53,12 @@ void rpc_channel::start_call(std::uint64_t id, std::unique_ptr<pending_call> cal
         if (!entry) return call->complete(errc::busy, {}, false);  // ids are unique: never
         *entry = call_entry{std::move(call), deadline, std::nullopt, std::move(stream)};
         self->stats_.pending.fetch_add(1, std::memory_order_relaxed);
-        outgoing_message request{packet_type::request, id, 0, std::move(payload)};
-        request.flags = flags;
+        request.type = packet_type::request;
+        request.id = id;
         if (self->in_flight_ < self->max_in_flight_ && self->credit_queue_.empty()) {
           ++self->in_flight_;
           self->stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
-          self->stats_.bytes_sent.fetch_add(request.payload.size(), std::memory_order_relaxed);
+          self->stats_.bytes_sent.fetch_add(request.size(), std::memory_order_relaxed);
           self->send(std::move(request));
           // send() may have failed the call (a damaged ring), erasing its entry: look again.
           if (auto it = self->calls_.find(id); it != self->calls_.end())
@@ -137,7 +137,7 @@ void rpc_channel::admit_waiting() {
     --waiting_;
     ++in_flight_;
     stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
-    stats_.bytes_sent.fetch_add(m.payload.size(), std::memory_order_relaxed);
+    stats_.bytes_sent.fetch_add(m.size(), std::memory_order_relaxed);
     send(std::move(m));
     // send() may have failed the call (a damaged ring): look again.
     if (auto again = calls_.find(id); again != calls_.end()) call_sent(again->second);
@@ -150,7 +150,7 @@ void rpc_channel::call_sent(call_entry& entry) {
   if (entry.stream && entry.call) std::exchange(entry.call, nullptr)->complete({}, {}, false);
 }
 
-void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, std::vector<std::byte> reply,
+void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, reply_bytes reply,
                               bool may_dispatch, bool stream_end) {
   auto it = calls_.find(id);
   if (it == calls_.end()) {
@@ -182,16 +182,16 @@ void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, std::vector<
   // yet sent (its id was guessed): the other end broke the protocol.
   if (!ec && (stream_end != (stream != nullptr) || (stream && call))) {
     ec = errc::corrupted;
-    reply.clear();
+    reply = {};
     // Whatever serves it over there stops (a stream's handler would write on).
     if (admitted) send({packet_type::cancel, next_id(), id, {}});
   }
   if (stream) {
     stream->ended = true;
     stream->end = ec ? ec : std::error_code(asio::error::eof);
-    stream->end_text = call ? std::vector<std::byte>() : std::move(reply);
+    stream->end_text = call ? std::vector<std::byte>() : reply.take();
   }
-  if (call) return call->complete(ec, std::move(reply), may_dispatch);  // a stream not yet open
+  if (call) return call->complete(ec, reply, may_dispatch);  // a stream not yet open
   if (stream) pump_stream(*stream);
 }
 

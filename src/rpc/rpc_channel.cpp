@@ -308,8 +308,10 @@ void rpc_channel::on_packet(std::span<const std::byte> bytes) {
     stats_.packets_stale.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  // A message of one packet is seen where it was read: whoever keeps it past this packet copies
+  // it first (incoming_message::own), so a call or a plain handler's request costs no copy.
   incoming_message m;
-  switch (reassembler_.add(*packet, m)) {
+  switch (reassembler_.add(*packet, m, true)) {
     case reassembler::result::incomplete:
       return;
     case reassembler::result::complete:
@@ -335,20 +337,20 @@ void rpc_channel::on_message(incoming_message m) {
   switch (m.type) {
     case packet_type::request:
       stats_.requests_received.fetch_add(1, std::memory_order_relaxed);
-      stats_.bytes_received.fetch_add(m.payload.size(), std::memory_order_relaxed);
+      stats_.bytes_received.fetch_add(m.bytes().size(), std::memory_order_relaxed);
       return start_request(std::move(m));
     case packet_type::response:
       stats_.responses_received.fetch_add(1, std::memory_order_relaxed);
-      stats_.bytes_received.fetch_add(m.payload.size(), std::memory_order_relaxed);
-      return finish_call(m.response_to, {}, std::move(m.payload), true);
+      stats_.bytes_received.fetch_add(m.bytes().size(), std::memory_order_relaxed);
+      return finish_call(m.response_to, {}, m.viewed ? reply_bytes(m.view) : reply_bytes::of(m.payload),
+                         true);
     case packet_type::error: {
       stats_.errors_received.fetch_add(1, std::memory_order_relaxed);
       int value = 0;
       std::string text;
-      decode_error(m.payload, value, text);
+      decode_error(m.bytes(), value, text);
       const auto* p = reinterpret_cast<const std::byte*>(text.data());
-      return finish_call(m.response_to, error_from_wire(value),
-                         std::vector<std::byte>(p, p + text.size()), true);
+      return finish_call(m.response_to, error_from_wire(value), std::span(p, text.size()), true);
     }
     case packet_type::cancel:
       if (auto it = serving_.find(m.response_to); it != serving_.end()) {
@@ -395,7 +397,7 @@ void rpc_channel::send(outgoing_message m) {
   // Fast path: nothing queued and the writer idle, so write now, packet by packet, as far as
   // the ring has room. Order is kept: the writer only ever starts on the outbox's front.
   if (outbox_.empty() && !writer_busy_) {
-    const std::uint32_t count = packets_for(m.payload.size(), payload_per_packet(out_.node_size()));
+    const std::uint32_t count = packets_for(m.size(), payload_per_packet(out_.node_size()));
     while (m.next_packet <= count) {
       auto fill = [&](std::span<std::byte> node) {
         return encode_packet(m, m.next_packet, out_.node_size(), node);
@@ -408,6 +410,7 @@ void rpc_channel::send(outgoing_message m) {
     }
     if (m.next_packet > count) return;
   }
+  m.own();  // what waits in the outbox owns its bytes: a borrower may be gone before it goes
   outbox_.push_back(std::move(m));
   outbox_ready_.cancel();
 }
@@ -446,7 +449,7 @@ asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<
     const std::uint64_t session = session_;
     outgoing_message m = std::move(outbox_.front());
     outbox_.pop_front();
-    const std::uint32_t count = packets_for(m.payload.size(), payload_per_packet(out_.node_size()));
+    const std::uint32_t count = packets_for(m.size(), payload_per_packet(out_.node_size()));
     for (; m.next_packet <= count; ++m.next_packet) {
       auto fill = [&m, this](std::span<std::byte> node) {
         return encode_packet(m, m.next_packet, out_.node_size(), node);

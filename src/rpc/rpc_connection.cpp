@@ -101,7 +101,7 @@ std::shared_ptr<rpc_channel> rpc_channel::accept(const asio::any_io_executor& ex
   return ch;
 }
 
-void rpc_channel::async_connected(std::unique_ptr<pending_signal> op,
+void rpc_channel::async_connected(pending_signal_ptr op,
                                   std::chrono::milliseconds timeout) {
   asio::dispatch(strand_, [self = shared_from_this(), op = std::move(op), timeout]() mutable {
     // Posted, not dispatched: this may run inside the caller's initiating function.
@@ -197,7 +197,7 @@ void rpc_channel::connect_failed(std::error_code ec) {
   if (op) op->complete(ec, false);
 }
 
-void rpc_channel::async_wait_closed(std::unique_ptr<pending_signal> op) {
+void rpc_channel::async_wait_closed(pending_signal_ptr op) {
   asio::dispatch(strand_, [self = shared_from_this(), op = std::move(op)]() mutable {
     if (self->closed_)
       return op->complete(self->failure_ ? self->failure_ : asio::error::operation_aborted, false);

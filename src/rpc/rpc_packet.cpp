@@ -11,7 +11,7 @@ using layout::packet_type;
 std::size_t encode_packet(const outgoing_message& m, std::uint32_t index, std::uint32_t node_size,
                           std::span<std::byte> node) noexcept {
   const std::uint32_t per = payload_per_packet(node_size);
-  const std::uint64_t total = m.payload.size();
+  const std::uint64_t total = m.size();
   const std::uint64_t offset = std::uint64_t{index - 1} * per;
   const std::size_t chunk = static_cast<std::size_t>(std::min<std::uint64_t>(per, total - offset));
   packet_header h{};
@@ -25,8 +25,35 @@ std::size_t encode_packet(const outgoing_message& m, std::uint32_t index, std::u
   h.generation = m.generation;
   h.flags = m.flags;
   std::memcpy(node.data(), &h, sizeof h);
-  if (chunk) std::memcpy(node.data() + sizeof h, m.payload.data() + offset, chunk);
+  if (chunk) m.copy_out(offset, chunk, node.data() + sizeof h);
   return sizeof h + chunk;
+}
+
+void outgoing_message::copy_out(std::uint64_t offset, std::size_t n,
+                                std::byte* out) const noexcept {
+  const std::span<const std::byte> pieces[] = {{head, head_size}, borrowed[0], borrowed[1],
+                                               payload};
+  for (const auto& piece : pieces) {
+    if (n == 0) return;
+    if (offset >= piece.size()) {
+      offset -= piece.size();
+      continue;
+    }
+    const std::size_t take = std::min<std::uint64_t>(n, piece.size() - offset);
+    std::memcpy(out, piece.data() + offset, take);
+    out += take;
+    n -= take;
+    offset = 0;
+  }
+}
+
+void outgoing_message::own() {
+  if (head_size == 0 && borrowed[0].empty() && borrowed[1].empty()) return;
+  std::vector<std::byte> all(size());
+  copy_out(0, all.size(), all.data());
+  payload = std::move(all);
+  head_size = 0;
+  borrowed[0] = borrowed[1] = {};
 }
 
 std::optional<packet_view> parse_packet(std::span<const std::byte> node,
@@ -53,7 +80,8 @@ std::optional<packet_view> parse_packet(std::span<const std::byte> node,
   return p;
 }
 
-reassembler::result reassembler::add(const packet_view& p, incoming_message& out) {
+reassembler::result reassembler::add(const packet_view& p, incoming_message& out,
+                                     bool view_single) {
   const auto& h = p.header;
   last_too_large_ = false;
   if (h.total_size > max_message_size_) {
@@ -67,7 +95,14 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
     out.type = type;
     out.id = h.message_id;
     out.response_to = h.response_to;
-    out.payload.assign(p.chunk.begin(), p.chunk.end());
+    out.viewed = view_single;
+    if (view_single) {
+      out.view = p.chunk;
+      out.payload.clear();
+    } else {
+      out.view = {};
+      out.payload.assign(p.chunk.begin(), p.chunk.end());
+    }
     out.generation = h.generation;
     out.flags = h.flags;
     return result::complete;
@@ -85,7 +120,7 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
       return result::rejected;
     }
     announced_ += h.total_size;
-    partial part{{type, h.message_id, h.response_to, {}, h.generation, h.flags},
+    partial part{{type, h.message_id, h.response_to, {}, h.generation, h.flags, false, {}},
                  2,
                  h.packet_count,
                  h.total_size};

@@ -64,7 +64,7 @@ void rpc_channel::cancel_serving(std::error_code why) {
 
 void rpc_channel::start_request(incoming_message m) {
   std::string_view name;
-  std::span<const std::byte> payload = m.payload;
+  std::span<const std::byte> payload = m.bytes();
   const bool named = (m.flags & layout::packet_flag_method) != 0;
   const bool stream = (m.flags & layout::packet_flag_stream) != 0;
   std::uint32_t window = 0;
@@ -88,15 +88,18 @@ void rpc_channel::start_request(incoming_message m) {
   // A plain handler runs here and now: no coroutine to start, no trip through the
   // scheduler, nothing to cancel (a cancel packet that comes later finds nothing).
   if (method->sync) return serve_now(m.id, method->sync, payload);
+  if (method->in_place) return serve_in_place(m.id, method->in_place, payload);
   if (serving_.size() >= max_handlers_) {
     // Later, when a handler ends; past as many again, the caller hears at once. (The reader
     // goes on reading meanwhile: cancels for running handlers must still get through.)
     if (deferred_.size() >= max_handlers_)
       return send_error(m.id, errc::busy, "too many requests at once at this end");
+    m.own();  // kept past its packet
     deferred_.push_back(std::move(m));
     return;
   }
-  const std::size_t skip = static_cast<std::size_t>(payload.data() - m.payload.data());
+  const std::size_t skip = static_cast<std::size_t>(payload.data() - m.bytes().data());
+  m.own();  // the coroutine keeps it
   const std::uint64_t id = m.id;
   serving_call* call = start_serving(id);
   if (!call) {
@@ -198,6 +201,25 @@ void rpc_channel::serve_now(std::uint64_t id, const rpc_sync_handler& handler,
   }
   // The handler ran inside this strand's turn: neither a close nor a new session came between.
   answer(id, std::move(reply), failure, text);
+}
+
+void rpc_channel::serve_in_place(std::uint64_t id, const rpc_in_place_handler& handler,
+                                 std::span<const std::byte> payload) {
+  reply_.clear();
+  try {
+    handler(id, payload, reply_);
+  } catch (...) {
+    return send_error(id, errc::remote_error, describe(std::current_exception()));
+  }
+  const auto reply = reply_.data();
+  if (reply.size() > reassembler_max())
+    return send_error(id, errc::message_too_large, "reply larger than max_message_size");
+  stats_.responses_sent.fetch_add(1, std::memory_order_relaxed);
+  stats_.bytes_sent.fetch_add(reply.size(), std::memory_order_relaxed);
+  // Sent from reply_, which the next handler reuses: send() writes it now or copies it.
+  outgoing_message m{packet_type::response, next_id(), id, {}};
+  m.borrowed[0] = reply;
+  send(std::move(m));
 }
 
 rpc_channel::serving_call* rpc_channel::start_serving(std::uint64_t id) {

@@ -29,7 +29,7 @@ std::uint64_t stream_request_id(const stream_state& st) noexcept {
 }
 
 void stream_read(const std::shared_ptr<rpc_channel>& ch, const std::shared_ptr<stream_state>& st,
-                 std::uint64_t read_id, std::unique_ptr<pending_call> op) {
+                 std::uint64_t read_id, pending_call_ptr op) {
   ch->read_stream(st, read_id, std::move(op));
 }
 
@@ -50,7 +50,7 @@ void stream_close(const std::shared_ptr<rpc_channel>& ch,
 
 void stream_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_id,
                   std::uint64_t session, std::uint64_t write_id, std::vector<std::byte> item,
-                  std::unique_ptr<pending_signal> op) {
+                  pending_signal_ptr op) {
   ch->write_stream(request_id, session, write_id, std::move(item), std::move(op));
 }
 
@@ -62,7 +62,7 @@ void stream_cancel_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t r
 // ---- the caller's side ---------------------------------------------------------------------
 
 void rpc_channel::read_stream(std::shared_ptr<stream_state> st, std::uint64_t read_id,
-                              std::unique_ptr<pending_call> op) {
+                              pending_call_ptr op) {
   // Dispatched: from a thread of the executor, an item already there is taken now. Its
   // completion is posted (this may run inside the initiating function).
   asio::dispatch(strand_, [self = shared_from_this(), st = std::move(st), read_id,
@@ -120,7 +120,8 @@ void rpc_channel::on_stream_item(incoming_message m) {
   }
   ++st.received;
   stats_.stream_items_received.fetch_add(1, std::memory_order_relaxed);
-  stats_.bytes_received.fetch_add(m.payload.size(), std::memory_order_relaxed);
+  stats_.bytes_received.fetch_add(m.bytes().size(), std::memory_order_relaxed);
+  m.own();  // kept until read
   st.items.push_back(std::move(m.payload));
   pump_stream(st);
 }
@@ -140,13 +141,13 @@ void rpc_channel::pump_stream(stream_state& st) {
       send({packet_type::stream_credit, next_id(), st.id, encode_credit(st.unreported)});
       st.unreported = 0;
     }
-    op->complete({}, std::move(item), false);
+    op->complete({}, reply_bytes::of(item), false);
   }
   if (!st.ended || !st.items.empty()) return;
   while (!st.reads.empty()) {
     auto op = std::move(st.reads.front().op);
     st.reads.pop_front();
-    op->complete(st.end, st.end_text, false);
+    op->complete(st.end, std::span<const std::byte>(st.end_text), false);
   }
 }
 
@@ -154,7 +155,7 @@ void rpc_channel::pump_stream(stream_state& st) {
 
 void rpc_channel::write_stream(std::uint64_t request_id, std::uint64_t session,
                                std::uint64_t write_id, std::vector<std::byte> item,
-                               std::unique_ptr<pending_signal> op) {
+                               pending_signal_ptr op) {
   // Dispatched: a handler's write from the strand goes out now. Completions are posted (this
   // may run inside the initiating function).
   asio::dispatch(strand_, [self = shared_from_this(), request_id, session, write_id,
@@ -187,7 +188,7 @@ void rpc_channel::cancel_stream_write(std::uint64_t request_id, std::uint64_t wr
 void rpc_channel::on_stream_credit(const incoming_message& m) {
   std::uint32_t count = 0;
   auto it = serving_.find(m.response_to);
-  if (!decode_credit(m.payload, count)) {
+  if (!decode_credit(m.bytes(), count)) {
     stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
     return;
   }

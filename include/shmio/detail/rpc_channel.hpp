@@ -55,7 +55,7 @@ struct rpc_service {
 
   /// The method a request for `name` ("" for an unnamed call) reaches; null if none.
   const rpc_method* find(std::string_view name) const {
-    if (name.empty() && (unnamed.async || unnamed.sync || unnamed.stream)) return &unnamed;
+    if (name.empty() && (unnamed.async || unnamed.sync || unnamed.stream || unnamed.in_place)) return &unnamed;
     if (!methods) return nullptr;
     auto it = methods->find(name);
     return it == methods->end() ? nullptr : &it->second;
@@ -82,14 +82,14 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
                                              std::error_code& ec);
   /// Completes `op` when the acceptor took the connection: errc::timed_out after `timeout`,
   /// errc::peer_gone if the acceptor went first. A failed connect closes the channel.
-  void async_connected(std::unique_ptr<pending_signal> op, std::chrono::milliseconds timeout);
+  void async_connected(pending_signal_ptr op, std::chrono::milliseconds timeout);
   /// The same, blocking the calling thread.
   std::error_code wait_connected(std::chrono::milliseconds timeout);
   /// Gives up on the connect in progress (cancellation through its slot).
   void cancel_connect();
   /// Completes `op` with no error when the other end closes or dies (a connection's other end
   /// for good; an owner's current opener), or with this end's failure or operation_aborted.
-  void async_wait_closed(std::unique_ptr<pending_signal> op);
+  void async_wait_closed(pending_signal_ptr op);
 
   static std::shared_ptr<rpc_channel> create(const asio::any_io_executor& ex, std::string_view name,
                                              rpc_service service, const rpc_options& options,
@@ -111,9 +111,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   /// Sends a request; `call` completes when its reply, timeout, cancellation or end comes.
   /// With `stream` (a stream request: `flags` has packet_flag_stream), `call` completes as the
   /// request is sent, and the stream's items go to `stream` until it ends.
-  void start_call(std::uint64_t id, std::unique_ptr<pending_call> call,
-                  std::vector<std::byte> payload, std::chrono::milliseconds timeout,
-                  std::uint16_t flags = 0, std::shared_ptr<stream_state> stream = nullptr);
+  /// `request`: its payload and flags (the rest is set here). Borrowed bytes in it (a call made
+  /// in place) must stay valid until `call` completes.
+  void start_call(std::uint64_t id, pending_call_ptr call, outgoing_message request,
+                  std::chrono::milliseconds timeout, std::shared_ptr<stream_state> stream = nullptr);
   /// The window this end's stream requests announce (rpc_options::stream_window).
   std::uint32_t stream_window() const noexcept {
     return stream_window_.load(std::memory_order_relaxed);  // relaxed: a setting, no data with it
@@ -124,12 +125,12 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
 
   // Streams (rpc_streams.cpp): see rpc_stream_core.hpp.
   void read_stream(std::shared_ptr<stream_state> st, std::uint64_t read_id,
-                   std::unique_ptr<pending_call> op);
+                   pending_call_ptr op);
   void cancel_stream_read(std::shared_ptr<stream_state> st, std::uint64_t read_id,
                           asio::cancellation_type type);
   void close_stream(std::shared_ptr<stream_state> st);
   void write_stream(std::uint64_t request_id, std::uint64_t session, std::uint64_t write_id,
-                    std::vector<std::byte> item, std::unique_ptr<pending_signal> op);
+                    std::vector<std::byte> item, pending_signal_ptr op);
   void cancel_stream_write(std::uint64_t request_id, std::uint64_t write_id);
   /// Gives up on a call (cancellation through its slot): completes it with operation_aborted.
   /// `total` alone cancels only a request not yet sent (Asio's "no side effects").
@@ -138,7 +139,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
 
  private:
   struct call_entry {
-    std::unique_ptr<pending_call> call;
+    pending_call_ptr call;
     std::chrono::steady_clock::time_point deadline;
     // A request still waiting for credit (max_in_flight), not yet given to send().
     std::optional<outgoing_message> waiting;
@@ -205,6 +206,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void on_message(incoming_message m);
   void serve_now(std::uint64_t id, const rpc_sync_handler& handler,
                  std::span<const std::byte> payload);
+  void serve_in_place(std::uint64_t id, const rpc_in_place_handler& handler,
+                      std::span<const std::byte> payload);
   /// The entry of a coroutine handler about to run for request `id`; null if `id` has one.
   serving_call* start_serving(std::uint64_t id);
   /// Drops the entry once the handler's co_spawn has completed, keeping its node for reuse.
@@ -213,7 +216,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
               std::string_view text);
   // `may_dispatch`: see pending_call::complete. `stream_end`: the answer is a stream's end;
   // a stream answered otherwise, or a call answered so, broke the protocol (errc::corrupted).
-  void finish_call(std::uint64_t id, std::error_code ec, std::vector<std::byte> reply,
+  void finish_call(std::uint64_t id, std::error_code ec, reply_bytes reply,
                    bool may_dispatch = false, bool stream_end = false);
   /// A call's request went out (or will, queued whole): a stream's opening completes.
   void call_sent(call_entry& entry);
@@ -310,9 +313,9 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::uint32_t connect_pid_ = 0;
   std::uint64_t connect_nonce_ = 0;
   std::unique_ptr<listener_link> link_;  // a connecting owner's listener, until the outcome
-  std::unique_ptr<pending_signal> connect_op_;
+  pending_signal_ptr connect_op_;
   std::chrono::steady_clock::time_point connect_deadline_;
-  std::vector<std::unique_ptr<pending_signal>> closed_waiters_;
+  std::vector<pending_signal_ptr> closed_waiters_;
   // Becomes readable when the other end's process exits; without one (no pidfd, or its pid
   // was not the holder's), the housekeeping tick watches the other end for closed_waiters_.
   std::unique_ptr<asio::posix::stream_descriptor> death_watch_;
@@ -321,6 +324,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::atomic<bool> released_{false};
   reassembler reassembler_;
   std::vector<std::byte> packet_;  // the packet being read, copied out of its node
+  rpc_reply reply_;                // what in-place handlers write into, one at a time
 };
 
 }  // namespace shmio::detail

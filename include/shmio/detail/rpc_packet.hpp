@@ -38,6 +38,21 @@ struct outgoing_message {
   std::uint32_t next_packet = 1;  // the first packet not yet written
   std::uint64_t generation = 0;   // the opener it is from or to: stamped on every packet
   std::uint16_t flags = 0;        // layout::packet_flag_*, or 0
+  // A message made in place is sent from where its bytes are, not a copy: `head` (up to 4
+  // bytes: a method name's length), then the `borrowed` pieces, then `payload`. Their owner
+  // keeps them until the message is written or own() is called (the outbox always owns).
+  std::uint8_t head_size = 0;
+  std::byte head[4] = {};
+  std::span<const std::byte> borrowed[2] = {};
+
+  /// The payload's whole size, every piece counted.
+  std::uint64_t size() const noexcept {
+    return head_size + borrowed[0].size() + borrowed[1].size() + payload.size();
+  }
+  /// Copies the head and borrowed pieces into `payload`: the message then owns every byte.
+  void own();
+  /// Copies `n` payload bytes from `offset` on into `out`.
+  void copy_out(std::uint64_t offset, std::size_t n, std::byte* out) const noexcept;
 };
 
 /// Writes packet `index` (1-based) of `m` into `node`; returns the bytes used.
@@ -57,14 +72,28 @@ struct packet_view {
 std::optional<packet_view> parse_packet(std::span<const std::byte> node,
                                         std::uint32_t node_size) noexcept;
 
-/// A message put back together.
+/// A message put back together. One of a single packet may be only viewed where it was read
+/// (reassembler::add with `view_single`): its bytes are then valid until the next packet is
+/// read, and whoever keeps the message longer calls own() first.
 struct incoming_message {
   layout::packet_type type;
   std::uint64_t id;
   std::uint64_t response_to;
-  std::vector<std::byte> payload;
-  std::uint64_t generation = 0;  // the opener it is from or to
-  std::uint16_t flags = 0;       // as every packet of it had them
+  std::vector<std::byte> payload;  // the bytes, unless viewed
+  std::uint64_t generation = 0;    // the opener it is from or to
+  std::uint16_t flags = 0;         // as every packet of it had them
+  bool viewed = false;
+  std::span<const std::byte> view;  // the bytes, if viewed
+
+  std::span<const std::byte> bytes() const noexcept {
+    return viewed ? view : std::span<const std::byte>(payload);
+  }
+  void own() {
+    if (!viewed) return;
+    payload.assign(view.begin(), view.end());
+    viewed = false;
+    view = {};
+  }
 };
 
 /// Collects packets per message id. Packets of one message arrive in order (one writer writes
@@ -84,8 +113,9 @@ class reassembler {
         max_partial_(max_partial),
         max_bytes_(max_bytes == 0 ? max_message_size : max_bytes) {}
 
-  /// Adds a checked packet. On `complete`, `out` holds the message.
-  result add(const packet_view& p, incoming_message& out);
+  /// Adds a checked packet. On `complete`, `out` holds the message; with `view_single`, a
+  /// message of one packet is viewed in `p`'s chunk rather than copied.
+  result add(const packet_view& p, incoming_message& out, bool view_single = false);
   /// True if the message `add` last rejected was a request too large to take: the caller
   /// answers it with an error instead of silence.
   bool last_rejected_too_large() const noexcept { return last_too_large_; }

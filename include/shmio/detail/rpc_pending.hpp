@@ -5,36 +5,111 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <system_error>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <asio/any_io_executor.hpp>
+#include <asio/associated_allocator.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/dispatch.hpp>
 #include <asio/execution.hpp>
 #include <asio/experimental/append.hpp>
 #include <asio/post.hpp>
 #include <asio/prefer.hpp>
+#include <asio/recycling_allocator.hpp>
 
 namespace shmio::detail {
 
+/// A reply (or stream item, or error text) as it reaches its caller: bytes seen where they are
+/// (a message of one packet, still in the channel's packet buffer; valid during the completion
+/// call only), or a vector the caller may take.
+struct reply_bytes {
+  std::span<const std::byte> view;
+  std::vector<std::byte>* owned = nullptr;  // if set, `view` is its contents
+
+  reply_bytes() = default;
+  reply_bytes(std::span<const std::byte> v) noexcept : view(v) {}  // NOLINT: implicit on purpose
+  static reply_bytes of(std::vector<std::byte>& v) noexcept {
+    reply_bytes r(v);
+    r.owned = &v;
+    return r;
+  }
+  /// The bytes as a vector of their own: moved if owned, else copied.
+  std::vector<std::byte> take() const {
+    return owned ? std::move(*owned) : std::vector<std::byte>(view.begin(), view.end());
+  }
+};
+
+/// Destroys an operation through its own allocator (the one its handler is associated with).
+struct pending_delete {
+  template <class Op>
+  void operator()(Op* op) const noexcept {
+    op->destroy();
+  }
+};
+
 /// A caller waiting for its reply (or a stream's reader for its next item); completes once.
 struct pending_call {
-  virtual ~pending_call() = default;
   /// `may_dispatch`: we run on an executor thread outside any initiating function, so the
   /// handler may run here if its executor allows (saves a trip through the scheduler).
-  virtual void complete(std::error_code ec, std::vector<std::byte> reply, bool may_dispatch) = 0;
+  virtual void complete(std::error_code ec, reply_bytes reply, bool may_dispatch) = 0;
+  virtual void destroy() noexcept = 0;
+
+ protected:
+  ~pending_call() = default;
 };
+using pending_call_ptr = std::unique_ptr<pending_call, pending_delete>;
 
 /// Waits for an event without a value (connected, the other end gone, room for a stream item);
 /// completes once.
 struct pending_signal {
-  virtual ~pending_signal() = default;
   /// `may_dispatch`: as for pending_call.
   virtual void complete(std::error_code ec, bool may_dispatch) = 0;
+  virtual void destroy() noexcept = 0;
+
+ protected:
+  ~pending_signal() = default;
 };
+using pending_signal_ptr = std::unique_ptr<pending_signal, pending_delete>;
+
+/// Memory for an operation `Op` holding a `Handler`: from the handler's associated allocator,
+/// and by default from Asio's recycling allocator (blocks cached per thread), so that a steady
+/// flow of calls allocates nothing.
+template <class Op, class Handler>
+struct handler_memory {
+  using alloc_type = typename std::allocator_traits<asio::associated_allocator_t<
+      Handler, asio::recycling_allocator<void>>>::template rebind_alloc<Op>;
+
+  /// Makes an `Op` from the handler and `args`.
+  template <class... Args>
+  static std::unique_ptr<Op, pending_delete> make(Handler h, Args&&... args) {
+    alloc_type alloc(asio::get_associated_allocator(h, asio::recycling_allocator<void>()));
+    Op* p = std::allocator_traits<alloc_type>::allocate(alloc, 1);
+    try {
+      return std::unique_ptr<Op, pending_delete>(
+          new (p) Op(alloc, std::move(h), std::forward<Args>(args)...));
+    } catch (...) {
+      std::allocator_traits<alloc_type>::deallocate(alloc, p, 1);
+      throw;
+    }
+  }
+  /// Destroys `op` and gives its memory back.
+  static void free(Op* op) noexcept {
+    alloc_type alloc(std::move(op->alloc_));
+    op->~Op();
+    std::allocator_traits<alloc_type>::deallocate(alloc, op, 1);
+  }
+};
+
+/// Makes the operation `Op<Handler>` for `handler`: see handler_memory.
+template <template <class> class Op, class Handler, class... Args>
+std::unique_ptr<Op<Handler>, pending_delete> make_pending(Handler handler, Args&&... args) {
+  return handler_memory<Op<Handler>, Handler>::make(std::move(handler),
+                                                    std::forward<Args>(args)...);
+}
 
 /// A completion handler kept until its one completion, with work tracked on its associated
 /// executor meanwhile (so that io_context::run() does not return under it).
@@ -69,26 +144,38 @@ class tracked_handler {
 /// A caller's completion handler, kept until its reply comes.
 template <class Handler>
 class rpc_call final : public pending_call {
+  using memory = handler_memory<rpc_call, Handler>;
+  friend memory;
+
  public:
-  rpc_call(Handler h, const asio::any_io_executor& ex) : handler_(std::move(h), ex) {}
-  void complete(std::error_code ec, std::vector<std::byte> reply, bool may_dispatch) override {
-    handler_.deliver(may_dispatch, ec, std::move(reply));
+  rpc_call(typename memory::alloc_type alloc, Handler h, const asio::any_io_executor& ex)
+      : alloc_(std::move(alloc)), handler_(std::move(h), ex) {}
+  void complete(std::error_code ec, reply_bytes reply, bool may_dispatch) override {
+    handler_.deliver(may_dispatch, ec, reply.take());
   }
+  void destroy() noexcept override { memory::free(this); }
 
  private:
+  typename memory::alloc_type alloc_;
   tracked_handler<Handler> handler_;
 };
 
 /// A handler waiting for an event without a value.
 template <class Handler>
 class rpc_signal final : public pending_signal {
+  using memory = handler_memory<rpc_signal, Handler>;
+  friend memory;
+
  public:
-  rpc_signal(Handler h, const asio::any_io_executor& ex) : handler_(std::move(h), ex) {}
+  rpc_signal(typename memory::alloc_type alloc, Handler h, const asio::any_io_executor& ex)
+      : alloc_(std::move(alloc)), handler_(std::move(h), ex) {}
   void complete(std::error_code ec, bool may_dispatch) override {
     handler_.deliver(may_dispatch, ec);
   }
+  void destroy() noexcept override { memory::free(this); }
 
  private:
+  typename memory::alloc_type alloc_;
   tracked_handler<Handler> handler_;
 };
 

@@ -24,7 +24,7 @@ std::uint64_t stream_request_id(const stream_state& st) noexcept;
 
 /// The caller's side: the next item of `st` (or its end) completes `op`.
 void stream_read(const std::shared_ptr<rpc_channel>& ch, const std::shared_ptr<stream_state>& st,
-                 std::uint64_t read_id, std::unique_ptr<pending_call> op);
+                 std::uint64_t read_id, pending_call_ptr op);
 /// Cancels the read `read_id`; terminal and partial cancellation end the stream too.
 void stream_cancel_read(const std::shared_ptr<rpc_channel>& ch,
                         const std::shared_ptr<stream_state>& st, std::uint64_t read_id,
@@ -37,7 +37,7 @@ void stream_close(const std::shared_ptr<rpc_channel>& ch,
 /// room for it, then completes `op`.
 void stream_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_id,
                   std::uint64_t session, std::uint64_t write_id, std::vector<std::byte> item,
-                  std::unique_ptr<pending_signal> op);
+                  pending_signal_ptr op);
 /// Cancels the write `write_id` if it is still waiting for room (nothing of it was sent).
 void stream_cancel_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_id,
                          std::uint64_t write_id);

@@ -21,7 +21,7 @@ namespace shmio::detail {
 struct stream_state {
   struct read {
     std::uint64_t id;
-    std::unique_ptr<pending_call> op;
+    pending_call_ptr op;
   };
 
   std::uint64_t id = 0;          // the request's id
@@ -41,7 +41,7 @@ struct stream_writer_state {
   struct write {
     std::uint64_t id;
     std::vector<std::byte> item;
-    std::unique_ptr<pending_signal> op;
+    pending_signal_ptr op;
   };
 
   bool active = false;  // the request is a stream's

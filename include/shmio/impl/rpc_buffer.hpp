@@ -6,6 +6,8 @@
 #include <asio/experimental/append.hpp>
 #include <asio/post.hpp>
 #include <asio/use_awaitable.hpp>
+#include <algorithm>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <type_traits>
@@ -19,11 +21,19 @@ namespace detail {
 /// A stream's opening: completes with the stream once its request is sent.
 template <class Handler>
 class rpc_stream_open final : public pending_call {
+  using memory = handler_memory<rpc_stream_open, Handler>;
+  friend memory;
+
  public:
-  rpc_stream_open(Handler h, const asio::any_io_executor& ex, std::shared_ptr<rpc_channel> ch,
-                  std::shared_ptr<stream_state> st)
-      : handler_(std::move(h), ex), ex_(ex), channel_(std::move(ch)), state_(std::move(st)) {}
-  void complete(std::error_code ec, std::vector<std::byte>, bool may_dispatch) override {
+  rpc_stream_open(typename memory::alloc_type alloc, Handler h, const asio::any_io_executor& ex,
+                  std::shared_ptr<rpc_channel> ch, std::shared_ptr<stream_state> st)
+      : alloc_(std::move(alloc)),
+        handler_(std::move(h), ex),
+        ex_(ex),
+        channel_(std::move(ch)),
+        state_(std::move(st)) {}
+  void destroy() noexcept override { memory::free(this); }
+  void complete(std::error_code ec, reply_bytes, bool may_dispatch) override {
     rpc_stream stream = rpc_stream_access::make_stream(ex_, ec ? nullptr : std::move(channel_),
                                                        ec ? nullptr : std::move(state_));
     channel_.reset();  // this op lives in the channel's table: no cycle once it completed
@@ -32,6 +42,7 @@ class rpc_stream_open final : public pending_call {
   }
 
  private:
+  typename memory::alloc_type alloc_;
   tracked_handler<Handler> handler_;
   asio::any_io_executor ex_;
   std::shared_ptr<rpc_channel> channel_;
@@ -71,34 +82,80 @@ namespace detail {
 /// error_code form would throw a std::system_error without it).
 template <class Handler>
 class rpc_throwing_call final : public pending_call {
+  using memory = handler_memory<rpc_throwing_call, Handler>;
+  friend memory;
+
  public:
-  rpc_throwing_call(Handler h, const asio::any_io_executor& ex, const rpc_channel* ch)
-      : handler_(std::move(h), ex), channel_(ch) {}
-  void complete(std::error_code ec, std::vector<std::byte> reply, bool may_dispatch) override {
-    if (!ec) return handler_.deliver(may_dispatch, std::exception_ptr(), std::move(reply));
+  rpc_throwing_call(typename memory::alloc_type alloc, Handler h, const asio::any_io_executor& ex,
+                    const rpc_channel* ch)
+      : alloc_(std::move(alloc)), handler_(std::move(h), ex), channel_(ch) {}
+  void destroy() noexcept override { memory::free(this); }
+  void complete(std::error_code ec, reply_bytes reply, bool may_dispatch) override {
+    if (!ec) return handler_.deliver(may_dispatch, std::exception_ptr(), reply.take());
     // The channel completes its calls while it lives: its name is still there.
-    auto e = std::make_exception_ptr(
-        rpc_error(ec, channel_->name(), std::string(as_string_view(reply))));
+    auto e = std::make_exception_ptr(rpc_error(ec, channel_->name(), to_string(reply.view)));
     handler_.deliver(may_dispatch, std::move(e), std::vector<std::byte>());
   }
 
  private:
+  typename memory::alloc_type alloc_;
   tracked_handler<Handler> handler_;
   const rpc_channel* channel_;
 };
 
+/// A call made in place: its reply goes into the caller's buffer, and its handler gets the
+/// reply's size. `Throwing`: the handler takes an exception_ptr (see rpc_throwing_call).
+template <class Handler, bool Throwing>
+class rpc_call_into final : public pending_call {
+  using memory = handler_memory<rpc_call_into, Handler>;
+  friend memory;
+
+ public:
+  rpc_call_into(typename memory::alloc_type alloc, Handler h, const asio::any_io_executor& ex,
+                asio::mutable_buffer target, const rpc_channel* ch)
+      : alloc_(std::move(alloc)), handler_(std::move(h), ex), target_(target), channel_(ch) {}
+  void destroy() noexcept override { memory::free(this); }
+  void complete(std::error_code ec, reply_bytes reply, bool may_dispatch) override {
+    // The reply, or an error's text, as far as it fits; the size is the whole reply's, so that a
+    // caller whose buffer was too small learns how large it must be.
+    const std::size_t n = std::min(reply.view.size(), target_.size());
+    if (n) std::memcpy(target_.data(), reply.view.data(), n);
+    const bool overflow = !ec && reply.view.size() > target_.size();
+    if (overflow) ec = errc::message_too_large;
+    const std::size_t size = overflow || !ec ? reply.view.size() : n;
+    if constexpr (Throwing) {
+      if (!ec) return handler_.deliver(may_dispatch, std::exception_ptr(), size);
+      std::string text = overflow ? "reply of " + std::to_string(size) +
+                                        " bytes larger than the buffer given for it"
+                                  : to_string(reply.view);
+      auto e = std::make_exception_ptr(rpc_error(ec, channel_->name(), std::move(text)));
+      handler_.deliver(may_dispatch, std::move(e), size);
+    } else {
+      handler_.deliver(may_dispatch, ec, size);
+    }
+  }
+
+ private:
+  typename memory::alloc_type alloc_;
+  tracked_handler<Handler> handler_;
+  asio::mutable_buffer target_;
+  const rpc_channel* channel_;
+};
+
 /// Starts a call (see rpc_buffer::async_request). `Throwing`: the handler takes an
-/// exception_ptr, not an error_code (rpc_throwing_call).
-template <bool Throwing>
+/// exception_ptr, not an error_code (rpc_throwing_call). `Into`: a call made in place
+/// (rpc_call_into), whose reply goes into `target`.
+template <bool Throwing, bool Into>
 struct rpc_request_initiation {
   template <class Handler>
   void operator()(Handler handler, const std::shared_ptr<rpc_channel>& ch,
                   const asio::any_io_executor& ex, const std::string& closed_name,
-                  std::vector<std::byte> data, std::uint16_t packet_flags,
+                  outgoing_message request, bool valid, asio::mutable_buffer target,
                   std::chrono::milliseconds limit) const {
+    using value_type = std::conditional_t<Into, std::size_t, std::vector<std::byte>>;
     // Closed, or a method name out of range: complete on the object's executor, as any
     // other completion (never inside this function).
-    if (!ch || (packet_flags & layout::packet_flag_method && data.empty())) {
+    if (!ch || !valid) {
       auto hex = asio::get_associated_executor(handler, ex);
       const std::error_code ec = ch ? std::error_code(errc::invalid_argument)
                                     : std::error_code(asio::error::operation_aborted);
@@ -107,21 +164,22 @@ struct rpc_request_initiation {
                                    std::move(handler),
                                    std::make_exception_ptr(rpc_error(
                                        ec, ch ? std::string_view(ch->name()) : closed_name, {})),
-                                   std::vector<std::byte>{}));
+                                   value_type{}));
       else
-        return asio::post(
-            hex, asio::experimental::append(std::move(handler), ec, std::vector<std::byte>{}));
+        return asio::post(hex, asio::experimental::append(std::move(handler), ec, value_type{}));
     }
     const std::uint64_t id = ch->next_id();
     auto slot = asio::get_associated_cancellation_slot(handler);
     if (slot.is_connected()) slot.template emplace<rpc_cancel>(rpc_cancel{ch, id});
-    std::unique_ptr<pending_call> call;
-    if constexpr (Throwing)
-      call = std::make_unique<rpc_throwing_call<Handler>>(std::move(handler), ch->get_executor(),
-                                                          ch.get());
+    pending_call_ptr call;
+    if constexpr (Into)
+      call = handler_memory<rpc_call_into<Handler, Throwing>, Handler>::make(
+          std::move(handler), ch->get_executor(), target, ch.get());
+    else if constexpr (Throwing)
+      call = make_pending<rpc_throwing_call>(std::move(handler), ch->get_executor(), ch.get());
     else
-      call = std::make_unique<rpc_call<Handler>>(std::move(handler), ch->get_executor());
-    ch->start_call(id, std::move(call), std::move(data), limit, packet_flags);
+      call = make_pending<rpc_call>(std::move(handler), ch->get_executor());
+    ch->start_call(id, std::move(call), std::move(request), limit);
   }
 };
 
@@ -132,19 +190,21 @@ struct use_awaitable_token<asio::use_awaitable_t<Executor>> : std::true_type {};
 
 }  // namespace detail
 
-template <class CompletionToken>
-auto rpc_buffer::start_request(std::vector<std::byte> message, std::uint16_t flags,
-                               std::chrono::milliseconds timeout, CompletionToken&& token) {
+template <bool Into, class CompletionToken>
+auto rpc_buffer::start_request(detail::outgoing_message message, bool valid,
+                               asio::mutable_buffer target, std::chrono::milliseconds timeout,
+                               CompletionToken&& token) {
+  using value_type = std::conditional_t<Into, std::size_t, std::vector<std::byte>>;
   // A closed end's name, for the error it completes with (copied only then).
   std::string closed = channel_ ? std::string() : closed_name_;
   if constexpr (detail::use_awaitable_token<std::decay_t<CompletionToken>>::value)
-    return asio::async_initiate<CompletionToken, void(std::exception_ptr, std::vector<std::byte>)>(
-        detail::rpc_request_initiation<true>{}, token, channel_, ex_, std::move(closed),
-        std::move(message), flags, timeout);
+    return asio::async_initiate<CompletionToken, void(std::exception_ptr, value_type)>(
+        detail::rpc_request_initiation<true, Into>{}, token, channel_, ex_, std::move(closed),
+        std::move(message), valid, target, timeout);
   else
-    return asio::async_initiate<CompletionToken, void(std::error_code, std::vector<std::byte>)>(
-        detail::rpc_request_initiation<false>{}, token, channel_, ex_, std::move(closed),
-        std::move(message), flags, timeout);
+    return asio::async_initiate<CompletionToken, void(std::error_code, value_type)>(
+        detail::rpc_request_initiation<false, Into>{}, token, channel_, ex_, std::move(closed),
+        std::move(message), valid, target, timeout);
 }
 
 template <class CompletionToken>
@@ -153,19 +213,64 @@ auto rpc_buffer::async_request(asio::const_buffer payload, std::chrono::millisec
   // Copied now, not when the operation starts: with a lazy token (deferred, an awaitable kept
   // for later) the caller's buffer may be gone by then.
   const auto* p = static_cast<const std::byte*>(payload.data());
-  return start_request(std::vector<std::byte>(p, p + payload.size()), 0, timeout,
-                       std::forward<CompletionToken>(token));
+  detail::outgoing_message m;
+  m.payload.assign(p, p + payload.size());
+  return start_request<false>(std::move(m), true, {}, timeout,
+                              std::forward<CompletionToken>(token));
 }
 
 template <class CompletionToken>
 auto rpc_buffer::async_request(std::string_view method, asio::const_buffer payload,
                                std::chrono::milliseconds timeout, CompletionToken&& token) {
-  // An empty message with the method flag stands for a name out of range (see start_request).
-  std::vector<std::byte> message;
-  if (!method.empty() && method.size() <= rpc_methods::max_name)
-    message = detail::encode_named(method,
-                                   {static_cast<const std::byte*>(payload.data()), payload.size()});
-  return start_request(std::move(message), detail::layout::packet_flag_method, timeout,
+  const bool valid = !method.empty() && method.size() <= rpc_methods::max_name;
+  detail::outgoing_message m;
+  m.flags = detail::layout::packet_flag_method;
+  if (valid)
+    m.payload = detail::encode_named(
+        method, {static_cast<const std::byte*>(payload.data()), payload.size()});
+  return start_request<false>(std::move(m), valid, {}, timeout,
+                              std::forward<CompletionToken>(token));
+}
+
+template <class CompletionToken>
+auto rpc_buffer::async_request(asio::const_buffer payload, asio::mutable_buffer reply,
+                               std::chrono::milliseconds timeout, CompletionToken&& token) {
+  // Sent from where it is: the caller keeps it until the call completes.
+  detail::outgoing_message m;
+  m.borrowed[0] = {static_cast<const std::byte*>(payload.data()), payload.size()};
+  return start_request<true>(std::move(m), true, reply, timeout,
+                             std::forward<CompletionToken>(token));
+}
+
+template <class CompletionToken>
+auto rpc_buffer::async_request(asio::const_buffer payload, asio::mutable_buffer reply,
+                               CompletionToken&& token) {
+  return async_request(payload, reply,
+                       channel_ ? channel_->default_timeout() : std::chrono::seconds(30),
+                       std::forward<CompletionToken>(token));
+}
+
+template <class CompletionToken>
+auto rpc_buffer::async_request(std::string_view method, asio::const_buffer payload,
+                               asio::mutable_buffer reply, std::chrono::milliseconds timeout,
+                               CompletionToken&& token) {
+  // The name's length, then the name and the payload from where they are (see encode_named).
+  const bool valid = !method.empty() && method.size() <= rpc_methods::max_name;
+  detail::outgoing_message m;
+  m.flags = detail::layout::packet_flag_method;
+  m.head[0] = static_cast<std::byte>(method.size());
+  m.head_size = 1;
+  m.borrowed[0] = std::as_bytes(std::span(method.data(), method.size()));
+  m.borrowed[1] = {static_cast<const std::byte*>(payload.data()), payload.size()};
+  return start_request<true>(std::move(m), valid, reply, timeout,
+                             std::forward<CompletionToken>(token));
+}
+
+template <class CompletionToken>
+auto rpc_buffer::async_request(std::string_view method, asio::const_buffer payload,
+                               asio::mutable_buffer reply, CompletionToken&& token) {
+  return async_request(method, payload, reply,
+                       channel_ ? channel_->default_timeout() : std::chrono::seconds(30),
                        std::forward<CompletionToken>(token));
 }
 
@@ -192,7 +297,6 @@ auto rpc_buffer::start_stream(bool named, std::string_view method, asio::const_b
   return asio::async_initiate<CompletionToken, void(std::error_code, rpc_stream)>(
       [](auto handler, const std::shared_ptr<detail::rpc_channel>& ch, const executor_type& ex,
          std::vector<std::byte> data, std::uint16_t packet_flags, bool name_valid) {
-        using handler_t = decltype(handler);
         if (!ch || !name_valid) {  // completes on the handler's executor, never in here
           auto hex = asio::get_associated_executor(handler, ex);
           const std::error_code ec = ch ? std::error_code(errc::invalid_argument)
@@ -209,10 +313,12 @@ auto rpc_buffer::start_stream(bool named, std::string_view method, asio::const_b
         auto slot = asio::get_associated_cancellation_slot(handler);
         if (slot.is_connected())
           slot.template emplace<detail::rpc_cancel>(detail::rpc_cancel{ch, id});
-        auto op =
-            std::make_unique<detail::rpc_stream_open<handler_t>>(std::move(handler), ex, ch, st);
-        ch->start_call(id, std::move(op), std::move(data), std::chrono::milliseconds(-1),
-                       packet_flags, std::move(st));
+        auto op = detail::make_pending<detail::rpc_stream_open>(std::move(handler), ex, ch, st);
+        detail::outgoing_message m;
+        m.payload = std::move(data);
+        m.flags = packet_flags;
+        ch->start_call(id, std::move(op), std::move(m), std::chrono::milliseconds(-1),
+                       std::move(st));
       },
       token, channel_, ex_, std::move(message), flags, valid);
 }
@@ -233,10 +339,9 @@ auto rpc_buffer::async_connect(std::string_view service, std::chrono::millisecon
                                CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code)>(
       [this](auto handler, const std::string& name, std::chrono::milliseconds limit) {
-        using handler_t = decltype(handler);
         close();  // a connected or connecting end gives way
         auto slot = asio::get_associated_cancellation_slot(handler);
-        auto op = std::make_unique<detail::rpc_signal<handler_t>>(std::move(handler), ex_);
+        auto op = detail::make_pending<detail::rpc_signal>(std::move(handler), ex_);
         std::error_code ec;
         channel_ = detail::rpc_channel::connect(ex_, name, client_service(), strategy_, ec);
         if (!channel_) return op->complete(ec, false);  // posted: never inside this function
@@ -252,8 +357,7 @@ template <class CompletionToken>
 auto rpc_buffer::async_wait_closed(CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code)>(
       [](auto handler, const std::shared_ptr<detail::rpc_channel>& ch, const executor_type& ex) {
-        using handler_t = decltype(handler);
-        auto op = std::make_unique<detail::rpc_signal<handler_t>>(std::move(handler), ex);
+        auto op = detail::make_pending<detail::rpc_signal>(std::move(handler), ex);
         if (!ch) return op->complete(asio::error::operation_aborted, false);
         ch->async_wait_closed(std::move(op));
       },

@@ -50,7 +50,6 @@ auto rpc_stream::async_read(CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code, std::vector<std::byte>)>(
       [](auto handler, const executor_type& ex, const std::shared_ptr<detail::rpc_channel>& ch,
          const std::shared_ptr<detail::stream_state>& st) {
-        using handler_t = decltype(handler);
         if (!st) {  // not open: completes as any other completion, never inside this function
           auto hex = asio::get_associated_executor(handler, ex);
           return asio::post(
@@ -64,7 +63,7 @@ auto rpc_stream::async_read(CompletionToken&& token) {
           slot.template emplace<detail::stream_read_cancel>(
               detail::stream_read_cancel{ch, st, read_id});
         detail::stream_read(ch, st, read_id,
-                            std::make_unique<detail::rpc_call<handler_t>>(std::move(handler), ex));
+                            detail::make_pending<detail::rpc_call>(std::move(handler), ex));
       },
       token, ex_, channel_, state_);
 }
@@ -80,14 +79,13 @@ auto rpc_stream_writer::async_write(asio::const_buffer item, CompletionToken&& t
   return asio::async_initiate<CompletionToken, void(std::error_code)>(
       [](auto handler, const std::shared_ptr<detail::rpc_channel>& ch, std::uint64_t id,
          std::uint64_t session, std::vector<std::byte> data) {
-        using handler_t = decltype(handler);
         const std::uint64_t write_id = detail::stream_op_id(*ch);
         auto slot = asio::get_associated_cancellation_slot(handler);
         if (slot.is_connected())
           slot.template emplace<detail::stream_write_cancel>(
               detail::stream_write_cancel{ch, id, write_id});
         detail::stream_write(ch, id, session, write_id, std::move(data),
-                             std::make_unique<detail::rpc_signal<handler_t>>(
+                             detail::make_pending<detail::rpc_signal>(
                                  std::move(handler), detail::stream_executor(*ch)));
       },
       token, channel_, id_, session_, std::vector<std::byte>(p, p + item.size()));
