@@ -16,6 +16,8 @@
 //               use_awaitable, the child's (owner's) plain-function handler echoes, run inline
 //               as the request is read
 //   rpc_coroutine  the same with a coroutine handler ("c")
+//   rpc_in_place   the call made in place (async_request("i", request, reply buffer)) to an
+//               in-place handler (rpc_in_place_handler), run inline
 // Every other block is a line block: each family's block is compared with the line blocks on
 // either side, because the cache-line floor moves between ~100 ns and ~1 µs when the host moves
 // a vCPU, sometimes within seconds; only adjacent blocks compare. The order of the families
@@ -60,11 +62,12 @@ enum family : int {
   post_floor,
   rpc_plain,
   rpc_coroutine,
+  rpc_in_place,
   family_count
 };
 const char* name_of(int f) {
-  static const char* names[] = {"line",    "spin_ring",  "sync",      "co_await",
-                                "co_fast", "post_floor", "rpc_plain", "rpc_coroutine"};
+  static const char* names[] = {"line",      "spin_ring",     "sync",        "co_await", "co_fast",
+                                "post_floor", "rpc_plain", "rpc_coroutine", "rpc_in_place"};
   return names[f];
 }
 
@@ -105,6 +108,7 @@ void serve_block(int f, shared_lines& l, spin_ring& to_child, spin_ring& to_pare
   switch (f) {
     case rpc_plain:
     case rpc_coroutine:
+    case rpc_in_place:
       // The channel's handlers count what they served; the io_context runs until the block's.
       served = 0;
       io.restart();
@@ -194,6 +198,12 @@ void roundtrip_pairs(benchmark::State& state, session& s) {
           ++served;
           co_return std::vector<std::byte>(in.begin(), in.end());
         });
+    methods.add("i", shmio::rpc_in_place_handler([&served](std::uint64_t,
+                                                           std::span<const std::byte> in,
+                                                           shmio::rpc_reply& reply) {
+                  ++served;
+                  reply.append(in);
+                }));
     shmio::rpc_buffer server(io, shmio::create_only, rpc_name, methods);
     ready();
     for (std::uint64_t b = 1;; ++b) {
@@ -260,6 +270,9 @@ void roundtrip_pairs(benchmark::State& state, session& s) {
             } else if (f == co_fast) {
               co_await ping.co_write(asio::buffer(out));
               co_await pong.co_read(asio::buffer(in));
+            } else if (f == rpc_in_place) {
+              co_await caller.async_request("i", asio::buffer(out), asio::buffer(in),
+                                            asio::use_awaitable);
             } else if (f == rpc_plain || f == rpc_coroutine) {
               in = co_await caller.async_request(f == rpc_plain ? "p" : "c", asio::buffer(out),
                                                  asio::use_awaitable);
@@ -287,7 +300,8 @@ void roundtrip_pairs(benchmark::State& state, session& s) {
       for (int k = 0; k < family_count - 1; ++k) {
         const int f = 1 + (round + k) % (family_count - 1);
         const double m = run_block(f);
-        if (f == co_await_family || f == co_fast || f == rpc_plain || f == rpc_coroutine)
+        if (f == co_await_family || f == co_fast || f == rpc_plain || f == rpc_coroutine ||
+            f == rpc_in_place)
           all_rtts[f].insert(all_rtts[f].end(), rtt.begin(), rtt.end());
         const double after = run_block(line);
         medians[line].push_back(after);

@@ -16,6 +16,9 @@
 //       shmio_rpc_plain_tuple  the same, awaited with as_tuple(use_awaitable): the completion
 //                          as Asio delivers it, where use_awaitable goes through the coroutine
 //                          that throws shmio::rpc_error (one more frame per call)
+//       shmio_rpc_in_place the call made in place (the request sent from the caller's buffer,
+//                          the reply read into one of its own) to an rpc_in_place_handler that
+//                          writes its echo into the channel's rpc_reply
 // BM_rpc_pipelined/<family>: 1 KiB requests (1 KiB echo) from `in_flight` concurrent callers in
 //     the parent's one thread; items_per_second = completed calls per second. The stream family
 //     uses one connection per caller (a connection pool, as a user would without a protocol
@@ -27,7 +30,8 @@
 //
 // Counters: median_ns (round trips; see support.hpp); allocs_per_iter / allocs_per_call: heap
 // allocations in the calling process per call; server_allocs_per_call (pipelined shmio): in the
-// serving process, the echo's own two (request payload and reply) included.
+// serving process, the echo's own (its reply vector, for the coroutine and plain handlers)
+// included.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -69,8 +73,16 @@ enum class family {
   asio_local_stream,
   shmio_rpc,
   shmio_rpc_plain,
-  shmio_rpc_plain_tuple
+  shmio_rpc_plain_tuple,
+  shmio_rpc_in_place
 };
+enum class handler_kind { coroutine, plain, in_place };
+
+handler_kind handler_of(family f) {
+  return f == family::shmio_rpc         ? handler_kind::coroutine
+         : f == family::shmio_rpc_in_place ? handler_kind::in_place
+                                           : handler_kind::plain;
+}
 enum class reply_kind { echo, empty };
 
 const char* name_of(family f) {
@@ -85,6 +97,8 @@ const char* name_of(family f) {
       return "shmio_rpc_plain";
     case family::shmio_rpc_plain_tuple:
       return "shmio_rpc_plain_tuple";
+    case family::shmio_rpc_in_place:
+      return "shmio_rpc_in_place";
   }
   return "?";
 }
@@ -136,8 +150,8 @@ std::vector<std::byte> reply_to(std::span<const std::byte> in, reply_kind kind) 
   return {in.begin(), in.end()};
 }
 
-/// The owner's handler is a coroutine, or with `plain` a plain function.
-void fork_rpc_server(session& s, const std::string& name, reply_kind kind, bool plain,
+/// The owner's handler: a coroutine, a plain function, or one writing its reply in place.
+void fork_rpc_server(session& s, const std::string& name, reply_kind kind, handler_kind handler,
                      const shmio::rpc_options& options = {}) {
   control_block& c = s.ctl();
   s.fork_child([&](const std::function<void()>& ready) {
@@ -153,9 +167,17 @@ void fork_rpc_server(session& s, const std::string& name, reply_kind kind, bool 
       c.count.store(allocations(), std::memory_order_relaxed);
       return reply_to(in, kind);
     };
-    auto owner =
-        plain ? shmio::rpc_buffer(io.get_executor(), shmio::create_only, name, function, options)
-              : shmio::rpc_buffer(io.get_executor(), shmio::create_only, name, coroutine, options);
+    shmio::rpc_in_place_handler in_place = [kind, &c](std::uint64_t,
+                                                      std::span<const std::byte> in,
+                                                      shmio::rpc_reply& reply) {
+      c.count.store(allocations(), std::memory_order_relaxed);
+      if (kind == reply_kind::echo) reply.append(in);
+    };
+    shmio::rpc_methods methods = handler == handler_kind::coroutine ? shmio::rpc_methods(coroutine)
+                                 : handler == handler_kind::plain   ? shmio::rpc_methods(function)
+                                                                    : shmio::rpc_methods(in_place);
+    shmio::rpc_buffer owner(io.get_executor(), shmio::create_only, name, std::move(methods),
+                            options);
     asio::co_spawn(io, stop_watch(c, io), asio::detached);
     c.count.store(allocations(), std::memory_order_relaxed);  // the baseline, before any call
     ready();
@@ -226,9 +248,9 @@ void sequential_stream(benchmark::State& state, session& s, std::size_t size, re
 }
 
 void sequential_rpc(benchmark::State& state, session& s, std::size_t size, reply_kind kind,
-                    bool plain, bool tuple = false) {
+                    handler_kind handler, bool tuple = false) {
   const std::string name = s.segment_name("rpc");
-  fork_rpc_server(s, name, kind, plain);
+  fork_rpc_server(s, name, kind, handler);
   s.start_children();
   asio::io_context io;
   {
@@ -238,7 +260,11 @@ void sequential_rpc(benchmark::State& state, session& s, std::size_t size, reply
         measure_calls(state, size,
                       [&](const std::vector<std::byte>& rq,
                           std::vector<std::byte>& rp) -> asio::awaitable<void> {
-                        if (tuple) {
+                        if (handler == handler_kind::in_place) {
+                          rp.resize(size);  // once: the reply goes into it in place
+                          co_await opener.async_request(asio::buffer(rq), asio::buffer(rp),
+                                                        asio::use_awaitable);
+                        } else if (tuple) {
                           std::error_code ec;
                           std::tie(ec, rp) = co_await opener.async_request(
                               asio::buffer(rq), asio::experimental::as_tuple(asio::use_awaitable));
@@ -262,7 +288,8 @@ void bm_roundtrip(benchmark::State& state, family f, placement p) {
       case family::shmio_rpc:
       case family::shmio_rpc_plain:
       case family::shmio_rpc_plain_tuple:
-        return sequential_rpc(state, s, small_message, reply_kind::echo, f != family::shmio_rpc,
+      case family::shmio_rpc_in_place:
+        return sequential_rpc(state, s, small_message, reply_kind::echo, handler_of(f),
                               f == family::shmio_rpc_plain_tuple);
     }
   });
@@ -276,7 +303,7 @@ void bm_bulk(benchmark::State& state, family f) {
     if (f == family::asio_local_stream)
       sequential_stream(state, s, bulk_message, reply_kind::empty);
     else
-      sequential_rpc(state, s, bulk_message, reply_kind::empty, f == family::shmio_rpc_plain);
+      sequential_rpc(state, s, bulk_message, reply_kind::empty, handler_of(f));
   });
   state.SetItemsProcessed(state.iterations());
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(bulk_message));
@@ -343,7 +370,7 @@ void bm_pipelined(benchmark::State& state, family f, const shmio::rpc_options& o
       return;
     }
     const std::string name = s.segment_name("rpc");
-    fork_rpc_server(s, name, reply_kind::echo, f == family::shmio_rpc_plain, options);
+    fork_rpc_server(s, name, reply_kind::echo, handler_of(f), options);
     s.start_children();
     {
       shmio::rpc_buffer opener(io.get_executor(), shmio::open_only, name);
@@ -351,7 +378,13 @@ void bm_pipelined(benchmark::State& state, family f, const shmio::rpc_options& o
           state, s, io,
           [&](int, const std::vector<std::byte>& rq,
               std::vector<std::byte>& rp) -> asio::awaitable<void> {
-            rp = co_await opener.async_request(asio::buffer(rq), asio::use_awaitable);
+            if (f == family::shmio_rpc_in_place) {
+              rp.resize(rq.size());  // once per caller: the reply goes into it in place
+              co_await opener.async_request(asio::buffer(rq), asio::buffer(rp),
+                                            asio::use_awaitable);
+            } else {
+              rp = co_await opener.async_request(asio::buffer(rq), asio::use_awaitable);
+            }
           },
           true);
     }
@@ -366,9 +399,12 @@ void register_all() {
   const std::pair<placement, const char*> placements[] = {{placement::split, "split"},
                                                           {placement::same, "same"}};
   for (family f : {family::spin_ring, family::asio_local_stream, family::shmio_rpc,
-                   family::shmio_rpc_plain, family::shmio_rpc_plain_tuple})
+                   family::shmio_rpc_plain, family::shmio_rpc_plain_tuple,
+                   family::shmio_rpc_in_place})
     for (const auto& [p, pname] : placements) {
-      if ((f == family::spin_ring || f == family::shmio_rpc_plain_tuple) && p == placement::same)
+      if ((f == family::spin_ring || f == family::shmio_rpc_plain_tuple ||
+           f == family::shmio_rpc_in_place) &&
+          p == placement::same)
         continue;  // the spin ring measures time slices there
       const std::string name = std::string("BM_rpc_roundtrip/") + name_of(f) + "/" + pname;
       auto* b = benchmark::RegisterBenchmark(
@@ -376,7 +412,8 @@ void register_all() {
       b->UseRealTime()->Unit(benchmark::kNanosecond);
       if (g_fixed_round_trips > 0) b->Iterations(g_fixed_round_trips);
     }
-  for (family f : {family::asio_local_stream, family::shmio_rpc, family::shmio_rpc_plain}) {
+  for (family f : {family::asio_local_stream, family::shmio_rpc, family::shmio_rpc_plain,
+                   family::shmio_rpc_in_place}) {
     const std::string pipelined = std::string("BM_rpc_pipelined/") + name_of(f);
     benchmark::RegisterBenchmark(pipelined.c_str(),
                                  [f](benchmark::State& st) { bm_pipelined(st, f); })
