@@ -94,12 +94,26 @@ void round_trip(std::string_view name, std::span<const std::byte> payload, std::
     require(method == name && std::ranges::equal(rest, payload));
   };
   unwrap(out.payload);
+  // The same request made in place (rpc_buffer's in-place call): the name's length inline, the
+  // name and the payload borrowed. Every packet must match, and own() must give the same bytes.
+  outgoing_message borrowed = out;
+  if (!window) {
+    borrowed.payload.clear();
+    borrowed.head[0] = static_cast<std::byte>(name.size());
+    borrowed.head_size = 1;
+    borrowed.borrowed[0] = std::as_bytes(std::span(name.data(), name.size()));
+    borrowed.borrowed[1] = payload;
+    require(borrowed.size() == out.payload.size());
+  }
   const std::uint32_t count = packets_for(out.payload.size(), payload_per_packet(node_size));
   reassembler r(out.payload.size(), 1);
-  std::vector<std::byte> node(node_size);
+  std::vector<std::byte> node(node_size), again(node_size);
   for (std::uint32_t i = 1; i <= count; ++i) {
     const std::size_t used = encode_packet(out, i, node_size, node);
     require(used <= node_size);
+    require(encode_packet(borrowed, i, node_size, again) == used &&
+            std::equal(node.begin(), node.begin() + static_cast<std::ptrdiff_t>(used),
+                       again.begin()));
     const auto packet = parse_packet(std::span(node).first(used), node_size);
     require(packet && packet->header.flags == out.flags);
     incoming_message m{};
@@ -111,6 +125,19 @@ void round_trip(std::string_view name, std::span<const std::byte> payload, std::
     require(got == reassembler::result::complete);
     require(m.flags == out.flags && m.payload == out.payload);
     unwrap(m.payload);
+  }
+  borrowed.own();
+  require(borrowed.payload == out.payload && borrowed.size() == out.payload.size());
+  // A message of one packet, viewed where it was read rather than copied, then kept.
+  if (count == 1) {
+    const std::size_t used = encode_packet(out, 1, node_size, node);
+    const auto packet = parse_packet(std::span(node).first(used), node_size);
+    incoming_message m{};
+    require(packet && reassembler(out.payload.size(), 1).add(*packet, m, true) ==
+                          reassembler::result::complete);
+    require(m.viewed && std::ranges::equal(m.bytes(), out.payload));
+    m.own();
+    require(!m.viewed && m.payload == out.payload);
   }
 }
 
