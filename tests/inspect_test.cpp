@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <asio/io_context.hpp>
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -50,6 +51,9 @@ constexpr std::uint64_t svc_ring_bytes = body + 32;
 constexpr std::uint64_t svc_backlog = body + 44;
 constexpr std::uint64_t svc_ring = body + 64;
 constexpr std::uint64_t svc_nodes = svc_ring + 1344;  // node i at + 64 * i (32-byte requests)
+constexpr std::uint64_t svc_methods_offset = body + 56;
+constexpr std::uint64_t svc_methods = svc_nodes + 64 * 256;  // the method table
+constexpr std::uint64_t svc_slot = svc_methods + 16;         // its slot 0
 
 std::string file_of(const std::string& name) {
   return "/dev/shm/shmio.u" + std::to_string(::getuid()) + "." + name;
@@ -83,15 +87,22 @@ constexpr std::uint64_t published_version(std::uint64_t position) {
 // The server of an rpc service, its io_context run on a thread for the length of a test; closed
 // and joined even when a check fails.
 struct service_thread {
+  // Echo, as the unnamed method and as "get" (in place).
+  static shmio::rpc_methods methods() {
+    shmio::rpc_methods m(shmio::rpc_sync_handler([](std::uint64_t, std::span<const std::byte> in) {
+      return std::vector<std::byte>(in.begin(), in.end());
+    }));
+    m.add("get", shmio::rpc_in_place_handler(
+                     [](std::uint64_t, std::span<const std::byte> in, shmio::rpc_reply& reply) {
+                       reply.append(in);
+                     }));
+    return m;
+  }
   asio::io_context io;
   shmio::rpc_server server;
   std::thread runner;
   service_thread(std::string_view name, const shmio::rpc_options& options)
-      : server(io.get_executor(), shmio::create_only, name,
-               shmio::rpc_sync_handler([](std::uint64_t, std::span<const std::byte> in) {
-                 return std::vector<std::byte>(in.begin(), in.end());
-               }),
-               options),
+      : server(io.get_executor(), shmio::create_only, name, methods(), options),
         runner([this] { io.run(); }) {}
   ~service_thread() {
     server.close();
@@ -661,6 +672,12 @@ TEST_CASE("inspect reads an rpc service: channel sizes, server, backlog and its 
     CHECK_FALSE(c.status);
   }
   CHECK(s.clients[0].name != s.clients[1].name);
+  // Each method of the service, with nothing called yet.
+  REQUIRE(s.methods.size() == 2);
+  for (const auto& m : s.methods) {
+    CHECK((m.name == "" || m.name == "get"));
+    CHECK(m.calls == 0);
+  }
 
   // The listing finds the same clients among its own files.
   auto all = shmio::inspect::list(ec);
@@ -671,6 +688,23 @@ TEST_CASE("inspect reads an rpc service: channel sizes, server, backlog and its 
   REQUIRE(listed->rpc_service->clients.size() == 2);
   CHECK(listed->rpc_service->clients[0].name == s.clients[0].name);
   CHECK(listed->rpc_service->clients[1].name == s.clients[1].name);
+
+  // Calls are counted per method, over every connection.
+  for (int i = 0; i < 3; ++i)
+    a.async_request(asio::buffer("x", 1), [](std::error_code, std::vector<std::byte>) {});
+  std::array<std::byte, 4> out;
+  for (int i = 0; i < 2; ++i)
+    b.async_request("get", asio::buffer("yz", 2), asio::buffer(out),
+                    [](std::error_code, std::size_t) {});
+  CHECK(shmio::test::eventually([&] {
+    client_io.poll();
+    auto now = shmio::inspect::examine(name.str(), ec);
+    if (!now.rpc_service) return false;
+    std::uint64_t unnamed = 0, get = 0;
+    for (const auto& m : now.rpc_service->methods)
+      (m.name.empty() ? unnamed : get) = m.calls;
+    return unnamed == 3 && get == 2;
+  }));
 
   // A client that closes: the server drops its end, and the channel goes with the two ends.
   a.close();
@@ -776,9 +810,9 @@ TEST_CASE("inspect reports damaged rpc service headers as corrupted", "[inspect]
     return shmio::inspect::examine(name.str(), ec);
   };
   SECTION("another listener version") {
-    auto info = status_after(body, std::uint32_t{2});
+    auto info = status_after(body, std::uint32_t{3});
     CHECK(info.status == shmio::errc::incompatible);
-    CHECK(info.problem.find("rpc service version 2") != std::string::npos);
+    CHECK(info.problem.find("rpc service version 3") != std::string::npos);
     CHECK_FALSE(info.rpc_service);
   }
   SECTION("a channel node size with no room for a packet header") {
@@ -805,6 +839,40 @@ TEST_CASE("inspect reports damaged rpc service headers as corrupted", "[inspect]
     auto info = status_after(svc_ring_offset, std::uint64_t{1} << 40);
     CHECK(info.status == shmio::errc::corrupted);
     CHECK(info.problem.find("inconsistent with the file size") != std::string::npos);
+  }
+  SECTION("a method table that does not follow the connect ring") {
+    auto info = status_after(svc_methods_offset, std::uint64_t{12345});
+    CHECK(info.status == shmio::errc::corrupted);
+    CHECK(info.problem.find("inconsistent with the file size") != std::string::npos);
+  }
+  SECTION("more methods than the table has slots") {
+    auto info = status_after(svc_methods, std::uint32_t{65});
+    CHECK(info.status == shmio::errc::corrupted);
+    CHECK(info.problem.find("method table inconsistent") != std::string::npos);
+  }
+  SECTION("a method slot counted but not taken, or with a name longer than a slot") {
+    auto info = status_after(svc_methods, std::uint32_t{1});  // slot 0 not taken
+    CHECK(info.status == shmio::errc::corrupted);
+    CHECK(info.problem.find("method table inconsistent") != std::string::npos);
+    const std::uint8_t taken_45[] = {1, 45};
+    overwrite(path, svc_slot + 16, taken_45, sizeof taken_45);
+    info = shmio::inspect::examine(name.str(), ec);
+    CHECK(info.status == shmio::errc::corrupted);
+    CHECK(info.problem.find("method table inconsistent") != std::string::npos);
+  }
+  SECTION("a method slot as a service writes it") {
+    const std::uint32_t used = 1;
+    const std::uint64_t calls = 7;
+    const std::uint8_t head[] = {1, 3, 0, 0, 'g', 'e', 't'};
+    overwrite(path, svc_slot, &calls, sizeof calls);
+    overwrite(path, svc_slot + 16, head, sizeof head);
+    auto info = status_after(svc_methods, used);
+    CHECK_FALSE(info.status);
+    REQUIRE(info.rpc_service);
+    REQUIRE(info.rpc_service->methods.size() == 1);
+    CHECK(info.rpc_service->methods[0].name == "get");
+    CHECK_FALSE(info.rpc_service->methods[0].name_cut);
+    CHECK(info.rpc_service->methods[0].calls == 7);
   }
   SECTION("ring bytes that do not fit the file") {
     CHECK(status_after(svc_ring_bytes, std::uint64_t{64}).status == shmio::errc::corrupted);

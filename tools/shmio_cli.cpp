@@ -132,6 +132,14 @@ std::string timeout_text(const inspect::rpc_service_info& r) {
                               : std::string("no default timeout");
 }
 
+// "1234 calls" over every method.
+std::string calls_text(const inspect::rpc_service_info& r) {
+  std::uint64_t calls = 0;
+  for (const auto& m : r.methods)
+    calls += m.calls;
+  return count(calls, "call", "calls");
+}
+
 // "2 clients (1 live)"; "at least ..." when some connections' names were cut (see inspect.hpp).
 std::string clients_text(const inspect::rpc_service_info& r) {
   return std::string(r.clients_complete ? "" : "at least ") +
@@ -155,7 +163,7 @@ std::string details(const inspect::segment_info& s) {
     return std::string("server ") + (s.rpc_service->server_alive ? "alive" : "gone") + "; " +
            clients_text(*s.rpc_service) + ", " + std::to_string(s.rpc_service->waiting()) + "/" +
            std::to_string(s.rpc_service->requests.node_count) + " requests waiting, " +
-           std::to_string(s.rpc_service->accepted) + " accepted";
+           std::to_string(s.rpc_service->accepted) + " accepted, " + calls_text(*s.rpc_service);
   if (s.rpc)
     return std::string("owner ") + (s.rpc->owner_attached ? "attached" : "gone") + ", opener " +
            (s.rpc->opener_attached ? "attached" : "none") + "; to owner " +
@@ -259,6 +267,10 @@ void print_detail(const inspect::segment_info& s) {
       if (c.status) std::printf("; CORRUPTED: %s", c.problem.c_str());
       std::printf("\n");
     }
+    std::printf("methods:  %zu\n", r.methods.size());
+    for (const auto& m : r.methods)
+      std::printf("  %s%s  %s\n", m.name.empty() ? "(unnamed)" : printable(m.name).c_str(),
+                  m.name_cut ? "..." : "", count(m.calls, "call", "calls").c_str());
     print_ring("connect ring", r.requests);
   }
   if (s.locked) {
@@ -411,6 +423,15 @@ void write_segment(json_writer& j, const inspect::segment_info& s) {
       j.key("server_attached").value(c.server_attached);
       j.key("status").value(status_name(c.status));
       if (c.status) j.key("problem").value(c.problem);
+      j.end_object();
+    }
+    j.end_array();
+    j.key("methods").begin_array();
+    for (const auto& m : r.methods) {
+      j.begin_object();
+      j.key("name").value(m.name);
+      j.key("name_cut").value(m.name_cut);
+      j.key("calls").value(m.calls);
       j.end_object();
     }
     j.end_array();

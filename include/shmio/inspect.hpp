@@ -129,6 +129,13 @@ struct rpc_client_info {
   std::string problem;           ///< what exactly is wrong, when status is set
 };
 
+/// One method of an RPC service, with the calls its connections have taken for it.
+struct rpc_method_info {
+  std::string name;        ///< "" for the unnamed method
+  bool name_cut = false;   ///< the name is longer: `name` is its start
+  std::uint64_t calls = 0; ///< as recorded; informational
+};
+
 /// An RPC service (object_kind::rpc_listener, made by an rpc_acceptor or rpc_server): the sizes
 /// of every connection's channel, its server, the connect requests waiting and its clients.
 struct rpc_service_info {
@@ -146,6 +153,9 @@ struct rpc_service_info {
   /// False when the service's name is so long that its connections' file names may be cut: a
   /// cut name cannot be told to be this service's, so such connections are missing.
   bool clients_complete = true;
+  /// Its methods (up to 64, in the order its connections were first given them), with the
+  /// calls taken for each.
+  std::vector<rpc_method_info> methods;
 
   std::uint32_t waiting() const noexcept { return requests.published; }  ///< connect requests
   std::uint32_t live_clients() const noexcept {

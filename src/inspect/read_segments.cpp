@@ -328,6 +328,32 @@ void read_broadcast(std::span<const std::byte> body, int fd, segment_info& info)
     set_problem(info, errc::corrupted, std::to_string(info.broadcast->invalid) + " invalid slots");
 }
 
+// An RPC service's method table (its calls per method): false if it is inconsistent. Each
+// slot's fields are copied once and checked.
+bool read_methods(std::span<const std::byte> bytes, std::vector<rpc_method_info>& out) {
+  const auto& t = *reinterpret_cast<const layout::method_table*>(bytes.data());
+  // acquire: the slots counted in `used` have their names written.
+  const std::uint32_t used = t.used.load(std::memory_order_acquire);
+  const std::uint32_t slot_count = t.slot_count;
+  if (slot_count != layout::method_slots || used > slot_count) return false;
+  for (std::uint32_t i = 0; i < used; ++i) {
+    const auto& slot = t.slots[i];
+    // acquire: a taken slot's name is written.
+    if (slot.taken.load(std::memory_order_acquire) != 1) return false;
+    const std::uint8_t length = slot.name_length;
+    const std::uint8_t cut = slot.cut;
+    if (length > layout::method_name_bytes || cut > 1) return false;
+    rpc_method_info m;
+    char name[layout::method_name_bytes];
+    std::memcpy(name, slot.name, sizeof name);  // one copy: the server may still write
+    m.name.assign(name, length);
+    m.name_cut = cut == 1;
+    m.calls = slot.calls.load(std::memory_order_relaxed);  // relaxed: a snapshot
+    out.push_back(std::move(m));
+  }
+  return true;
+}
+
 // The body of an RPC service: its header (each field copied once, then checked as a client that
 // connects checks it, see validate_listener) and its connect ring. Its clients are found later,
 // among the other files.
@@ -345,6 +371,7 @@ void read_listener(std::span<const std::byte> body, int fd, segment_info& info) 
   const std::uint64_t ring_offset = h.ring_offset;
   const std::uint64_t ring_bytes = h.ring_bytes;
   const std::uint32_t backlog = h.backlog;
+  const std::uint64_t methods_offset = h.methods_offset;
   // The sizes every client makes its channel with: what a channel may have (as read_rpc checks).
   std::uint64_t channel_ring = 0;
   if (!detail::ring_view::body_size_for(node_count, node_size, channel_ring) ||
@@ -355,7 +382,9 @@ void read_listener(std::span<const std::byte> body, int fd, segment_info& info) 
   if (std::chrono::milliseconds ignored; !detail::decode_timeout(timeout_ms, ignored))
     return set_problem(info, errc::corrupted, "default timeout " + std::to_string(timeout_ms));
   if (ring_offset != sizeof(layout::listener_header) ||
-      ring_bytes != body.size() - sizeof(layout::listener_header))
+      body.size() < ring_offset + sizeof(layout::method_table) ||
+      ring_bytes != body.size() - ring_offset - sizeof(layout::method_table) ||
+      methods_offset != ring_offset + ring_bytes || methods_offset % 8 != 0)
     return set_problem(info, errc::corrupted, "rpc service header inconsistent with the file size");
   auto ring = body.subspan(ring_offset, ring_bytes);
   detail::ring_geometry g;
@@ -375,6 +404,8 @@ void read_listener(std::span<const std::byte> body, int fd, segment_info& info) 
   r.accepted = h.accepted.load(std::memory_order_relaxed);      // relaxed: snapshot
   r.server_alive = byte_held(fd, layout::listener_server_lock_byte);
   r.requests = read_ring(ring, g);
+  if (!read_methods(body.subspan(methods_offset, sizeof(layout::method_table)), r.methods))
+    return set_problem(info, errc::corrupted, "method table inconsistent");
   info.rpc_service = std::move(r);
   if (info.rpc_service->requests.invalid)
     set_problem(info, errc::corrupted,

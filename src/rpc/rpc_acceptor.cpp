@@ -35,6 +35,8 @@ std::shared_ptr<rpc_acceptor_impl> rpc_acceptor_impl::create(const asio::any_io_
   layout::wait_queue* queues[] = {&state->readers};
   im->waiter_ = std::make_shared<waiter>(ex, queues, options.strategy, ec);
   if (ec) return nullptr;
+  im->counters_ = method_counters::map(im->seg_, im->settings_.methods_offset, ec);
+  if (ec) return nullptr;
   return im;
 }
 
@@ -72,6 +74,7 @@ std::optional<outcome<layout::connect_request>> rpc_acceptor_impl::take_request(
 std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_executor& ex,
                                                        const layout::connect_request& request,
                                                        rpc_service handlers, std::error_code& ec) {
+  handlers.count_into(counters_);
   auto channel =
       rpc_channel::accept(ex, name(), request, std::move(handlers), settings_.channel, ec);
   // relaxed: counters; the header's is informational (shmio stat shows it).

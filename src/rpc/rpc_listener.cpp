@@ -1,5 +1,6 @@
 #include "shmio/detail/rpc_listener.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -31,6 +32,7 @@ segment create_listener(std::string_view name, const rpc_options& channel, std::
   }
   std::uint64_t ring_bytes = 0;
   ring_view::body_size_for(listener_backlog, sizeof(layout::connect_request), ring_bytes);
+  const std::uint64_t methods_offset = sizeof(layout::listener_header) + ring_bytes;
   auto init = [&](std::span<std::byte> body) {
     auto* h = new (body.data()) layout::listener_header{};
     h->version = layout::listener_version;
@@ -41,13 +43,16 @@ segment create_listener(std::string_view name, const rpc_options& channel, std::
     h->ring_offset = sizeof(layout::listener_header);
     h->ring_bytes = ring_bytes;
     h->backlog = listener_backlog;
+    h->methods_offset = methods_offset;
+    auto* table = new (body.data() + methods_offset) layout::method_table{};
+    table->slot_count = layout::method_slots;
     // relaxed: informational, and the segment is not visible to anyone yet.
     h->server_pid.store(platform::process_id(), std::memory_order_relaxed);
     ring_view::initialize(body.subspan(sizeof(layout::listener_header), ring_bytes),
                           listener_backlog, sizeof(layout::connect_request));
   };
   return segment::create(name, object_kind::rpc_listener,
-                         sizeof(layout::listener_header) + ring_bytes, init, ec);
+                         methods_offset + sizeof(layout::method_table), init, ec);
 }
 
 std::error_code validate_listener(std::span<const std::byte> body, listener_settings& out) {
@@ -62,10 +67,13 @@ std::error_code validate_listener(std::span<const std::byte> body, listener_sett
   const std::uint64_t timeout_ms = shared.default_timeout_ms;
   const std::uint64_t ring_offset = shared.ring_offset;
   const std::uint64_t ring_bytes = shared.ring_bytes;
+  const std::uint64_t methods_offset = shared.methods_offset;
   std::uint64_t channel_ring = 0;
   if (!ring_view::body_size_for(node_count, node_size, channel_ring) ||
       node_size <= packet_header_size || ring_offset != sizeof(layout::listener_header) ||
-      ring_bytes != body.size() - ring_offset)
+      body.size() < ring_offset + sizeof(layout::method_table) ||
+      ring_bytes != body.size() - ring_offset - sizeof(layout::method_table) ||
+      methods_offset != ring_offset + ring_bytes)
     return errc::corrupted;
   std::chrono::milliseconds timeout{};
   if (!decode_timeout(timeout_ms, timeout)) return errc::corrupted;
@@ -78,7 +86,44 @@ std::error_code validate_listener(std::span<const std::byte> body, listener_sett
   out.channel.default_timeout = timeout;
   out.ring_offset = ring_offset;
   out.ring = g;
+  out.methods_offset = methods_offset;
   return {};
+}
+
+std::shared_ptr<method_counters> method_counters::map(const segment& listener,
+                                                      std::uint64_t methods_offset,
+                                                      std::error_code& ec) {
+  std::shared_ptr<method_counters> c(new method_counters);
+  const std::size_t body_offset = sizeof(layout::segment_header);
+  c->size_ = body_offset + listener.body().size();
+  c->base_ = platform::map_shared(listener.native_handle(), c->size_, ec);
+  if (ec) return nullptr;
+  // Only this process writes the table (its acceptor made it): no one else's values to check.
+  c->table_ = reinterpret_cast<layout::method_table*>(static_cast<std::byte*>(c->base_) +
+                                                      body_offset + methods_offset);
+  return c;
+}
+
+method_counters::~method_counters() {
+  if (base_) platform::unmap(base_, size_);
+}
+
+std::atomic<std::uint64_t>* method_counters::counter(std::string_view name) {
+  std::lock_guard lock(mutex_);
+  if (auto it = by_name_.find(std::string(name)); it != by_name_.end()) return it->second;
+  // relaxed: only this process writes `used`, under mutex_.
+  const std::uint32_t used = table_->used.load(std::memory_order_relaxed);
+  if (used >= layout::method_slots) return nullptr;
+  layout::method_slot& slot = table_->slots[used];
+  const std::size_t kept = std::min(name.size(), layout::method_name_bytes);
+  std::memcpy(slot.name, name.data(), kept);
+  slot.name_length = static_cast<std::uint8_t>(kept);
+  slot.cut = name.size() > kept ? 1 : 0;
+  // release: a reader that sees the slot taken (or counted in `used`) sees its name.
+  slot.taken.store(1, std::memory_order_release);
+  table_->used.store(used + 1, std::memory_order_release);
+  by_name_.emplace(std::string(name), &slot.calls);
+  return &slot.calls;
 }
 
 std::unique_ptr<listener_link> listener_link::open(std::string_view service, std::error_code& ec) {

@@ -79,6 +79,7 @@ void rpc_channel::start_request(incoming_message m) {
     return send_error(m.id, errc::no_such_method,
                       "no method '" + std::string(name) + "' at this end");
   }
+  service_.count(method);
   if (stream != static_cast<bool>(method->stream)) {
     const std::string which = named ? "method '" + std::string(name) + "'" : "the unnamed method";
     return send_error(m.id, errc::no_such_method,

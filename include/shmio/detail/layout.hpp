@@ -283,10 +283,10 @@ static_assert(offsetof(packet_header, generation) == 32);
 
 // ---- rpc listener: the body of an object_kind::rpc_listener segment ---------------------------
 //
-//  0                 64
-//  +-----------------+------------------------------------+
-//  | listener_header | ring: connect requests (backlog)    |
-//  +-----------------+------------------------------------+
+//  0                 64                                     methods_offset
+//  +-----------------+------------------------------------+----------------------+
+//  | listener_header | ring: connect requests (backlog)    | method_table (4112)  |
+//  +-----------------+------------------------------------+----------------------+
 //
 // An rpc_acceptor creates it and holds an exclusive lock on byte listener_server_lock_byte for
 // as long as it is open. A client that connects creates an rpc channel of its own, as its owner,
@@ -294,10 +294,11 @@ static_assert(offsetof(packet_header, generation) == 32);
 // and then writes one connect_request with that pid and nonce into the ring. The acceptor reads
 // it, derives the channel's name from the listener's own name and the two numbers (a name is
 // never read from shared memory), opens the channel as its opener, and sends an accept packet.
-// The channel is then the connection: it takes no other opener.
+// The channel is then the connection: it takes no other opener. The method table counts the
+// calls the service has taken per method name, for `shmio stat`; only the service writes it.
 
 inline constexpr std::uint64_t listener_server_lock_byte = 32;
-inline constexpr std::uint32_t listener_version = 1;
+inline constexpr std::uint32_t listener_version = 2;
 
 struct listener_header {
   std::uint32_t version;                  // listener_version
@@ -310,7 +311,7 @@ struct listener_header {
   std::atomic<std::uint32_t> server_pid;  // informational
   std::uint32_t backlog;                  // nodes of the connect ring
   std::atomic<std::uint64_t> accepted;    // connections accepted so far; informational
-  std::uint64_t reserved;
+  std::uint64_t methods_offset;           // from the start of the body: the method_table
 };
 static_assert(sizeof(listener_header) == 64);
 static_assert(offsetof(listener_header, version) == 0);
@@ -323,7 +324,40 @@ static_assert(offsetof(listener_header, ring_bytes) == 32);
 static_assert(offsetof(listener_header, server_pid) == 40);
 static_assert(offsetof(listener_header, backlog) == 44);
 static_assert(offsetof(listener_header, accepted) == 48);
-static_assert(offsetof(listener_header, reserved) == 56);
+static_assert(offsetof(listener_header, methods_offset) == 56);
+
+inline constexpr std::uint32_t method_slots = 64;     // methods counted per service
+inline constexpr std::size_t method_name_bytes = 44;  // of a name kept in a slot
+
+struct method_slot {
+  std::atomic<std::uint64_t> calls;  // requests for this method the service has taken
+  std::uint64_t reserved;            // 0
+  std::atomic<std::uint8_t> taken;   // 1 once name_length, cut and name are written
+  std::uint8_t name_length;          // bytes of `name` used: 0 is the unnamed method
+  std::uint8_t cut;                  // 1: the name is longer, and `name` is its start
+  std::uint8_t reserved2;            // 0
+  char name[method_name_bytes];      // not terminated
+};
+static_assert(sizeof(method_slot) == 64);
+static_assert(offsetof(method_slot, calls) == 0);
+static_assert(offsetof(method_slot, reserved) == 8);
+static_assert(offsetof(method_slot, taken) == 16);
+static_assert(offsetof(method_slot, name_length) == 17);
+static_assert(offsetof(method_slot, cut) == 18);
+static_assert(offsetof(method_slot, reserved2) == 19);
+static_assert(offsetof(method_slot, name) == 20);
+
+struct method_table {
+  std::atomic<std::uint32_t> used;  // slots taken so far, from the first
+  std::uint32_t slot_count;         // method_slots
+  std::uint64_t reserved;           // 0
+  method_slot slots[method_slots];
+};
+static_assert(sizeof(method_table) == 16 + 64 * method_slots);
+static_assert(offsetof(method_table, used) == 0);
+static_assert(offsetof(method_table, slot_count) == 4);
+static_assert(offsetof(method_table, reserved) == 8);
+static_assert(offsetof(method_table, slots) == 16);
 
 struct connect_request {
   std::uint32_t version;      // listener_version

@@ -55,6 +55,7 @@ class rpc_acceptor_impl {
   listener_settings settings_;
   ring_view ring_;
   std::shared_ptr<waiter> waiter_;
+  std::shared_ptr<method_counters> counters_;  // calls per method, in the listener
   std::atomic<bool> closed_{false};
   std::atomic<std::uint64_t> accepted_{0};
   std::atomic<std::uint64_t> refused_{0};

@@ -4,7 +4,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <atomic>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,6 +25,33 @@ struct listener_settings {
   rpc_options channel;  ///< the sizes and limits of every connection's channel
   std::uint64_t ring_offset = 0;
   ring_geometry ring;  ///< the connect ring's
+  std::uint64_t methods_offset = 0;
+};
+
+/// The calls a service has taken per method, counted in its listener's method table
+/// (layout.hpp) for `shmio stat`. Made by the acceptor; its connections' channels count through
+/// it. It maps the listener's file a second time, so that a connection that outlives its
+/// acceptor (whose close may remove the file) counts into memory that stays mapped until the
+/// last of them goes.
+class method_counters {
+ public:
+  static std::shared_ptr<method_counters> map(const segment& listener,
+                                              std::uint64_t methods_offset, std::error_code& ec);
+  method_counters(const method_counters&) = delete;
+  method_counters& operator=(const method_counters&) = delete;
+  ~method_counters();
+
+  /// The counter of the method `name` ("": the unnamed one): its slot, taken on first use;
+  /// null once every slot is another name's.
+  std::atomic<std::uint64_t>* counter(std::string_view name);
+
+ private:
+  method_counters() = default;
+  void* base_ = nullptr;
+  std::size_t size_ = 0;
+  layout::method_table* table_ = nullptr;
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::atomic<std::uint64_t>*> by_name_;  // under mutex_
 };
 
 /// Nodes of the connect ring: connect requests that may wait at once for the acceptor.
