@@ -124,9 +124,14 @@ std::uint64_t ring_bytes_for(std::uint32_t backlog) {
   return bytes;
 }
 
+/// A listener body's size: the header, the connect ring, the method table.
+std::uint64_t body_size_for(std::uint32_t backlog) {
+  return header_size + ring_bytes_for(backlog) + sizeof(layout::method_table);
+}
+
 void init_listener(std::span<std::byte> body, std::uint32_t backlog) {
   const std::uint64_t ring_bytes = ring_bytes_for(backlog);
-  require(body.size() == header_size + ring_bytes);
+  require(body.size() == body_size_for(backlog));
   auto* h = new (body.data()) layout::listener_header{};
   h->version = layout::listener_version;
   h->node_count = 64;
@@ -136,8 +141,10 @@ void init_listener(std::span<std::byte> body, std::uint32_t backlog) {
   h->ring_offset = header_size;
   h->ring_bytes = ring_bytes;
   h->backlog = backlog;
+  h->methods_offset = header_size + ring_bytes;
   h->server_pid.store(static_cast<std::uint32_t>(::getpid()), std::memory_order_relaxed);
   ring_view::initialize(body.subspan(header_size, ring_bytes), backlog, request_size);
+  new (body.data() + header_size + ring_bytes) layout::method_table{};
 }
 
 std::uint32_t backlog_of(std::uint8_t mode) {
@@ -171,7 +178,8 @@ bool validate(std::span<const std::byte> body, listener_settings& out) {
     require(ch.default_timeout.count() >= 0);
     require(static_cast<std::uint64_t>(ch.default_timeout.count()) == h.default_timeout_ms);
   }
-  // The connect ring: right after the header, nodes of one connect_request, filling the body.
+  // The connect ring: right after the header, nodes of one connect_request, up to the method
+  // table, which fills the rest.
   require(out.ring_offset == header_size && h.ring_offset == header_size);
   require(out.ring.node_size == request_size);
   require(out.ring.node_count >= 2);
@@ -179,7 +187,9 @@ bool validate(std::span<const std::byte> body, listener_settings& out) {
   require(out.ring.nodes_offset == layout::ring_nodes_offset);
   std::uint64_t ring_bytes = 0;
   require(ring_view::body_size_for(out.ring.node_count, request_size, ring_bytes));
-  require(h.ring_bytes == ring_bytes && body.size() == header_size + ring_bytes);
+  require(h.ring_bytes == ring_bytes &&
+          body.size() == header_size + ring_bytes + sizeof(layout::method_table));
+  require(out.methods_offset == header_size + ring_bytes && h.methods_offset == out.methods_offset);
   return true;
 }
 
@@ -320,7 +330,7 @@ void drive_accepted(const body_memory& mem, const listener_settings& s) {
 }
 
 void run_body(std::span<const std::uint8_t> input, bool xor_into_valid, std::uint32_t backlog) {
-  const std::size_t size = xor_into_valid ? header_size + ring_bytes_for(backlog) : input.size();
+  const std::size_t size = xor_into_valid ? body_size_for(backlog) : input.size();
   body_memory mem(size);
   if (xor_into_valid) {
     init_listener(mem.bytes(), backlog);
@@ -444,7 +454,7 @@ void poke(input_reader& r, const body_memory& mem, bool xor_them) {
 }
 
 void run_script(std::span<const std::uint8_t> input, std::uint32_t backlog, bool may_sleep) {
-  body_memory mem(header_size + ring_bytes_for(backlog));
+  body_memory mem(body_size_for(backlog));
   init_listener(mem.bytes(), backlog);
   listener_settings s;
   require(validate(mem.bytes(), s));  // as rpc_acceptor_impl::create: before anyone else sees it
