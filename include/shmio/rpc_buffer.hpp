@@ -17,10 +17,14 @@
 //   std::vector<std::byte> reply = co_await client.async_request(asio::buffer(data),
 //                                                                asio::use_awaitable);
 //
-// Work: an open end keeps its executor's io_context::run() from returning, as a socket with a
-// read pending does, whether or not it serves anything (its reader waits on the channel, and
-// that wait is outstanding work); close() lets run() return. A client with nothing pending
-// holds that work too, unlike an idle socket.
+// Work: an end that serves (it has a handler) keeps its executor's io_context::run() from
+// returning while it is open, as a socket with a read pending does: it reads the other end's
+// requests whenever they come. An end without handlers holds work only while it waits for
+// something of its own (a call, a stream, async_wait_closed, a connect), as an idle socket
+// holds none: with nothing pending it reads nothing and run() may return; the next call starts
+// it reading again. The other end's calls to it fail at once with errc::no_handler (or
+// no_such_method for a named one) whether or not it runs: each end publishes whether it serves
+// (a lock byte, docs/protocol.md). close() lets run() return in every case.
 //
 // Handlers run on the channel's strand (on its executor): many requests are served concurrently
 // as coroutines, but a handler that computes for long should move its work elsewhere. A plain
@@ -92,8 +96,9 @@ class rpc_buffer {
                       wait_strategy strategy = {});
 
   /// Creates the channel `name` as its owner, serving `methods` (one handler, or a table of
-  /// named ones: rpc_methods.hpp; `{}` for none: calls from the opener are then answered at
-  /// once with errc::no_handler). Throws shmio::error.
+  /// named ones: rpc_methods.hpp; `{}` for none: the opener's calls then fail at once with
+  /// errc::no_handler, and this end holds no work while nothing of its own is pending). Throws
+  /// shmio::error.
   rpc_buffer(const executor_type& ex, create_only_t, std::string_view name,
              rpc_methods methods = {}, rpc_options options = {});
   /// Joins the channel `name` as its opener. errc::busy if it already has one. Throws.
@@ -241,7 +246,8 @@ class rpc_buffer {
   /// error such as errc::no_such_method) comes through the stream's reads. Errors here:
   /// asio::error::operation_aborted (cancelled while unsent, or this end closed);
   /// errc::peer_gone; errc::message_too_large; errc::invalid_argument (a name that is empty or
-  /// over rpc_methods::max_name). Thread-safe.
+  /// over rpc_methods::max_name); errc::no_handler or errc::no_such_method when the other end
+  /// serves nothing at all (known at once, nothing sent). Thread-safe.
   template <class CompletionToken>
   auto async_request_stream(std::string_view method, asio::const_buffer payload,
                             CompletionToken&& token);

@@ -44,6 +44,13 @@ void rpc_channel::start_call(std::uint64_t id, pending_call_ptr call, outgoing_m
           return call->complete(errc::message_too_large, {}, false);
         if (self->owner_) self->follow_opener();  // address the opener there is now
         if (!self->peer_attached()) return call->complete(errc::peer_gone, {}, false);
+        // An end without handlers may not be reading: its answer is known here.
+        if (!self->peer_serves_) {
+          constexpr std::string_view text = "the other end serves no requests";
+          return call->complete(
+              request.flags & layout::packet_flag_method ? errc::no_such_method : errc::no_handler,
+              std::as_bytes(std::span(text.data(), text.size())), false);
+        }
         // A stream has no timeout of its own (rpc_stream.hpp).
         const auto deadline =
             stream || timeout.count() < 0 || timeout == std::chrono::milliseconds::max()
@@ -53,6 +60,7 @@ void rpc_channel::start_call(std::uint64_t id, pending_call_ptr call, outgoing_m
         if (!entry) return call->complete(errc::busy, {}, false);  // ids are unique: never
         *entry = call_entry{std::move(call), deadline, std::nullopt, std::move(stream)};
         self->stats_.pending.fetch_add(1, std::memory_order_relaxed);
+        self->ensure_reader();  // its answer comes through it
         request.type = packet_type::request;
         request.id = id;
         if (self->in_flight_ < self->max_in_flight_ && self->credit_queue_.empty()) {
@@ -191,8 +199,9 @@ void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, reply_bytes 
     stream->end = ec ? ec : std::error_code(asio::error::eof);
     stream->end_text = call ? std::vector<std::byte>() : reply.take();
   }
-  if (call) return call->complete(ec, reply, may_dispatch);  // a stream not yet open
-  if (stream) pump_stream(*stream);
+  if (call) call->complete(ec, reply, may_dispatch);  // a stream not yet open
+  else if (stream) pump_stream(*stream);
+  stop_reader_if_idle();
 }
 
 void rpc_channel::wake_housekeeping() {

@@ -107,7 +107,6 @@ rpc_channel::rpc_channel(const asio::any_io_executor& ex, rpc_service service)
       strand_(make_channel_strand(ex)),
       service_(std::move(service)),
       next_id_(platform::random_u64() >> 2 | 1),
-      outbox_ready_(strand_),
       tick_(strand_),
       reassembler_(0xFFFF'FFFFull) {
   spare_calls_.reserve(max_spare_nodes);
@@ -200,13 +199,25 @@ std::error_code rpc_channel::attach(segment seg, bool owner, const geometry& whe
   std::error_code ec;
   const int fd = seg.native_handle();
   const std::uint64_t own_byte = owner ? layout::rpc_owner_lock_byte : layout::rpc_opener_lock_byte;
-  if (!platform::try_lock_byte(fd, own_byte, platform::lock_kind::exclusive, ec))
-    return ec ? ec : std::error_code(errc::busy);  // the channel already has this end
+  const std::uint64_t serves_byte =
+      owner ? layout::rpc_owner_serves_lock_byte : layout::rpc_opener_serves_lock_byte;
+  // The serves byte first: whoever sees this end there sees whether it serves.
+  serves_ = service_.any();
+  if (serves_ && !platform::try_lock_byte(fd, serves_byte, platform::lock_kind::shared, ec))
+    return ec ? ec : std::error_code(errc::busy);
+  if (!platform::try_lock_byte(fd, own_byte, platform::lock_kind::exclusive, ec)) {
+    // The channel already has this end. (Our shared lock goes with it; the other's stays.)
+    std::error_code ignored;
+    if (serves_) platform::try_lock_byte(fd, serves_byte, platform::lock_kind::unlock, ignored);
+    return ec ? ec : std::error_code(errc::busy);
+  }
   const std::uint16_t me = claim_participant(fd, layout::max_participants, ec);
   if (ec) return ec;
   seg_ = std::move(seg);
   owner_ = owner;
   peer_lock_byte_ = owner ? layout::rpc_opener_lock_byte : layout::rpc_owner_lock_byte;
+  peer_serves_byte_ =
+      owner ? layout::rpc_opener_serves_lock_byte : layout::rpc_owner_serves_lock_byte;
   std::byte* body = seg_.body().data();
   header_ = reinterpret_cast<layout::rpc_header*>(body);
   auto* to_opener = reinterpret_cast<layout::ring_state*>(body + where.to_opener_offset);
@@ -229,8 +240,21 @@ std::error_code rpc_channel::attach(segment seg, bool owner, const geometry& whe
 }
 
 void rpc_channel::start_loops() {
+  // The writer starts with the first message that has to wait for room (send); the reader now
+  // if this end serves, else with the first thing it waits for.
+  if (!idle()) ensure_reader();
+}
+
+void rpc_channel::ensure_reader() {
+  if (reader_running_ || closed_) return;
+  reader_running_ = true;
   asio::co_spawn(strand_, reader_loop(shared_from_this()), asio::detached);
-  asio::co_spawn(strand_, writer_loop(shared_from_this()), asio::detached);
+}
+
+void rpc_channel::stop_reader_if_idle() {
+  if (!reader_parked_ || reader_stop_ || !idle()) return;
+  reader_stop_ = true;
+  reader_cancel_.emit(asio::cancellation_type::terminal);
 }
 
 rpc_statistics rpc_channel::statistics() const {
@@ -258,6 +282,11 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
     return attempt_read(in_, copy, in_.node_size());
   };
   std::uint32_t corrupt_run = 0;  // bad results from the ring since the last good packet
+  // Whichever way the loop ends, it is no longer running (ensure_reader may start another).
+  struct running_flag {
+    bool& running;
+    ~running_flag() { running = false; }
+  } flag{reader_running_};
   for (;;) {
     // A packet that is there already is taken without a trip through the strand's scheduler.
     std::error_code ec;
@@ -266,7 +295,17 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
       ec = ready->ec;
       n = ready->value;
     } else {
-      std::tie(ec, n) = co_await async_attempt(waiter_, in_queue, take, as_tuple_awaitable);
+      // Nothing to read, and nothing of ours waits for the other end: an idle end parks no
+      // wait (it would hold the io_context's work). The next call starts the loop again.
+      if (idle()) co_return;
+      reader_parked_ = true;
+      std::tie(ec, n) = co_await async_attempt(
+          waiter_, in_queue, take,
+          asio::bind_cancellation_slot(reader_cancel_.slot(), as_tuple_awaitable));
+      reader_parked_ = false;
+      // Cut short because this end became idle (stop_reader_if_idle): look again.
+      if (std::exchange(reader_stop_, false) && ec == asio::error::operation_aborted && !closed_)
+        continue;
     }
     for (;;) {
       if (closed_) co_return;
@@ -412,7 +451,10 @@ void rpc_channel::send(outgoing_message m) {
   }
   m.own();  // what waits in the outbox owns its bytes: a borrower may be gone before it goes
   outbox_.push_back(std::move(m));
-  outbox_ready_.cancel();
+  if (!writer_running_) {
+    writer_running_ = true;
+    asio::co_spawn(strand_, writer_loop(shared_from_this()), asio::detached);
+  }
 }
 
 void rpc_channel::send_failed(const outgoing_message& m, std::error_code ec) {
@@ -438,12 +480,13 @@ void rpc_channel::send_error(std::uint64_t to, std::error_code ec, std::string_v
 }
 
 asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<rpc_channel> self) {
-  for (;;) {
-    while (outbox_.empty()) {
-      if (closed_) co_return;
-      outbox_ready_.expires_at(asio::steady_timer::time_point::max());
-      co_await outbox_ready_.async_wait(as_tuple_awaitable);
-    }
+  // It runs while the outbox holds something (send starts it), and parks no wait otherwise: an
+  // idle end holds no work.
+  struct running_flag {
+    bool& running;
+    ~running_flag() { running = false; }
+  } flag{writer_running_};
+  while (!outbox_.empty()) {
     if (closed_) co_return;
     writer_busy_ = true;
     const std::uint64_t session = session_;

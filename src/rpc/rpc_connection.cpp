@@ -114,6 +114,7 @@ void rpc_channel::async_connected(pending_signal_ptr op,
     if (self->connect_op_ || !self->link_) return op->complete(errc::busy, false);
     self->connect_op_ = std::move(op);
     self->connect_deadline_ = deadline_after(timeout);
+    self->ensure_reader();  // the accept packet comes through it
     self->wake_housekeeping();
   });
 }
@@ -180,6 +181,7 @@ void rpc_channel::on_accepted() {
   if (!connect_op_) return;  // a blocking connect's, or one not yet awaited
   link_.reset();
   std::exchange(connect_op_, nullptr)->complete({}, true);
+  stop_reader_if_idle();
 }
 
 void rpc_channel::forget_name() noexcept {
@@ -203,6 +205,7 @@ void rpc_channel::async_wait_closed(pending_signal_ptr op) {
       return op->complete(self->failure_ ? self->failure_ : asio::error::operation_aborted, false);
     if (self->peer_lost_) return op->complete({}, false);
     self->closed_waiters_.push_back(std::move(op));
+    self->ensure_reader();  // a close packet comes through it
     self->watch_peer_death();
   });
 }
@@ -212,6 +215,7 @@ void rpc_channel::complete_closed_waiters(std::error_code ec) {
   closed_waiters_.clear();
   for (auto& w : waiters)
     w->complete(ec, false);
+  stop_reader_if_idle();
 }
 
 void rpc_channel::watch_peer_death() {

@@ -25,6 +25,9 @@ bool rpc_channel::peer_attached() {
   if (!peer_present_) {
     std::error_code ec;
     peer_present_ = platform::byte_locked_by_other(seg_.native_handle(), peer_lock_byte_, ec);
+    // Looked at once per session, after its lock: an end takes its serves byte before that.
+    if (peer_present_)
+      peer_serves_ = platform::byte_locked_by_other(seg_.native_handle(), peer_serves_byte_, ec);
   }
   return peer_present_;
 }
@@ -103,6 +106,11 @@ void rpc_channel::release() noexcept {
   platform::try_lock_byte(seg_.native_handle(),
                           owner_ ? layout::rpc_owner_lock_byte : layout::rpc_opener_lock_byte,
                           platform::lock_kind::unlock, ignored);
+  if (serves_)
+    platform::try_lock_byte(
+        seg_.native_handle(),
+        owner_ ? layout::rpc_owner_serves_lock_byte : layout::rpc_opener_serves_lock_byte,
+        platform::lock_kind::unlock, ignored);
   if (waiter_) waiter_->shutdown();
 }
 
@@ -116,7 +124,6 @@ void rpc_channel::shutdown_on_strand() {
   outbox_.clear();
   credit_queue_.clear();
   deferred_.clear();
-  outbox_ready_.cancel();
   tick_.cancel();
   if (connect_op_) std::exchange(connect_op_, nullptr)->complete(why, false);
   link_.reset();

@@ -203,6 +203,12 @@ inline constexpr std::uint64_t node_stride_for(std::uint64_t node_size) {
 
 inline constexpr std::uint64_t rpc_owner_lock_byte = 32;
 inline constexpr std::uint64_t rpc_opener_lock_byte = 33;
+// An end that serves requests (it has a handler) holds a shared lock on its serves byte, taken
+// before its own lock byte and dropped with it: a caller that finds the other end there and
+// its serves byte free answers its own calls with no_handler, as that end would if it read them
+// (an end without handlers reads only while it waits for something of its own).
+inline constexpr std::uint64_t rpc_owner_serves_lock_byte = 34;
+inline constexpr std::uint64_t rpc_opener_serves_lock_byte = 35;
 inline constexpr std::uint32_t rpc_version = 2;                     // 2: streams (packet types 7-9)
 inline constexpr std::uint64_t rpc_no_timeout = ~std::uint64_t{0};  // default_timeout_ms: none
 

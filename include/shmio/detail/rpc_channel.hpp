@@ -84,6 +84,12 @@ struct rpc_service {
     return s;
   }
 
+  /// True if it serves any request at all.
+  bool any() const noexcept {
+    return unnamed.async || unnamed.sync || unnamed.stream || unnamed.in_place ||
+           (methods && !methods->empty());
+  }
+
   /// The method a request for `name` ("" for an unnamed call) reaches; null if none.
   const rpc_method* find(std::string_view name) const {
     if (name.empty() && (unnamed.async || unnamed.sync || unnamed.stream || unnamed.in_place)) return &unnamed;
@@ -212,6 +218,16 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void watch_peer_death();
   bool connecting() const noexcept { return connect_op_ != nullptr; }
   void start_loops();
+  /// True when nothing of this end needs the reader: it serves nothing, and has no call,
+  /// stream, close waiter or connect pending. Its reader then stops (an idle end holds no work,
+  /// as an idle socket), and starts again with the next of them.
+  bool idle() const noexcept {
+    return !serves_ && calls_.empty() && closed_waiters_.empty() && !connecting() &&
+           serving_.empty();
+  }
+  void ensure_reader();
+  /// Stops a parked reader once this end is idle (after a completion that may have made it so).
+  void stop_reader_if_idle();
   asio::awaitable<void> reader_loop(std::shared_ptr<rpc_channel> self);
   asio::awaitable<void> writer_loop(std::shared_ptr<rpc_channel> self);
   asio::awaitable<void> housekeeping_loop(std::shared_ptr<rpc_channel> self);
@@ -303,6 +319,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::shared_ptr<waiter> waiter_;  // queue 0: in_ readers; queue 1: out_ writers
   bool owner_ = false;
   std::uint64_t peer_lock_byte_ = 0;
+  std::uint64_t peer_serves_byte_ = 0;
   std::chrono::milliseconds default_timeout_{30000};
   std::atomic<std::uint64_t> next_id_{1};
   counters stats_;
@@ -328,11 +345,17 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::vector<serving_table::node_type> spare_serving_;
   std::uint64_t session_ = 0;  // sessions ended so far
   std::deque<outgoing_message> outbox_;
-  asio::steady_timer outbox_ready_;  // never expires by itself: cancelled to wake the writer
   asio::cancellation_signal writer_cancel_;  // cuts short the writer's wait for room
+  asio::cancellation_signal reader_cancel_;  // cuts short the reader's wait (idle(), close)
   asio::steady_timer tick_;  // timeouts and the peer watch, while anything is pending
   bool ticking_ = false;
-  bool writer_busy_ = false;  // the writer loop is part-way through a message
+  bool writer_busy_ = false;     // the writer loop is part-way through a message
+  bool writer_running_ = false;  // the writer loop runs: the outbox holds something
+  bool reader_running_ = false;  // the reader loop runs (see idle())
+  bool reader_parked_ = false;   // ... and waits for a packet
+  bool reader_stop_ = false;     // its wait was cut short because this end became idle
+  bool serves_ = false;          // this end has a handler (and holds its serves byte)
+  bool peer_serves_ = false;     // the other end's serves byte, as seen when it came
   bool peer_present_ = false;
   bool closed_ = false;
   // A connection (rpc_acceptor, async_connect) has one other end, once: when it goes, the

@@ -1,0 +1,145 @@
+// Which RPC ends hold their io_context's work: an end without handlers and with nothing pending
+// holds none (as an idle socket), reads again while a call, a stream or a close waiter of its
+// own is pending, and its calls to an end that serves nothing fail at once without that end.
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <atomic>
+#include <optional>
+#include <thread>
+
+#include "rpc_test_support.hpp"
+#include "shmio/rpc_buffer.hpp"
+
+using namespace shmio::test;
+using namespace shmio::test::rpc;
+using shmio::errc;
+using shmio::rpc_buffer;
+
+namespace {
+
+// Serves on a thread of its own until destroyed: echo, and "hold", which never answers.
+struct serving_thread {
+  asio::io_context io;
+  rpc_buffer end;
+  std::thread runner;
+  serving_thread(const scoped_name& name, bool owner)
+      : end(owner ? rpc_buffer(io, shmio::create_only, name, methods())
+                  : rpc_buffer(io, shmio::open_only, name, methods())),
+        runner([this] { io.run(); }) {}
+  ~serving_thread() {
+    asio::post(io, [this] { end.close(); });
+    runner.join();
+  }
+  static shmio::rpc_methods methods() {
+    shmio::rpc_methods m([](std::uint64_t, std::span<const std::byte> in) {
+      return bytes_t(in.begin(), in.end());
+    });
+    m.add("hold", [](std::uint64_t, std::span<const std::byte>) -> asio::awaitable<bytes_t> {
+      asio::steady_timer forever(co_await asio::this_coro::executor, std::chrono::hours(1));
+      co_await forever.async_wait(tuple_awaitable);  // ends when cancelled
+      co_return bytes_t{};
+    });
+    return m;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("rpc idle: an end without handlers holds no work until it waits for something",
+          "[rpc][idle]") {
+  scoped_name name("rpc");
+  serving_thread service(name, true);
+  asio::io_context io;
+  rpc_buffer caller(io, shmio::open_only, name);
+  // Nothing pending: run() returns by itself (run_for's bound is only a safety net).
+  io.run_for(bound);
+  CHECK(io.stopped());
+
+  // A call makes it read; once the reply came, run() returns again.
+  std::optional<std::error_code> result;
+  bytes_t reply;
+  caller.async_request(asio::buffer(bytes("ping")), [&](std::error_code ec, bytes_t r) {
+    result = ec;
+    reply = std::move(r);
+  });
+  io.restart();
+  io.run_for(bound);
+  CHECK(io.stopped());
+  REQUIRE(result.has_value());
+  CHECK_FALSE(*result);
+  CHECK(text(reply) == "ping");
+
+  // A call that times out while the reader waits: the reader stops with it, and run() returns.
+  result.reset();
+  caller.async_request("hold", {}, 20ms, [&](std::error_code ec, bytes_t) { result = ec; });
+  io.restart();
+  io.run_for(bound);
+  CHECK(io.stopped());
+  REQUIRE(result.has_value());
+  CHECK(*result == errc::timed_out);
+
+  // The channel goes on: the next call reads again (and drops the late error it finds).
+  result.reset();
+  caller.async_request(asio::buffer(bytes("again")), [&](std::error_code ec, bytes_t r) {
+    result = ec;
+    reply = std::move(r);
+  });
+  io.restart();
+  io.run_for(bound);
+  REQUIRE(result.has_value());
+  CHECK_FALSE(*result);
+  CHECK(text(reply) == "again");
+  caller.close();
+}
+
+TEST_CASE("rpc idle: a close waiter keeps an end reading until the other end goes",
+          "[rpc][idle]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  // The owner, without handlers: its close waiter is the only thing it waits for.
+  rpc_buffer owner(io, shmio::create_only, name);
+  std::optional<serving_thread> service(std::in_place, name, false);
+  std::optional<std::error_code> closed;
+  owner.async_wait_closed([&](std::error_code ec) { closed = ec; });
+  service.reset();  // closes the serving end: its close packet waits in the owner's ring
+  io.run_for(bound);
+  REQUIRE(closed.has_value());
+  CHECK_FALSE(*closed);  // the other end went
+  CHECK(io.stopped());   // and nothing is left to hold run()
+  owner.close();
+}
+
+TEST_CASE("rpc idle: a call to an end that serves nothing fails at once, whether it runs or not",
+          "[rpc][idle]") {
+  scoped_name name("rpc");
+  asio::io_context silent_io, io;  // silent_io never runs
+  rpc_buffer silent(silent_io, shmio::create_only, name);
+  rpc_buffer caller(io, shmio::open_only, name, serving_thread::methods());
+  std::optional<std::error_code> unnamed, named;
+  bytes_t text_unnamed;
+  caller.async_request(asio::buffer(bytes("x")), [&](std::error_code ec, bytes_t r) {
+    unnamed = ec;
+    text_unnamed = std::move(r);
+  });
+  caller.async_request("get", {}, [&](std::error_code ec, bytes_t) { named = ec; });
+  REQUIRE(run_until(io, [&] { return unnamed && named; }));
+  CHECK(*unnamed == errc::no_handler);
+  CHECK(text(text_unnamed) == "the other end serves no requests");
+  CHECK(*named == errc::no_such_method);
+  CHECK(caller.statistics().requests_sent == 0);
+  // The silent end, which never ran, still calls the serving one.
+  std::optional<std::error_code> result;
+  std::atomic<bool> answered{false};
+  silent.async_request(asio::buffer(bytes("y")), [&](std::error_code ec, bytes_t) {
+    result = ec;
+    answered = true;
+  });
+  std::thread serving([&] { run_until(io, [&] { return answered.load(); }); });
+  REQUIRE(run_until(silent_io, [&] { return answered.load(); }));
+  serving.join();
+  CHECK_FALSE(*result);
+  silent.close();
+  caller.close();
+  run_until_idle(silent_io);
+  run_until_idle(io);
+}
