@@ -66,8 +66,9 @@ enum family : int {
   family_count
 };
 const char* name_of(int f) {
-  static const char* names[] = {"line",      "spin_ring",     "sync",        "co_await", "co_fast",
-                                "post_floor", "rpc_plain", "rpc_coroutine", "rpc_in_place"};
+  static const char* names[] = {"line",      "spin_ring",     "sync",
+                                "co_await",  "co_fast",       "post_floor",
+                                "rpc_plain", "rpc_coroutine", "rpc_in_place"};
   return names[f];
 }
 
@@ -198,12 +199,12 @@ void roundtrip_pairs(benchmark::State& state, session& s) {
           ++served;
           co_return std::vector<std::byte>(in.begin(), in.end());
         });
-    methods.add("i", shmio::rpc_in_place_handler([&served](std::uint64_t,
-                                                           std::span<const std::byte> in,
-                                                           shmio::rpc_reply& reply) {
-                  ++served;
-                  reply.append(in);
-                }));
+    methods.add(
+        "i", shmio::rpc_in_place_handler(
+                 [&served](std::uint64_t, std::span<const std::byte> in, shmio::rpc_reply& reply) {
+                   ++served;
+                   reply.append(in);
+                 }));
     shmio::rpc_buffer server(io, shmio::create_only, rpc_name, methods);
     ready();
     for (std::uint64_t b = 1;; ++b) {

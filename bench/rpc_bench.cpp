@@ -79,7 +79,7 @@ enum class family {
 enum class handler_kind { coroutine, plain, in_place };
 
 handler_kind handler_of(family f) {
-  return f == family::shmio_rpc         ? handler_kind::coroutine
+  return f == family::shmio_rpc            ? handler_kind::coroutine
          : f == family::shmio_rpc_in_place ? handler_kind::in_place
                                            : handler_kind::plain;
 }
@@ -167,8 +167,7 @@ void fork_rpc_server(session& s, const std::string& name, reply_kind kind, handl
       c.count.store(allocations(), std::memory_order_relaxed);
       return reply_to(in, kind);
     };
-    shmio::rpc_in_place_handler in_place = [kind, &c](std::uint64_t,
-                                                      std::span<const std::byte> in,
+    shmio::rpc_in_place_handler in_place = [kind, &c](std::uint64_t, std::span<const std::byte> in,
                                                       shmio::rpc_reply& reply) {
       c.count.store(allocations(), std::memory_order_relaxed);
       if (kind == reply_kind::echo) reply.append(in);
@@ -398,9 +397,9 @@ void bm_pipelined(benchmark::State& state, family f, const shmio::rpc_options& o
 void register_all() {
   const std::pair<placement, const char*> placements[] = {{placement::split, "split"},
                                                           {placement::same, "same"}};
-  for (family f : {family::spin_ring, family::asio_local_stream, family::shmio_rpc,
-                   family::shmio_rpc_plain, family::shmio_rpc_plain_tuple,
-                   family::shmio_rpc_in_place})
+  for (family f :
+       {family::spin_ring, family::asio_local_stream, family::shmio_rpc, family::shmio_rpc_plain,
+        family::shmio_rpc_plain_tuple, family::shmio_rpc_in_place})
     for (const auto& [p, pname] : placements) {
       if ((f == family::spin_ring || f == family::shmio_rpc_plain_tuple ||
            f == family::shmio_rpc_in_place) &&

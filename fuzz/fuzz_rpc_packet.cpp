@@ -111,9 +111,9 @@ void round_trip(std::string_view name, std::span<const std::byte> payload, std::
   for (std::uint32_t i = 1; i <= count; ++i) {
     const std::size_t used = encode_packet(out, i, node_size, node);
     require(used <= node_size);
-    require(encode_packet(borrowed, i, node_size, again) == used &&
-            std::equal(node.begin(), node.begin() + static_cast<std::ptrdiff_t>(used),
-                       again.begin()));
+    require(
+        encode_packet(borrowed, i, node_size, again) == used &&
+        std::equal(node.begin(), node.begin() + static_cast<std::ptrdiff_t>(used), again.begin()));
     const auto packet = parse_packet(std::span(node).first(used), node_size);
     require(packet && packet->header.flags == out.flags);
     incoming_message m{};

@@ -92,10 +92,8 @@ struct service_thread {
     shmio::rpc_methods m(shmio::rpc_sync_handler([](std::uint64_t, std::span<const std::byte> in) {
       return std::vector<std::byte>(in.begin(), in.end());
     }));
-    m.add("get", shmio::rpc_in_place_handler(
-                     [](std::uint64_t, std::span<const std::byte> in, shmio::rpc_reply& reply) {
-                       reply.append(in);
-                     }));
+    m.add("get", shmio::rpc_in_place_handler([](std::uint64_t, std::span<const std::byte> in,
+                                                shmio::rpc_reply& reply) { reply.append(in); }));
     return m;
   }
   asio::io_context io;

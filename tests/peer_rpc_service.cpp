@@ -17,8 +17,8 @@
 // 97 an exception.
 #include <unistd.h>
 
-#include <asio/io_context.hpp>
 #include <algorithm>
+#include <asio/io_context.hpp>
 #include <asio/use_future.hpp>
 #include <string>
 #include <thread>

@@ -31,9 +31,8 @@ struct serving_thread {
     runner.join();
   }
   static shmio::rpc_methods methods() {
-    shmio::rpc_methods m([](std::uint64_t, std::span<const std::byte> in) {
-      return bytes_t(in.begin(), in.end());
-    });
+    shmio::rpc_methods m(
+        [](std::uint64_t, std::span<const std::byte> in) { return bytes_t(in.begin(), in.end()); });
     m.add("hold", [](std::uint64_t, std::span<const std::byte>) -> asio::awaitable<bytes_t> {
       asio::steady_timer forever(co_await asio::this_coro::executor, std::chrono::hours(1));
       co_await forever.async_wait(tuple_awaitable);  // ends when cancelled
@@ -92,8 +91,7 @@ TEST_CASE("rpc idle: an end without handlers holds no work until it waits for so
   caller.close();
 }
 
-TEST_CASE("rpc idle: a close waiter keeps an end reading until the other end goes",
-          "[rpc][idle]") {
+TEST_CASE("rpc idle: a close waiter keeps an end reading until the other end goes", "[rpc][idle]") {
   scoped_name name("rpc");
   asio::io_context io;
   // The owner, without handlers: its close waiter is the only thing it waits for.

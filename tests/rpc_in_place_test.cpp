@@ -35,20 +35,19 @@ void upper(std::uint64_t, std::span<const std::byte> in, rpc_reply& reply) {
 shmio::rpc_methods in_place_methods() {
   shmio::rpc_methods m;
   m.add("upper", shmio::rpc_in_place_handler(upper));
-  m.add("fail", shmio::rpc_in_place_handler([](std::uint64_t, std::span<const std::byte>,
-                                                rpc_reply& reply) {
-          reply.append(std::string_view("half a reply"));  // dropped: the throw wins
-          throw std::runtime_error("no such account");
-        }));
+  m.add("fail", shmio::rpc_in_place_handler(
+                    [](std::uint64_t, std::span<const std::byte>, rpc_reply& reply) {
+                      reply.append(std::string_view("half a reply"));  // dropped: the throw wins
+                      throw std::runtime_error("no such account");
+                    }));
   m.add("twice", shmio::rpc_in_place_handler(
                      [](std::uint64_t, std::span<const std::byte> in, rpc_reply& reply) {
                        reply.append(in);
                        reply.append(in);
                      }));
   // A plain handler returning a vector answers in-place callers the same way.
-  m.add("echo", [](std::uint64_t, std::span<const std::byte> in) {
-    return bytes_t(in.begin(), in.end());
-  });
+  m.add("echo",
+        [](std::uint64_t, std::span<const std::byte> in) { return bytes_t(in.begin(), in.end()); });
   return m;
 }
 
@@ -89,15 +88,14 @@ TEST_CASE("rpc in place: the reply comes into the caller's buffer, with its size
   run_until_done(io, [&]() -> asio::awaitable<void> {
     std::string reply(64, '.');
     const std::string hello = "hello";
-    auto [ec, n] = co_await opener.async_request("upper", asio::buffer(hello),
-                                                 asio::buffer(reply), tuple_awaitable);
+    auto [ec, n] = co_await opener.async_request("upper", asio::buffer(hello), asio::buffer(reply),
+                                                 tuple_awaitable);
     CHECK_FALSE(ec);
     CO_REQUIRE(n == 5);
     CHECK(reply.substr(0, 6) == "HELLO.");  // nothing past the reply is touched
     // The unnamed method, the other way round; use_awaitable gives the size alone.
-    const std::size_t m =
-        co_await owner.async_request(asio::buffer(std::string_view("shout")),
-                                     asio::buffer(reply), asio::use_awaitable);
+    const std::size_t m = co_await owner.async_request(asio::buffer(std::string_view("shout")),
+                                                       asio::buffer(reply), asio::use_awaitable);
     CHECK(reply.substr(0, m) == "SHOUT");
     // A handler that returns a vector answers an in-place call too, and an empty reply is one.
     std::tie(ec, n) = co_await opener.async_request("echo", asio::buffer(hello),
@@ -109,8 +107,7 @@ TEST_CASE("rpc in place: the reply comes into the caller's buffer, with its size
     CHECK_FALSE(ec);
     CHECK(n == 0);
     // An in-place handler answers an ordinary call.
-    auto [ec2, vec] =
-        co_await opener.async_request("twice", asio::buffer(hello), tuple_awaitable);
+    auto [ec2, vec] = co_await opener.async_request("twice", asio::buffer(hello), tuple_awaitable);
     CHECK_FALSE(ec2);
     CHECK(text(vec) == "hellohello");
     // A reply larger than one packet reaches the buffer whole.
@@ -171,8 +168,7 @@ TEST_CASE("rpc in place: a handler's exception reaches the caller's buffer as re
   rpc_buffer opener(io, shmio::open_only, name);
   run_until_done(io, [&]() -> asio::awaitable<void> {
     std::string reply(64, '.');
-    auto [ec, n] =
-        co_await opener.async_request("fail", {}, asio::buffer(reply), tuple_awaitable);
+    auto [ec, n] = co_await opener.async_request("fail", {}, asio::buffer(reply), tuple_awaitable);
     CHECK(ec == errc::remote_error);
     CHECK(reply.substr(0, n) == "no such account");
     // The text as far as it fits.
@@ -195,8 +191,8 @@ TEST_CASE("rpc in place: a handler's exception reaches the caller's buffer as re
         co_await opener.async_request("nope", {}, asio::buffer(reply), tuple_awaitable);
     CHECK(ec == errc::no_such_method);
     CHECK(reply.substr(0, n) == "no method 'nope' at this end");
-    std::tie(ec, n) = co_await opener.async_request(std::string(256, 'x'), {},
-                                                    asio::buffer(reply), tuple_awaitable);
+    std::tie(ec, n) = co_await opener.async_request(std::string(256, 'x'), {}, asio::buffer(reply),
+                                                    tuple_awaitable);
     CHECK(ec == errc::invalid_argument);
     CHECK(n == 0);
     owner.close();
@@ -265,10 +261,10 @@ TEST_CASE("rpc in place: a call given up on while part of its request is sent le
   o.node_size = 256;
   bytes_t seen;
   shmio::rpc_methods m;
-  m.add("keep", shmio::rpc_in_place_handler(
-                    [&](std::uint64_t, std::span<const std::byte> in, rpc_reply&) {
-                      seen.assign(in.begin(), in.end());
-                    }));
+  m.add("keep",
+        shmio::rpc_in_place_handler([&](std::uint64_t, std::span<const std::byte> in, rpc_reply&) {
+          seen.assign(in.begin(), in.end());
+        }));
   rpc_buffer owner(owner_io, shmio::create_only, name, m, o);
   rpc_buffer opener(opener_io, shmio::open_only, name);
   const std::size_t size = 4 * (256 - sizeof(layout::packet_header)) + 10;
@@ -316,13 +312,13 @@ TEST_CASE("rpc: a call's operation is made with its handler's associated allocat
                                               CHECK(n == 2);
                                               ++done;
                                             }));
-  opener.async_request("upper", asio::buffer(hello),
-                       asio::bind_allocator(counting_allocator<void>(&counts),
-                                            [&](std::error_code ec, bytes_t r) {
-                                              CHECK_FALSE(ec);
-                                              CHECK(text(r) == "HI");
-                                              ++done;
-                                            }));
+  opener.async_request(
+      "upper", asio::buffer(hello),
+      asio::bind_allocator(counting_allocator<void>(&counts), [&](std::error_code ec, bytes_t r) {
+        CHECK_FALSE(ec);
+        CHECK(text(r) == "HI");
+        ++done;
+      }));
   REQUIRE(run_until(io, [&] { return done == 2; }));
   CHECK(counts.allocated >= 2);  // each call's operation (Asio may take more for its posts)
   CHECK(counts.allocated == counts.freed);

@@ -2,9 +2,9 @@
 // What the rpc service tests and their peer processes share: the service's handler and the
 // payloads clients send, so that each side can check the other's bytes.
 
+#include <algorithm>
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
-#include <algorithm>
 #include <asio/use_awaitable.hpp>
 #include <atomic>
 #include <chrono>

@@ -445,9 +445,10 @@ TEST_CASE("rpc_server: many client processes connected at once, each with checks
   CHECK(s.server.statistics().refused == 0);
 }
 
-TEST_CASE("rpc_server: client processes calling in place, several at once, get checksummed "
-          "replies in their buffers",
-          "[rpc][service][process][in_place]") {
+TEST_CASE(
+    "rpc_server: client processes calling in place, several at once, get checksummed "
+    "replies in their buffers",
+    "[rpc][service][process][in_place]") {
   // The server process serves "reverse" in place; each client sends from its own buffer and
   // reads each reply into one, with sizes of up to three packets.
   scoped_name name("svc");
@@ -463,7 +464,8 @@ TEST_CASE("rpc_server: client processes calling in place, several at once, get c
   for (int i = 0; i < 8; ++i)
     clients.push_back(std::make_unique<child>(std::vector<std::string>{
         peer_path(), "rpc-service-client-in-place", name.str(), "200", std::to_string(i)}));
-  for (auto& c : clients) CHECK(c->wait(60s) == 0);
+  for (auto& c : clients)
+    CHECK(c->wait(60s) == 0);
   server.kill9();
 }
 

@@ -131,9 +131,9 @@ struct rpc_client_info {
 
 /// One method of an RPC service, with the calls its connections have taken for it.
 struct rpc_method_info {
-  std::string name;        ///< "" for the unnamed method
-  bool name_cut = false;   ///< the name is longer: `name` is its start
-  std::uint64_t calls = 0; ///< as recorded; informational
+  std::string name;         ///< "" for the unnamed method
+  bool name_cut = false;    ///< the name is longer: `name` is its start
+  std::uint64_t calls = 0;  ///< as recorded; informational
 };
 
 /// An RPC service (object_kind::rpc_listener, made by an rpc_acceptor or rpc_server): the sizes

@@ -199,8 +199,10 @@ void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, reply_bytes 
     stream->end = ec ? ec : std::error_code(asio::error::eof);
     stream->end_text = call ? std::vector<std::byte>() : reply.take();
   }
-  if (call) call->complete(ec, reply, may_dispatch);  // a stream not yet open
-  else if (stream) pump_stream(*stream);
+  if (call)
+    call->complete(ec, reply, may_dispatch);  // a stream not yet open
+  else if (stream)
+    pump_stream(*stream);
   stop_reader_if_idle();
 }
 

@@ -381,8 +381,8 @@ void rpc_channel::on_message(incoming_message m) {
     case packet_type::response:
       stats_.responses_received.fetch_add(1, std::memory_order_relaxed);
       stats_.bytes_received.fetch_add(m.bytes().size(), std::memory_order_relaxed);
-      return finish_call(m.response_to, {}, m.viewed ? reply_bytes(m.view) : reply_bytes::of(m.payload),
-                         true);
+      return finish_call(m.response_to, {},
+                         m.viewed ? reply_bytes(m.view) : reply_bytes::of(m.payload), true);
     case packet_type::error: {
       stats_.errors_received.fetch_add(1, std::memory_order_relaxed);
       int value = 0;

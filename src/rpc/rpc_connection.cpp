@@ -101,8 +101,7 @@ std::shared_ptr<rpc_channel> rpc_channel::accept(const asio::any_io_executor& ex
   return ch;
 }
 
-void rpc_channel::async_connected(pending_signal_ptr op,
-                                  std::chrono::milliseconds timeout) {
+void rpc_channel::async_connected(pending_signal_ptr op, std::chrono::milliseconds timeout) {
   asio::dispatch(strand_, [self = shared_from_this(), op = std::move(op), timeout]() mutable {
     // Posted, not dispatched: this may run inside the caller's initiating function.
     if (self->closed_)

@@ -31,8 +31,8 @@ std::size_t encode_packet(const outgoing_message& m, std::uint32_t index, std::u
 
 void outgoing_message::copy_out(std::uint64_t offset, std::size_t n,
                                 std::byte* out) const noexcept {
-  const std::span<const std::byte> pieces[] = {{head, head_size}, borrowed[0], borrowed[1],
-                                               payload};
+  const std::span<const std::byte> pieces[] = {
+      {head, head_size}, borrowed[0], borrowed[1], payload};
   for (const auto& piece : pieces) {
     if (n == 0) return;
     if (offset >= piece.size()) {

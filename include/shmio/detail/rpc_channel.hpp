@@ -92,7 +92,8 @@ struct rpc_service {
 
   /// The method a request for `name` ("" for an unnamed call) reaches; null if none.
   const rpc_method* find(std::string_view name) const {
-    if (name.empty() && (unnamed.async || unnamed.sync || unnamed.stream || unnamed.in_place)) return &unnamed;
+    if (name.empty() && (unnamed.async || unnamed.sync || unnamed.stream || unnamed.in_place))
+      return &unnamed;
     if (!methods) return nullptr;
     auto it = methods->find(name);
     return it == methods->end() ? nullptr : &it->second;
@@ -151,7 +152,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   /// `request`: its payload and flags (the rest is set here). Borrowed bytes in it (a call made
   /// in place) must stay valid until `call` completes.
   void start_call(std::uint64_t id, pending_call_ptr call, outgoing_message request,
-                  std::chrono::milliseconds timeout, std::shared_ptr<stream_state> stream = nullptr);
+                  std::chrono::milliseconds timeout,
+                  std::shared_ptr<stream_state> stream = nullptr);
   /// The window this end's stream requests announce (rpc_options::stream_window).
   std::uint32_t stream_window() const noexcept {
     return stream_window_.load(std::memory_order_relaxed);  // relaxed: a setting, no data with it
@@ -161,8 +163,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void apply_limits(const rpc_options& o);
 
   // Streams (rpc_streams.cpp): see rpc_stream_core.hpp.
-  void read_stream(std::shared_ptr<stream_state> st, std::uint64_t read_id,
-                   pending_call_ptr op);
+  void read_stream(std::shared_ptr<stream_state> st, std::uint64_t read_id, pending_call_ptr op);
   void cancel_stream_read(std::shared_ptr<stream_state> st, std::uint64_t read_id,
                           asio::cancellation_type type);
   void close_stream(std::shared_ptr<stream_state> st);

@@ -2,16 +2,16 @@
 // The listener segment of an RPC service (layout.hpp, "rpc listener"): creating and checking it,
 // the names of its connections, and a client's short-lived link to it while it connects.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <atomic>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <unordered_map>
 
 #include "shmio/detail/layout.hpp"
 #include "shmio/detail/ring.hpp"
@@ -35,8 +35,8 @@ struct listener_settings {
 /// last of them goes.
 class method_counters {
  public:
-  static std::shared_ptr<method_counters> map(const segment& listener,
-                                              std::uint64_t methods_offset, std::error_code& ec);
+  static std::shared_ptr<method_counters> map(const segment& listener, std::uint64_t methods_offset,
+                                              std::error_code& ec);
   method_counters(const method_counters&) = delete;
   method_counters& operator=(const method_counters&) = delete;
   ~method_counters();

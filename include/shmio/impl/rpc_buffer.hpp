@@ -1,12 +1,12 @@
 #pragma once
 // The template part of rpc_buffer; included by shmio/rpc_buffer.hpp.
 
+#include <algorithm>
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/experimental/append.hpp>
 #include <asio/post.hpp>
 #include <asio/use_awaitable.hpp>
-#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <string>
