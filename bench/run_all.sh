@@ -29,6 +29,8 @@ run locks shmio_bench_locks
 run broadcast shmio_bench_broadcast
 run roundtrip shmio_bench_roundtrip
 run service shmio_bench_rpc_service
+run stream shmio_bench_rpc_stream
+if [ -x "$build/bench/shmio_bench_cli" ]; then run cli shmio_bench_cli; fi
 
 {
   echo "Started $start on $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- |
