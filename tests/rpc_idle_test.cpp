@@ -141,3 +141,32 @@ TEST_CASE("rpc idle: a call to an end that serves nothing fails at once, whether
   run_until_idle(silent_io);
   run_until_idle(io);
 }
+
+TEST_CASE("rpc idle: an owner that was idle while its opener left calls the next one",
+          "[rpc][idle]") {
+  // The opener's close waits unread in the idle owner's ring; the owner's next call reads it
+  // (peer_gone), and calls to the next opener, which serves, succeed: the close ended the old
+  // session without spoiling the owner's calls.
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io, shmio::create_only, name);
+  auto call = [&](std::chrono::milliseconds limit) {
+    std::optional<std::error_code> result;
+    owner.async_request(asio::buffer(bytes("hi")), limit,
+                        [&](std::error_code ec, bytes_t) { result = ec; });
+    io.restart();
+    REQUIRE(run_until(io, [&] { return result.has_value(); }));
+    return *result;
+  };
+  {
+    serving_thread first(name, false);
+    CHECK_FALSE(call(bound));
+  }  // closes: the close packet waits in the owner's ring, unread
+  const std::error_code gone = call(bound);
+  CHECK(gone == errc::peer_gone);
+  serving_thread next(name, false);
+  CHECK_FALSE(call(5s));
+  CHECK_FALSE(call(5s));
+  owner.close();
+  run_until_idle(io);
+}

@@ -310,13 +310,17 @@ TEST_CASE("rpc: a call's operation is made with its handler's associated allocat
                                             [&](std::error_code ec, std::size_t n) {
                                               CHECK_FALSE(ec);
                                               CHECK(n == 2);
+                                              // Its memory went back before it ran.
+                                              CHECK(counts.allocated == counts.freed);
                                               ++done;
                                             }));
+  REQUIRE(run_until(io, [&] { return done == 1; }));
   opener.async_request(
       "upper", asio::buffer(hello),
       asio::bind_allocator(counting_allocator<void>(&counts), [&](std::error_code ec, bytes_t r) {
         CHECK_FALSE(ec);
         CHECK(text(r) == "HI");
+        CHECK(counts.allocated == counts.freed);
         ++done;
       }));
   REQUIRE(run_until(io, [&] { return done == 2; }));

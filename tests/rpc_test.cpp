@@ -2190,7 +2190,7 @@ TEST_CASE("rpc packets: the parser rejects inconsistent packets", "[rpc]") {
     h.type = static_cast<std::uint8_t>(type);
     CHECK(parse(node(h, 5)));
   }
-  for (int version : {0, 1, 3}) {  // 1: before streams
+  for (int version : {0, 1, 2, 4}) {  // 1: before streams; 2: before serves bytes
     auto h = header(request_type, 1, 1, 5, 1);
     h.version = static_cast<std::uint8_t>(version);
     CHECK_FALSE(parse(node(h, 5)));

@@ -221,8 +221,9 @@ class rpc_buffer {
   /// Completion signature: `void(std::error_code, std::size_t reply_size)`. The errors of
   /// async_request; on an error with a text (errc::remote_error), `reply` holds as much of it
   /// as fits and the size is the part copied. A reply larger than `reply` fills it and the call
-  /// completes with errc::message_too_large and the reply's whole size. Awaited with
-  /// asio::use_awaitable, a failure throws rpc_error as async_request's does.
+  /// completes with errc::message_too_large and the reply's whole size (a reply over this end's
+  /// max_message_size is refused as it arrives, unread: message_too_large with size 0). Awaited
+  /// with asio::use_awaitable, a failure throws rpc_error as async_request's does.
   template <class CompletionToken>
   auto async_request(asio::const_buffer payload, asio::mutable_buffer reply,
                      CompletionToken&& token);

@@ -99,16 +99,20 @@ class rpc_methods {
   /// Adds (or replaces) the method `name`; "" is the unnamed method. Throws shmio::error
   /// (errc::invalid_argument) for a name over max_name bytes or an empty handler.
   rpc_methods& add(std::string_view name, rpc_handler handler) {
-    return put(name, {std::move(handler), {}, {}, {}}, static_cast<bool>(handler));
+    const bool callable = static_cast<bool>(handler);  // before the move below
+    return put(name, {std::move(handler), {}, {}, {}}, callable);
   }
   rpc_methods& add(std::string_view name, rpc_sync_handler handler) {
-    return put(name, {{}, std::move(handler), {}, {}}, static_cast<bool>(handler));
+    const bool callable = static_cast<bool>(handler);  // before the move below
+    return put(name, {{}, std::move(handler), {}, {}}, callable);
   }
   rpc_methods& add(std::string_view name, rpc_stream_handler handler) {
-    return put(name, {{}, {}, std::move(handler), {}}, static_cast<bool>(handler));
+    const bool callable = static_cast<bool>(handler);  // before the move below
+    return put(name, {{}, {}, std::move(handler), {}}, callable);
   }
   rpc_methods& add(std::string_view name, rpc_in_place_handler handler) {
-    return put(name, {{}, {}, {}, std::move(handler)}, static_cast<bool>(handler));
+    const bool callable = static_cast<bool>(handler);  // before the move below
+    return put(name, {{}, {}, {}, std::move(handler)}, callable);
   }
 
   bool empty() const noexcept { return !table_ || table_->empty(); }

@@ -33,53 +33,53 @@ void rpc_channel::start_call(std::uint64_t id, pending_call_ptr call, outgoing_m
   // Dispatched, not posted: called from a thread of the executor while the strand is free, the
   // request goes out now instead of after a trip through the scheduler. (This never completes
   // the call inside the initiating function: every completion is posted, see rpc_call.)
-  asio::dispatch(
-      strand_, [self = shared_from_this(), id, call = std::move(call), request = std::move(request),
-                timeout, stream = std::move(stream)]() mutable {
-        // Posted, not dispatched: this may run inside the caller's initiating function.
-        if (self->closed_)
-          return call->complete(self->failure_ ? self->failure_ : asio::error::operation_aborted,
-                                {}, false);
-        if (request.size() > self->reassembler_max())
-          return call->complete(errc::message_too_large, {}, false);
-        if (self->owner_) self->follow_opener();  // address the opener there is now
-        if (!self->peer_attached()) return call->complete(errc::peer_gone, {}, false);
-        // An end without handlers may not be reading: its answer is known here.
-        if (!self->peer_serves_) {
-          constexpr std::string_view text = "the other end serves no requests";
-          return call->complete(
-              request.flags & layout::packet_flag_method ? errc::no_such_method : errc::no_handler,
-              std::as_bytes(std::span(text.data(), text.size())), false);
-        }
-        // A stream has no timeout of its own (rpc_stream.hpp).
-        const auto deadline =
-            stream || timeout.count() < 0 || timeout == std::chrono::milliseconds::max()
-                ? std::chrono::steady_clock::time_point::max()
-                : std::chrono::steady_clock::now() + timeout;
-        auto* entry = insert_recycled(self->calls_, self->spare_calls_, id);
-        if (!entry) return call->complete(errc::busy, {}, false);  // ids are unique: never
-        *entry = call_entry{std::move(call), deadline, std::nullopt, std::move(stream)};
-        self->stats_.pending.fetch_add(1, std::memory_order_relaxed);
-        self->ensure_reader();  // its answer comes through it
-        request.type = packet_type::request;
-        request.id = id;
-        if (self->in_flight_ < self->max_in_flight_ && self->credit_queue_.empty()) {
-          ++self->in_flight_;
-          self->stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
-          self->stats_.bytes_sent.fetch_add(request.size(), std::memory_order_relaxed);
-          self->send(std::move(request));
-          // send() may have failed the call (a damaged ring), erasing its entry: look again.
-          if (auto it = self->calls_.find(id); it != self->calls_.end())
-            self->call_sent(it->second);
-        } else {
-          // No credit: it waits here, not in the outbox, so that nothing queues for the ring past
-          // max_in_flight; its deadline runs meanwhile.
-          entry->waiting.emplace(std::move(request));
-          self->credit_queue_.push_back(id);
-          ++self->waiting_;
-        }
-        self->wake_housekeeping();
-      });
+  asio::dispatch(strand_, [self = shared_from_this(), id, call = std::move(call),
+                           request = std::move(request), timeout,
+                           stream = std::move(stream)]() mutable {
+    // Posted, not dispatched: this may run inside the caller's initiating function.
+    if (self->closed_)
+      return complete(std::move(call),
+                      self->failure_ ? self->failure_ : asio::error::operation_aborted, {}, false);
+    if (request.size() > self->reassembler_max())
+      return complete(std::move(call), errc::message_too_large, {}, false);
+    if (self->owner_) self->follow_opener();  // address the opener there is now
+    if (!self->peer_attached()) return complete(std::move(call), errc::peer_gone, {}, false);
+    // An end without handlers may not be reading: its answer is known here.
+    if (!self->peer_serves_) {
+      constexpr std::string_view text = "the other end serves no requests";
+      return complete(
+          std::move(call),
+          request.flags & layout::packet_flag_method ? errc::no_such_method : errc::no_handler,
+          std::as_bytes(std::span(text.data(), text.size())), false);
+    }
+    // A stream has no timeout of its own (rpc_stream.hpp).
+    const auto deadline =
+        stream || timeout.count() < 0 || timeout == std::chrono::milliseconds::max()
+            ? std::chrono::steady_clock::time_point::max()
+            : std::chrono::steady_clock::now() + timeout;
+    auto* entry = insert_recycled(self->calls_, self->spare_calls_, id);
+    if (!entry) return complete(std::move(call), errc::busy, {}, false);  // ids are unique: never
+    *entry = call_entry{std::move(call), deadline, std::nullopt, std::move(stream)};
+    self->stats_.pending.fetch_add(1, std::memory_order_relaxed);
+    request.type = packet_type::request;
+    request.id = id;
+    if (self->in_flight_ < self->max_in_flight_ && self->credit_queue_.empty()) {
+      ++self->in_flight_;
+      self->stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
+      self->stats_.bytes_sent.fetch_add(request.size(), std::memory_order_relaxed);
+      self->send(std::move(request));
+      // send() may have failed the call (a damaged ring), erasing its entry: look again.
+      if (auto it = self->calls_.find(id); it != self->calls_.end()) self->call_sent(it->second);
+    } else {
+      // No credit: it waits here, not in the outbox, so that nothing queues for the ring past
+      // max_in_flight; its deadline runs meanwhile.
+      entry->waiting.emplace(std::move(request));
+      self->credit_queue_.push_back(id);
+      ++self->waiting_;
+    }
+    self->ensure_reader();  // its answer comes through it
+    self->wake_housekeeping();
+  });
 }
 
 void rpc_channel::cancel_call(std::uint64_t id, asio::cancellation_type type) {
@@ -155,7 +155,7 @@ void rpc_channel::admit_waiting() {
 void rpc_channel::call_sent(call_entry& entry) {
   // A stream's caller gets its stream now; a plain call waits for its reply. Posted: this may
   // run inside the initiating function.
-  if (entry.stream && entry.call) std::exchange(entry.call, nullptr)->complete({}, {}, false);
+  if (entry.stream && entry.call) complete(std::exchange(entry.call, nullptr), {}, {}, false);
 }
 
 void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, reply_bytes reply,
@@ -200,7 +200,7 @@ void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, reply_bytes 
     stream->end_text = call ? std::vector<std::byte>() : reply.take();
   }
   if (call)
-    call->complete(ec, reply, may_dispatch);  // a stream not yet open
+    complete(std::move(call), ec, reply, may_dispatch);  // a stream not yet open
   else if (stream)
     pump_stream(*stream);
   stop_reader_if_idle();

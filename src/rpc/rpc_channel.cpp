@@ -248,7 +248,12 @@ void rpc_channel::start_loops() {
 void rpc_channel::ensure_reader() {
   if (reader_running_ || closed_) return;
   reader_running_ = true;
-  asio::co_spawn(strand_, reader_loop(shared_from_this()), asio::detached);
+  // Started from a posted handler, never inline: co_spawn would run the reader at once, inside
+  // whatever called this (a call's start, a connect), which could see a packet end the session
+  // or complete that very operation under it.
+  asio::post(strand_, [self = shared_from_this()] {
+    asio::co_spawn(self->strand_, self->reader_loop(self), asio::detached);
+  });
 }
 
 void rpc_channel::stop_reader_if_idle() {

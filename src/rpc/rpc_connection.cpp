@@ -105,12 +105,13 @@ void rpc_channel::async_connected(pending_signal_ptr op, std::chrono::millisecon
   asio::dispatch(strand_, [self = shared_from_this(), op = std::move(op), timeout]() mutable {
     // Posted, not dispatched: this may run inside the caller's initiating function.
     if (self->closed_)
-      return op->complete(self->failure_ ? self->failure_ : asio::error::operation_aborted, false);
+      return complete(std::move(op),
+                      self->failure_ ? self->failure_ : asio::error::operation_aborted, false);
     if (self->accepted_) {
       self->link_.reset();  // the accept came before this: the listener is done with
-      return op->complete({}, false);
+      return complete(std::move(op), {}, false);
     }
-    if (self->connect_op_ || !self->link_) return op->complete(errc::busy, false);
+    if (self->connect_op_ || !self->link_) return complete(std::move(op), errc::busy, false);
     self->connect_op_ = std::move(op);
     self->connect_deadline_ = deadline_after(timeout);
     self->ensure_reader();  // the accept packet comes through it
@@ -179,7 +180,7 @@ void rpc_channel::on_accepted() {
   accepted_ = true;
   if (!connect_op_) return;  // a blocking connect's, or one not yet awaited
   link_.reset();
-  std::exchange(connect_op_, nullptr)->complete({}, true);
+  complete(std::exchange(connect_op_, nullptr), {}, true);
   stop_reader_if_idle();
 }
 
@@ -195,14 +196,15 @@ void rpc_channel::connect_failed(std::error_code ec) {
   forget_name();
   auto op = std::exchange(connect_op_, nullptr);
   fail(errc::peer_gone);
-  if (op) op->complete(ec, false);
+  if (op) complete(std::move(op), ec, false);
 }
 
 void rpc_channel::async_wait_closed(pending_signal_ptr op) {
   asio::dispatch(strand_, [self = shared_from_this(), op = std::move(op)]() mutable {
     if (self->closed_)
-      return op->complete(self->failure_ ? self->failure_ : asio::error::operation_aborted, false);
-    if (self->peer_lost_) return op->complete({}, false);
+      return complete(std::move(op),
+                      self->failure_ ? self->failure_ : asio::error::operation_aborted, false);
+    if (self->peer_lost_) return complete(std::move(op), {}, false);
     self->closed_waiters_.push_back(std::move(op));
     self->ensure_reader();  // a close packet comes through it
     self->watch_peer_death();
@@ -213,7 +215,7 @@ void rpc_channel::complete_closed_waiters(std::error_code ec) {
   auto waiters = std::move(closed_waiters_);
   closed_waiters_.clear();
   for (auto& w : waiters)
-    w->complete(ec, false);
+    complete(std::move(w), ec, false);
   stop_reader_if_idle();
 }
 

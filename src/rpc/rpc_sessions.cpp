@@ -125,7 +125,7 @@ void rpc_channel::shutdown_on_strand() {
   credit_queue_.clear();
   deferred_.clear();
   tick_.cancel();
-  if (connect_op_) std::exchange(connect_op_, nullptr)->complete(why, false);
+  if (connect_op_) complete(std::exchange(connect_op_, nullptr), why, false);
   link_.reset();
   death_watch_.reset();
   complete_closed_waiters(why);

@@ -88,7 +88,7 @@ void rpc_channel::cancel_stream_read(std::shared_ptr<stream_state> st, std::uint
     // Total cancellation promises no side effect: the read goes, the stream stays.
     auto op = std::move(r->op);
     st->reads.erase(r);
-    op->complete(asio::error::operation_aborted, {}, false);
+    complete(std::move(op), asio::error::operation_aborted, {}, false);
   });
 }
 
@@ -141,13 +141,13 @@ void rpc_channel::pump_stream(stream_state& st) {
       send({packet_type::stream_credit, next_id(), st.id, encode_credit(st.unreported)});
       st.unreported = 0;
     }
-    op->complete({}, reply_bytes::of(item), false);
+    complete(std::move(op), {}, reply_bytes::of(item), false);
   }
   if (!st.ended || !st.items.empty()) return;
   while (!st.reads.empty()) {
     auto op = std::move(st.reads.front().op);
     st.reads.pop_front();
-    op->complete(st.end, std::span<const std::byte>(st.end_text), false);
+    complete(std::move(op), st.end, std::span<const std::byte>(st.end_text), false);
   }
 }
 
@@ -160,12 +160,13 @@ void rpc_channel::write_stream(std::uint64_t request_id, std::uint64_t session,
   // may run inside the initiating function).
   asio::dispatch(strand_, [self = shared_from_this(), request_id, session, write_id,
                            item = std::move(item), op = std::move(op)]() mutable {
-    if (self->closed_) return op->complete(asio::error::operation_aborted, false);
-    if (session != self->session_) return op->complete(errc::peer_gone, false);
+    if (self->closed_) return complete(std::move(op), asio::error::operation_aborted, false);
+    if (session != self->session_) return complete(std::move(op), errc::peer_gone, false);
     auto it = self->serving_.find(request_id);
     if (it == self->serving_.end() || !it->second.stream.active || it->second.stream.ended)
-      return op->complete(asio::error::operation_aborted, false);
-    if (item.size() > self->reassembler_max()) return op->complete(errc::message_too_large, false);
+      return complete(std::move(op), asio::error::operation_aborted, false);
+    if (item.size() > self->reassembler_max())
+      return complete(std::move(op), errc::message_too_large, false);
     it->second.stream.writes.push_back({write_id, std::move(item), std::move(op)});
     self->flush_stream_writes(request_id, it->second.stream);
   });
@@ -181,7 +182,7 @@ void rpc_channel::cancel_stream_write(std::uint64_t request_id, std::uint64_t wr
     if (w == writes.end()) return;  // sent, or failed, first
     auto op = std::move(w->op);
     writes.erase(w);  // nothing of it went: the stream goes on without it
-    op->complete(asio::error::operation_aborted, false);
+    complete(std::move(op), asio::error::operation_aborted, false);
   });
 }
 
@@ -208,7 +209,7 @@ void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_st
     stats_.stream_items_sent.fetch_add(1, std::memory_order_relaxed);
     stats_.bytes_sent.fetch_add(next.item.size(), std::memory_order_relaxed);
     send({packet_type::stream_item, next_id(), request_id, std::move(next.item)});
-    next.op->complete({}, false);
+    complete(std::move(next.op), {}, false);
   }
 }
 
@@ -218,7 +219,7 @@ void rpc_channel::end_stream_writes(stream_writer_state& w, std::error_code why)
   auto writes = std::move(w.writes);
   w.writes.clear();
   for (auto& x : writes)
-    x.op->complete(why, false);
+    complete(std::move(x.op), why, false);
 }
 
 }  // namespace shmio::detail

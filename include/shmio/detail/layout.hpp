@@ -209,7 +209,7 @@ inline constexpr std::uint64_t rpc_opener_lock_byte = 33;
 // (an end without handlers reads only while it waits for something of its own).
 inline constexpr std::uint64_t rpc_owner_serves_lock_byte = 34;
 inline constexpr std::uint64_t rpc_opener_serves_lock_byte = 35;
-inline constexpr std::uint32_t rpc_version = 2;                     // 2: streams (packet types 7-9)
+inline constexpr std::uint32_t rpc_version = 3;  // 2: streams; 3: serves bytes 34, 35
 inline constexpr std::uint64_t rpc_no_timeout = ~std::uint64_t{0};  // default_timeout_ms: none
 
 struct rpc_header {

@@ -52,6 +52,8 @@ struct pending_delete {
 };
 
 /// A caller waiting for its reply (or a stream's reader for its next item); completes once.
+/// complete() frees the operation (its memory goes back before the handler runs, as Asio's
+/// operations do): call it on a released pointer, complete(std::move(p), ...).
 struct pending_call {
   /// `may_dispatch`: we run on an executor thread outside any initiating function, so the
   /// handler may run here if its executor allows (saves a trip through the scheduler).
@@ -64,7 +66,7 @@ struct pending_call {
 using pending_call_ptr = std::unique_ptr<pending_call, pending_delete>;
 
 /// Waits for an event without a value (connected, the other end gone, room for a stream item);
-/// completes once.
+/// completes once, freeing itself as pending_call does.
 struct pending_signal {
   /// `may_dispatch`: as for pending_call.
   virtual void complete(std::error_code ec, bool may_dispatch) = 0;
@@ -74,6 +76,15 @@ struct pending_signal {
   ~pending_signal() = default;
 };
 using pending_signal_ptr = std::unique_ptr<pending_signal, pending_delete>;
+
+/// Completes `op`, which frees itself before its handler runs.
+inline void complete(pending_call_ptr op, std::error_code ec, reply_bytes reply,
+                     bool may_dispatch) {
+  op.release()->complete(ec, reply, may_dispatch);
+}
+inline void complete(pending_signal_ptr op, std::error_code ec, bool may_dispatch) {
+  op.release()->complete(ec, may_dispatch);
+}
 
 /// Memory for an operation `Op` holding a `Handler`: from the handler's associated allocator,
 /// and by default from Asio's recycling allocator (blocks cached per thread), so that a steady
@@ -151,7 +162,10 @@ class rpc_call final : public pending_call {
   rpc_call(typename memory::alloc_type alloc, Handler h, const asio::any_io_executor& ex)
       : alloc_(std::move(alloc)), handler_(std::move(h), ex) {}
   void complete(std::error_code ec, reply_bytes reply, bool may_dispatch) override {
-    handler_.deliver(may_dispatch, ec, reply.take());
+    auto value = reply.take();
+    auto h = std::move(handler_);
+    memory::free(this);
+    h.deliver(may_dispatch, ec, std::move(value));
   }
   void destroy() noexcept override { memory::free(this); }
 
@@ -170,7 +184,9 @@ class rpc_signal final : public pending_signal {
   rpc_signal(typename memory::alloc_type alloc, Handler h, const asio::any_io_executor& ex)
       : alloc_(std::move(alloc)), handler_(std::move(h), ex) {}
   void complete(std::error_code ec, bool may_dispatch) override {
-    handler_.deliver(may_dispatch, ec);
+    auto h = std::move(handler_);
+    memory::free(this);
+    h.deliver(may_dispatch, ec);
   }
   void destroy() noexcept override { memory::free(this); }
 

@@ -36,9 +36,9 @@ class rpc_stream_open final : public pending_call {
   void complete(std::error_code ec, reply_bytes, bool may_dispatch) override {
     rpc_stream stream = rpc_stream_access::make_stream(ex_, ec ? nullptr : std::move(channel_),
                                                        ec ? nullptr : std::move(state_));
-    channel_.reset();  // this op lives in the channel's table: no cycle once it completed
-    state_.reset();
-    handler_.deliver(may_dispatch, ec, std::move(stream));
+    auto h = std::move(handler_);
+    memory::free(this);
+    h.deliver(may_dispatch, ec, std::move(stream));
   }
 
  private:
@@ -91,10 +91,16 @@ class rpc_throwing_call final : public pending_call {
       : alloc_(std::move(alloc)), handler_(std::move(h), ex), channel_(ch) {}
   void destroy() noexcept override { memory::free(this); }
   void complete(std::error_code ec, reply_bytes reply, bool may_dispatch) override {
-    if (!ec) return handler_.deliver(may_dispatch, std::exception_ptr(), reply.take());
+    auto h = std::move(handler_);
+    if (!ec) {
+      auto value = reply.take();
+      memory::free(this);
+      return h.deliver(may_dispatch, std::exception_ptr(), std::move(value));
+    }
     // The channel completes its calls while it lives: its name is still there.
     auto e = std::make_exception_ptr(rpc_error(ec, channel_->name(), to_string(reply.view)));
-    handler_.deliver(may_dispatch, std::move(e), std::vector<std::byte>());
+    memory::free(this);
+    h.deliver(may_dispatch, std::move(e), std::vector<std::byte>());
   }
 
  private:
@@ -123,15 +129,21 @@ class rpc_call_into final : public pending_call {
     const bool overflow = !ec && reply.view.size() > target_.size();
     if (overflow) ec = errc::message_too_large;
     const std::size_t size = overflow || !ec ? reply.view.size() : n;
+    auto h = std::move(handler_);
     if constexpr (Throwing) {
-      if (!ec) return handler_.deliver(may_dispatch, std::exception_ptr(), size);
+      if (!ec) {
+        memory::free(this);
+        return h.deliver(may_dispatch, std::exception_ptr(), size);
+      }
       std::string text = overflow ? "reply of " + std::to_string(size) +
                                         " bytes larger than the buffer given for it"
                                   : to_string(reply.view);
       auto e = std::make_exception_ptr(rpc_error(ec, channel_->name(), std::move(text)));
-      handler_.deliver(may_dispatch, std::move(e), size);
+      memory::free(this);
+      h.deliver(may_dispatch, std::move(e), size);
     } else {
-      handler_.deliver(may_dispatch, ec, size);
+      memory::free(this);
+      h.deliver(may_dispatch, ec, size);
     }
   }
 
@@ -344,7 +356,8 @@ auto rpc_buffer::async_connect(std::string_view service, std::chrono::millisecon
         auto op = detail::make_pending<detail::rpc_signal>(std::move(handler), ex_);
         std::error_code ec;
         channel_ = detail::rpc_channel::connect(ex_, name, client_service(), strategy_, ec);
-        if (!channel_) return op->complete(ec, false);  // posted: never inside this function
+        if (!channel_)
+          return detail::complete(std::move(op), ec, false);  // posted: never inside this function
         if (limits_) channel_->apply_limits(*limits_);
         if (slot.is_connected())
           slot.template emplace<detail::rpc_connect_cancel>(detail::rpc_connect_cancel{channel_});
@@ -358,7 +371,7 @@ auto rpc_buffer::async_wait_closed(CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code)>(
       [](auto handler, const std::shared_ptr<detail::rpc_channel>& ch, const executor_type& ex) {
         auto op = detail::make_pending<detail::rpc_signal>(std::move(handler), ex);
-        if (!ch) return op->complete(asio::error::operation_aborted, false);
+        if (!ch) return detail::complete(std::move(op), asio::error::operation_aborted, false);
         ch->async_wait_closed(std::move(op));
       },
       token, channel_, ex_);
