@@ -135,7 +135,10 @@ void bm_segment_file(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(bm_kvd_usage)->Name("BM_cli_exec/kvd_usage")->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(bm_kvd_usage)
+    ->Name("BM_cli_exec/kvd_usage")
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(bm_kvd_get)->Name("BM_cli_exec/kvd_get")->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(bm_segment_file)
     ->Name("BM_connect_floor/segment_file")

@@ -41,7 +41,10 @@ constexpr std::size_t sizes[] = {0, 1, 100, 1000, 3000};
 
 }  // namespace
 
-SHMIO_PEER_COMMAND("rpc-service-client", args) {
+// Both client commands: connect, wait at the gate if there is one, then CALLS checked calls,
+// each made by `call(client, request)` (true if its reply was the service's answer).
+template <class Call>
+int run_client(const shmio::test::peer::args& args, bool gated, Call call) {
   if (args.size() < 3) return exit_usage;
   const int calls = std::stoi(args[1]);
   const std::uint64_t seed = std::stoull(args[2]);
@@ -50,7 +53,7 @@ SHMIO_PEER_COMMAND("rpc-service-client", args) {
   std::error_code ec;
   client.connect(args[0], shmio::rpc_buffer::default_connect_timeout, ec);
   if (ec) return exit_connect_failed;
-  if (args.size() > 3) {
+  if (gated && args.size() > 3) {
     const int gate = std::stoi(args[3]);
     char c;
     while (::read(gate, &c, 1) > 0) {
@@ -63,9 +66,8 @@ SHMIO_PEER_COMMAND("rpc-service-client", args) {
   int rc = 0;
   for (int i = 0; i < calls && rc == 0; ++i) {
     const auto request = service::payload(sizes[i % std::size(sizes)], seed * 1000 + i);
-    auto reply = client.async_request(asio::buffer(request), asio::use_future);
     try {
-      if (reply.get() != service::answer(request)) rc = exit_wrong_reply;
+      if (!call(client, request)) rc = exit_wrong_reply;
     } catch (...) {
       rc = exit_wrong_reply;
     }
@@ -76,38 +78,21 @@ SHMIO_PEER_COMMAND("rpc-service-client", args) {
   return rc;
 }
 
-SHMIO_PEER_COMMAND("rpc-service-client-in-place", args) {
-  if (args.size() < 3) return exit_usage;
-  const int calls = std::stoi(args[1]);
-  const std::uint64_t seed = std::stoull(args[2]);
-  asio::io_context io;
-  shmio::rpc_buffer client(io.get_executor());
-  std::error_code ec;
-  client.connect(args[0], shmio::rpc_buffer::default_connect_timeout, ec);
-  if (ec) return exit_connect_failed;
-  std::thread runner([&] {
-    auto work = asio::make_work_guard(io);
-    io.run();
+SHMIO_PEER_COMMAND("rpc-service-client", args) {
+  return run_client(args, true, [](shmio::rpc_buffer& client, const std::vector<std::byte>& rq) {
+    return client.async_request(asio::buffer(rq), asio::use_future).get() == service::answer(rq);
   });
-  int rc = 0;
+}
+
+SHMIO_PEER_COMMAND("rpc-service-client-in-place", args) {
   std::vector<std::byte> reply(4096);
-  for (int i = 0; i < calls && rc == 0; ++i) {
-    const auto request = service::payload(sizes[i % std::size(sizes)], seed * 1000 + i);
-    auto size = client.async_request("reverse", asio::buffer(request), asio::buffer(reply),
-                                     asio::use_future);
-    try {
-      const std::size_t n = size.get();
-      const auto expected = service::answer(request);
-      if (n != expected.size() || !std::equal(expected.begin(), expected.end(), reply.begin()))
-        rc = exit_wrong_reply;
-    } catch (...) {
-      rc = exit_wrong_reply;
-    }
-  }
-  client.close();
-  io.stop();
-  runner.join();
-  return rc;
+  return run_client(args, false, [&](shmio::rpc_buffer& client, const std::vector<std::byte>& rq) {
+    const std::size_t n =
+        client.async_request("reverse", asio::buffer(rq), asio::buffer(reply), asio::use_future)
+            .get();
+    const auto expected = service::answer(rq);
+    return n == expected.size() && std::equal(expected.begin(), expected.end(), reply.begin());
+  });
 }
 
 SHMIO_PEER_COMMAND("rpc-service-hold", args) {

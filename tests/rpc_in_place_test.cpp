@@ -139,13 +139,8 @@ TEST_CASE("rpc in place: a reply larger than the buffer fills it and reports its
     CHECK(n == 12);  // how large the buffer must be
     CHECK(reply == "abcd");
     // Thrown with use_awaitable, saying what happened.
-    std::optional<shmio::rpc_error> caught;
-    try {
-      co_await opener.async_request("twice", asio::buffer(request), asio::buffer(reply),
-                                    asio::use_awaitable);
-    } catch (const shmio::rpc_error& e) {
-      caught = e;
-    }
+    auto caught = co_await rpc_error_of(opener.async_request(
+        "twice", asio::buffer(request), asio::buffer(reply), asio::use_awaitable));
     CO_REQUIRE(caught.has_value());
     CHECK(caught->code() == errc::message_too_large);
     CHECK(caught->remote_what().find("12 bytes") != std::string::npos);
@@ -178,12 +173,8 @@ TEST_CASE("rpc in place: a handler's exception reaches the caller's buffer as re
     CHECK(ec == errc::remote_error);
     CHECK(n == 5);
     CHECK(small == "no su");
-    std::optional<shmio::rpc_error> caught;
-    try {
-      co_await opener.async_request("fail", {}, asio::buffer(small), asio::use_awaitable);
-    } catch (const shmio::rpc_error& e) {
-      caught = e;
-    }
+    auto caught = co_await rpc_error_of(
+        opener.async_request("fail", {}, asio::buffer(small), asio::use_awaitable));
     CO_REQUIRE(caught.has_value());
     CHECK(caught->remote_what() == "no such account");  // whole, not cut to the buffer
     // Unknown method, a name out of range, a closed end: as async_request's.

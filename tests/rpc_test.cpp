@@ -797,24 +797,15 @@ TEST_CASE("rpc_buffer: awaited with use_awaitable, a failed call throws rpc_erro
   rpc_buffer owner(io, shmio::create_only, name, methods);
   rpc_buffer opener(io, shmio::open_only, name);
   run_until_done(io, [&]() -> asio::awaitable<void> {
-    std::optional<shmio::rpc_error> caught;
-    try {
-      co_await opener.async_request("fail", asio::buffer(std::string("x")), asio::use_awaitable);
-    } catch (const shmio::rpc_error& e) {
-      caught = e;
-    }
+    auto caught = co_await rpc_error_of(
+        opener.async_request("fail", asio::buffer(std::string("x")), asio::use_awaitable));
     REQUIRE(caught);
     CHECK(caught->code() == errc::remote_error);
     CHECK(caught->remote_what() == "no such account");
     CHECK(std::string_view(caught->what()).find("no such account") != std::string_view::npos);
     CHECK(std::string_view(caught->what()).find(name.str()) != std::string_view::npos);
     // Any failure: an unknown method's text says which.
-    caught.reset();
-    try {
-      co_await opener.async_request("nope", {}, asio::use_awaitable);
-    } catch (const shmio::rpc_error& e) {
-      caught = e;
-    }
+    caught = co_await rpc_error_of(opener.async_request("nope", {}, asio::use_awaitable));
     REQUIRE(caught);
     CHECK(caught->code() == errc::no_such_method);
     CHECK(caught->remote_what() == "no method 'nope' at this end");
@@ -824,12 +815,7 @@ TEST_CASE("rpc_buffer: awaited with use_awaitable, a failed call throws rpc_erro
     CHECK(shmio::to_string(reply) == greeting);
     // A closed end: the throw names what it was.
     opener.close();
-    caught.reset();
-    try {
-      co_await opener.async_request("echo", {}, asio::use_awaitable);
-    } catch (const shmio::rpc_error& e) {
-      caught = e;
-    }
+    caught = co_await rpc_error_of(opener.async_request("echo", {}, asio::use_awaitable));
     REQUIRE(caught);
     CHECK(caught->code() == asio::error::operation_aborted);
     CHECK(caught->remote_what().empty());

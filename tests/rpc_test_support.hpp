@@ -25,6 +25,7 @@
 #include "shmio/detail/layout.hpp"
 #include "shmio/detail/ring.hpp"
 #include "shmio/detail/rpc_packet.hpp"
+#include "shmio/rpc_buffer.hpp"
 #include "shmio/segment.hpp"
 #include "support.hpp"
 
@@ -115,6 +116,18 @@ class async_flag {
   bool set_ = false;
   steady::time_point when_{};
 };
+
+/// The shmio::rpc_error that awaiting `op` (a use_awaitable operation) throws; none if it
+/// completes.
+template <class Awaitable>
+asio::awaitable<std::optional<shmio::rpc_error>> rpc_error_of(Awaitable op) {
+  try {
+    co_await std::move(op);
+  } catch (const shmio::rpc_error& e) {
+    co_return e;
+  }
+  co_return std::nullopt;
+}
 
 /// Polls `pred` every millisecond until it holds or `limit` passes (for counters that have no
 /// event to wait on).
