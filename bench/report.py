@@ -233,7 +233,7 @@ def rpc_tables(runs):
 
 
 def service_tables(runs):
-    """bench/rpc_service_bench.cpp: one server, many client processes; connect + call + close."""
+    """bench/rpc_service_bench.cpp: one server, many client processes."""
     out = ["### RPC service: 64-byte calls from client processes, 8 in flight each", "",
            "| family | clients | calls/s, all clients | median batch | / 1 client | "
            "/ asio_local_stream | allocations per call (clients) | fewest / most calls per client |",
@@ -259,15 +259,6 @@ def service_tables(runs):
                    f"{fmt_ratio(ratio(v, rate('asio_local_stream', count)))} | "
                    f"{num(median_of(runs, n, 'allocs_per_call'), 2)} | "
                    f"{num(median_of(runs, n, 'min_over_max_client'), 3)} |")
-    out += ["", "### Connect, one 64-byte call, close (a thin client's cost; median of batch means)",
-            "", "| family | connect + call + close | p99 of batches | / asio_local_stream | "
-            "allocations |", "|---|---|---|---|---|"]
-    stream = median_of(runs, "BM_connect_call_close/asio_local_stream", "ns")
-    for n in sorted(n for n in runs if n.startswith("BM_connect_call_close/")):
-        v = median_of(runs, n, "ns")
-        out.append(f"| {n.split('/')[1]} | {fmt_ns(v)} | "
-                   f"{fmt_ns(median_of(runs, n, 'p99_batch_ns'))} | {fmt_ratio(ratio(v, stream))} | "
-                   f"{num(median_of(runs, n, 'allocs_per_iter'), 1)} |")
 
     r = ratio(rate("shmio_service", 16), rate("shmio_service", 1))
     targets.check("rpc service: 16 clients' calls/s / 1 client's (shmio_service)", r, 0.8, True,

@@ -29,21 +29,13 @@
 //                          client's own io_context. A connection pool, as a user would do without
 //                          a protocol with request ids to match replies to pipelined requests
 //                          (and as BM_rpc_pipelined/asio_local_stream in rpc_bench.cpp does)
-// BM_connect_call_close/<family>: what a thin command-line client pays per use, from the measuring
-//     process (CPU 0) to the server in a forked child (CPU 1): one iteration = connect, one
-//     64-byte call, close. The io_context, and the process's one-time state (thread-locals,
-//     shmio's wait hub), are made once and kept: a real CLI process pays them once more.
-//       shmio_service      shmio::rpc_buffer client(ex); client.connect(name) (blocking; makes
-//                          the connection's channel, a segment of its own); co_await
-//                          client.async_request(); client.close()
-//       asio_local_stream  a socket's blocking connect(); co_await one frame and its reply; close
+// A thin client's connect + call + close is in connect_pairs.cpp (shmio_bench_connect).
 //
 // Counters: items_per_second (calls, all clients together); median_items_per_second (the median
 // over batches of each batch's rate: a preemption by another tenant moves it less);
 // allocs_per_call (BM_service_clients): heap allocations per call in the calling processes, the
 // clients' counts summed over the timed batches; min_over_max_client: the client that completed
-// fewest calls over the one that completed most, over the timed batches (1 = served evenly);
-// median_ns, p99_batch_ns, allocs_per_iter (BM_connect_call_close): see support.hpp.
+// fewest calls over the one that completed most, over the timed batches (1 = served evenly).
 //
 // Every process is reaped and every segment removed, also when a benchmark fails: the session
 // (support.hpp) kills what does not exit, and removes the service's name; what the clients made
@@ -79,6 +71,7 @@
 #include <string>
 #include <vector>
 
+#include "processes.hpp"
 #include "stream_frames.hpp"
 #include "support.hpp"
 
@@ -93,7 +86,7 @@ constexpr std::size_t message = 64;
 constexpr int in_flight = 8;                  // calls in flight per client
 constexpr std::uint64_t batch_calls = 16384;  // per iteration, all clients together
 constexpr int client_counts[] = {1, 16};
-constexpr int max_children = 1 + 16;
+
 constexpr auto connect_timeout = 10s;
 constexpr auto batch_timeout = 60s;
 
@@ -107,131 +100,6 @@ const char* name_of(family f) {
       return "asio_local_stream";
   }
   return "?";
-}
-
-// ---- what is left to clean up after the processes -------------------------------------------
-
-/// Removes what the processes of one benchmark made beyond the session's names, once they are
-/// gone: the segments named "<service>#..." (a service's connections), and the temporary files
-/// of creates that one of the children left (a child killed in the middle of a create). Made
-/// before the session, so that it runs after the session has reaped every child.
-class leftovers {
- public:
-  leftovers() {
-    void* m =
-        ::mmap(nullptr, sizeof(table), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) throw_errno("mmap");
-    pids_ = new (m) table{};
-  }
-  leftovers(const leftovers&) = delete;
-  leftovers& operator=(const leftovers&) = delete;
-  ~leftovers() {
-    sweep();
-    ::munmap(pids_, sizeof(table));
-  }
-
-  /// Sweeps the connections of `service` too.
-  void watch(const std::string& service) { service_ = service; }
-  /// In a child: notes its pid, for the sweep of temporary files.
-  void note_child() noexcept {
-    const unsigned i = pids_->count.fetch_add(1, std::memory_order_relaxed);
-    if (i < std::size(pids_->pid))
-      pids_->pid[i].store(static_cast<std::uint32_t>(::getpid()), std::memory_order_relaxed);
-  }
-
- private:
-  struct table {
-    std::atomic<unsigned> count{0};
-    std::array<std::atomic<std::uint32_t>, max_children> pid{};
-  };
-
-  bool ours(std::uint32_t pid) const noexcept {
-    const auto n = std::min<std::size_t>(pids_->count.load(), pids_->pid.size());
-    for (std::size_t i = 0; i < n; ++i)
-      if (pids_->pid[i].load() == pid) return true;
-    return false;
-  }
-
-  void sweep() noexcept {
-    try {
-      std::error_code ec;
-      const auto files = shmio::inspect::list(ec);
-      const std::string prefix = service_ + "#";
-      for (const auto& f : files) {
-        std::error_code ignored;
-        if (f.temporary) {
-          if (ours(f.temp_pid)) shmio::inspect::remove_file_if_stale(f.file, ignored);
-        } else if (!service_.empty() && !f.name_cut && f.name.starts_with(prefix)) {
-          shmio::segment::remove(f.name, ignored);
-        }
-      }
-    } catch (...) {
-    }
-  }
-
-  table* pids_ = nullptr;
-  std::string service_;
-};
-
-// ---- pipes -----------------------------------------------------------------------------------
-
-/// The pipes between the parent and its children, all made before the first fork: every process
-/// closes the ends it does not use, so that a process that goes reads as EOF at the other end.
-class pipes {
- public:
-  struct pair {
-    int read = -1;
-    int write = -1;
-  };
-
-  pipes() = default;
-  pipes(const pipes&) = delete;
-  pipes& operator=(const pipes&) = delete;
-  ~pipes() { close_all(); }
-
-  /// A new pipe; its ends stay with this object until taken or closed.
-  pair make() {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe2");
-    fds_.push_back(fds[0]);
-    fds_.push_back(fds[1]);
-    return {fds[0], fds[1]};
-  }
-  /// Closes every end but `keep` (in a child, or in the parent after the forks).
-  void keep_only(const std::vector<int>& keep) noexcept {
-    std::erase_if(fds_, [&](int fd) {
-      if (std::find(keep.begin(), keep.end(), fd) != keep.end()) return false;
-      ::close(fd);
-      return true;
-    });
-  }
-  /// Closes `fd`, one of ours.
-  void close(int fd) noexcept {
-    std::erase_if(fds_, [&](int f) {
-      if (f != fd) return false;
-      ::close(f);
-      return true;
-    });
-  }
-  void close_all() noexcept {
-    for (int fd : fds_)
-      ::close(fd);
-    fds_.clear();
-  }
-
- private:
-  std::vector<int> fds_;
-};
-
-/// Blocks until one byte comes on `fd`; false at EOF.
-bool read_byte(int fd) {
-  char c = 0;
-  for (;;) {
-    const ssize_t n = ::read(fd, &c, 1);
-    if (n == 1) return true;
-    if (n == 0) return false;
-    if (errno != EINTR) throw_errno("read");
-  }
 }
 
 // ---- the stream protocol: u32 length, then the bytes -----------------------------------------
@@ -496,71 +364,6 @@ void bm_service_clients(benchmark::State& state, family f, int clients) {
         benchmark::Counter(static_cast<double>(*fewest) / static_cast<double>(*most));
 }
 
-// ---- BM_connect_call_close -------------------------------------------------------------------
-
-/// Times `step()`, one whole connect/call/close per iteration, after the warm-up.
-template <class Step>
-asio::awaitable<void> measure_steps(benchmark::State& state, Step step) {
-  const warmup w;
-  for (long i = 0; w.more(i); ++i)
-    co_await step();
-  batch_timer bt(state);
-  bt.start();
-  for (auto _ : state) {
-    co_await step();
-    bt.tick();
-  }
-  bt.report(state);
-}
-
-void bm_connect_call_close(benchmark::State& state, family f) {
-  guarded(state, [&] {
-    leftovers left;  // before the session: sweeps after the session has reaped the server
-    session s(placement::split);
-    s.pin_parent();
-    pipes p;
-    const std::string address =
-        f == family::shmio_service ? s.segment_name("svc") : stream_address();
-    if (f == family::shmio_service) left.watch(address);
-    const pipes::pair stop = p.make();
-    s.fork_child([&](const std::function<void()>& ready) {
-      left.note_child();
-      p.keep_only({stop.read});
-      run_server(f, address, stop.read, ready);
-    });
-    p.keep_only({stop.write});
-    s.start_children();
-
-    asio::io_context io;
-    const std::vector<std::byte> request(message, std::byte{7});
-    std::vector<std::byte> reply;
-    auto check = [&] {
-      if (reply.size() != message) throw std::runtime_error("a reply of the wrong size");
-    };
-    if (f == family::shmio_service) {
-      run_parent_coroutine(s, io, measure_steps(state, [&]() -> asio::awaitable<void> {
-                             shmio::rpc_buffer client(io.get_executor());
-                             client.connect(address, connect_timeout);
-                             reply = co_await client.async_request(asio::buffer(request),
-                                                                   asio::use_awaitable);
-                             client.close();
-                             check();
-                           }));
-    } else {
-      const stream_protocol::endpoint server(address);
-      run_parent_coroutine(s, io, measure_steps(state, [&]() -> asio::awaitable<void> {
-                             stream_socket sock(io);
-                             sock.connect(server);
-                             co_await stream_call(sock, request, reply);
-                             sock.close();
-                             check();
-                           }));
-    }
-    s.stop_children([&] { p.close_all(); });
-  });
-  state.SetItemsProcessed(state.iterations());
-}
-
 void register_all() {
   for (family f : {family::shmio_service, family::asio_local_stream})
     for (int clients : client_counts) {
@@ -571,13 +374,6 @@ void register_all() {
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond);
     }
-  for (family f : {family::shmio_service, family::asio_local_stream}) {
-    const std::string name = std::string("BM_connect_call_close/") + name_of(f);
-    auto* b = benchmark::RegisterBenchmark(
-        name.c_str(), [f](benchmark::State& st) { bm_connect_call_close(st, f); });
-    b->UseRealTime()->Unit(benchmark::kMicrosecond);
-    if (g_fixed_round_trips > 0) b->Iterations(g_fixed_round_trips);
-  }
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ run locks shmio_bench_locks
 run broadcast shmio_bench_broadcast
 run roundtrip shmio_bench_roundtrip
 run service shmio_bench_rpc_service
+run connect shmio_bench_connect
 run stream shmio_bench_rpc_stream
 if [ -x "$build/bench/shmio_bench_cli" ]; then run cli shmio_bench_cli; fi
 
@@ -49,6 +50,10 @@ if [ -x "$build/bench/shmio_bench_cli" ]; then run cli shmio_bench_cli; fi
   echo "## Interleaved round trips (BM_roundtrip_pairs), one row per repetition"
   echo
   python3 "$root/bench/pairs_table.py" "$out/roundtrip.json"
+  echo
+  echo "## Connect + one call + close, interleaved with the socket (BM_connect_pairs)"
+  echo
+  python3 "$root/bench/pairs_table.py" "$out/connect.json"
   if command -v perf >/dev/null; then
     echo
     echo "## System calls"

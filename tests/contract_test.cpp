@@ -23,6 +23,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "shmio/broadcast_buffer.hpp"
@@ -419,23 +420,46 @@ TEST_CASE("a fast form's callback exception propagates whether or not it waited"
 }
 
 namespace {
-// Counts what is allocated through it; otherwise std::allocator.
+// Frees made through a counting_allocator that had lost its counters.
+int orphan_frees = 0;
+
+// Counts what is allocated and freed through it; otherwise std::allocator.
 template <class T>
 struct counting_allocator {
   using value_type = T;
   int* count;
-  explicit counting_allocator(int* c) noexcept : count(c) {}
+  int* frees;
+  counting_allocator(int* c, int* f) noexcept : count(c), frees(f) {}
   template <class U>
-  counting_allocator(const counting_allocator<U>& o) noexcept : count(o.count) {}
+  counting_allocator(const counting_allocator<U>& o) noexcept : count(o.count), frees(o.frees) {}
   T* allocate(std::size_t n) {
-    ++*count;
+    if (count) ++*count;
     return std::allocator<T>().allocate(n);
   }
-  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
+  void deallocate(T* p, std::size_t n) noexcept {
+    ++*(frees ? frees : &orphan_frees);
+    std::allocator<T>().deallocate(p, n);
+  }
   template <class U>
   bool operator==(const counting_allocator<U>& o) const noexcept {
-    return count == o.count;
+    return count == o.count && frees == o.frees;
   }
+};
+
+// A handler whose allocator is part of its state, which a move takes with it: what the
+// operation frees its memory with must come from the handler before it moves.
+struct allocator_in_state_handler {
+  using allocator_type = counting_allocator<void>;
+  int* count;
+  int* frees;
+  int* calls;
+  allocator_in_state_handler(int* c, int* f, int* k) noexcept : count(c), frees(f), calls(k) {}
+  allocator_in_state_handler(allocator_in_state_handler&& o) noexcept
+      : count(std::exchange(o.count, nullptr)),
+        frees(std::exchange(o.frees, nullptr)),
+        calls(o.calls) {}
+  allocator_type get_allocator() const noexcept { return allocator_type(count, frees); }
+  void operator()(std::error_code ec, std::size_t) { *calls += !ec; }
 };
 }  // namespace
 
@@ -447,17 +471,23 @@ TEST_CASE("a pending operation's state comes from the handler's associated alloc
                        shmio::wait_strategy::park_only());
   circular_buffer writer(io.get_executor(), shmio::open_only, name);
   int allocations = 0;
-  const bool in_place = GENERATE(false, true);
-  CAPTURE(in_place);
+  int frees = 0;
+  orphan_frees = 0;
+  const int form = GENERATE(0, 1, 2);  // read, read in place, read with the allocator in state
+  CAPTURE(form);
   std::string buf(16, '\0');
   int calls = 0;
-  auto handler = asio::bind_allocator(counting_allocator<void>(&allocations),
+  auto handler = asio::bind_allocator(counting_allocator<void>(&allocations, &frees),
                                       [&](std::error_code ec, std::size_t) { calls += !ec; });
-  if (in_place)
+  if (form == 0)
+    ring.async_read(asio::buffer(buf), std::move(handler));
+  else if (form == 1)
     ring.async_read_in_place([](std::span<const std::byte>) {}, std::move(handler));
   else
-    ring.async_read(asio::buffer(buf), std::move(handler));
+    ring.async_read(asio::buffer(buf), allocator_in_state_handler(&allocations, &frees, &calls));
   CHECK(allocations >= 1);  // the parked operation
   REQUIRE(writer.write(asio::buffer("x", 1), bound) == 1);
   REQUIRE(shmio::test::run_until(io, [&] { return calls == 1; }));
+  CHECK(frees == allocations);
+  CHECK(orphan_frees == 0);
 }

@@ -194,6 +194,18 @@ std::shared_ptr<rpc_channel> rpc_channel::make_opener(const asio::any_io_executo
   return ch;
 }
 
+bool rpc_channel::may_hold_stale_claims(int fd, bool owner) const noexcept {
+  // Nodes are claimed only by an end that holds its participant number: the owner (which takes
+  // one, once, as it creates the channel) and openers after they took a generation. acquire:
+  // pairs with an opener's increment, made before its first claim.
+  if (header_->opener_generation.load(std::memory_order_acquire) != 0) return true;
+  // No opener ever claimed a node. The owner's claims carry its own number, which cannot be
+  // ours while it still holds it (we took ours before this look).
+  if (owner) return false;
+  std::error_code ec;
+  return !platform::byte_locked_by_other(fd, layout::rpc_owner_lock_byte, ec) || ec;
+}
+
 std::error_code rpc_channel::attach(segment seg, bool owner, const geometry& where,
                                     wait_strategy strategy) {
   std::error_code ec;
@@ -224,8 +236,10 @@ std::error_code rpc_channel::attach(segment seg, bool owner, const geometry& whe
   auto* to_owner = reinterpret_cast<layout::ring_state*>(body + where.to_owner_offset);
   std::construct_at(&in_, owner ? to_owner : to_opener, where.ring, fd, me);
   std::construct_at(&out_, owner ? to_opener : to_owner, where.ring, fd, me);
-  in_.recover_own_nodes();
-  out_.recover_own_nodes();
+  if (may_hold_stale_claims(fd, owner)) {
+    in_.recover_own_nodes();
+    out_.recover_own_nodes();
+  }
   // relaxed: informational only.
   (owner ? header_->owner_pid : header_->opener_pid)
       .store(platform::process_id(), std::memory_order_relaxed);

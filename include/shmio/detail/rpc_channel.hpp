@@ -212,6 +212,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
                                                   std::string_view name, rpc_service service,
                                                   wait_strategy strategy, std::error_code& ec);
   std::error_code attach(segment seg, bool owner, const geometry& g, wait_strategy strategy);
+  // Whether a node of either ring can carry a claim made under our participant number by a
+  // process that is gone (which recover_own_nodes() then gives back). Reading every node touches
+  // every page of the channel; a connection's first opener, the usual case, needs none of it.
+  bool may_hold_stale_claims(int fd, bool owner) const noexcept;
   void on_accepted();
   void connect_failed(std::error_code ec);
   void forget_name() noexcept;

@@ -353,17 +353,18 @@ class waiter::op final : public op_base {
   }
 
   void finish(std::error_code abort, bool may_dispatch) override {
+    // The allocator before the handler moves: a moved-from handler may not still have it.
+    alloc_type alloc(asio::get_associated_allocator(handler_, default_alloc()));
     Handler h(std::move(handler_));
     work_type work(std::move(work_));
     outcome<R> r = abort ? outcome<R>{abort, {}} : std::move(result_);
-    destroy();  // free our memory before the upcall, which may start the next operation
+    free_with(alloc);  // free our memory before the upcall, which may start the next operation
     deliver<R>(std::move(h), work, std::move(r), may_dispatch);
   }
 
   void destroy() noexcept override {
     alloc_type alloc(asio::get_associated_allocator(handler_, default_alloc()));
-    this->~op();
-    std::allocator_traits<alloc_type>::deallocate(alloc, this, 1);
+    free_with(alloc);
   }
 
  private:
@@ -374,6 +375,11 @@ class waiter::op final : public op_base {
         work_(asio::prefer(asio::get_associated_executor(handler_, ex),
                            asio::execution::outstanding_work.tracked)) {}
   ~op() = default;
+
+  void free_with(alloc_type& alloc) noexcept {
+    this->~op();
+    std::allocator_traits<alloc_type>::deallocate(alloc, this, 1);
+  }
 
   Handler handler_;
   Attempt attempt_;
