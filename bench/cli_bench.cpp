@@ -11,7 +11,7 @@
 //     connection's channel (rpc_connection_options(): 16 nodes of 4 KiB each way), mmap it, write
 //     a byte into each page, munmap, close, unlink. rpc_buffer::connect makes one such file per
 //     connection (the client creates it, the service maps it too): the floor of that design,
-//     beside BM_connect_call_close in rpc_service_bench.cpp.
+//     beside BM_connect_pairs in connect_pairs.cpp.
 //
 // Counters: median_ns over single iterations is not kept here; Google Benchmark's mean over the
 // iterations is the figure (process start-up dominates; the spread is in the repetitions).
