@@ -91,6 +91,31 @@ TEST_CASE("rpc idle: an end without handlers holds no work until it waits for so
   caller.close();
 }
 
+TEST_CASE("rpc idle: run() returns once the last call's handler has run, not a tick later",
+          "[rpc][idle]") {
+  scoped_name name("rpc");
+  serving_thread service(name, true);
+  asio::io_context io;
+  rpc_buffer caller(io, shmio::open_only, name);
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    std::optional<std::error_code> result;
+    caller.async_request(asio::buffer(bytes("ping")), 5s,
+                         [&](std::error_code ec, bytes_t) { result = ec; });
+    io.restart();
+    while (!result && io.run_one_for(bound) != 0) {
+    }
+    REQUIRE(result.has_value());
+    CHECK_FALSE(*result);
+    // What is left runs without waiting for anything outside: the reader's and the tick's ends.
+    // A timer still pending (the call's deadline tick) would keep the io_context from stopping.
+    for (int i = 0; i < 64 && !io.stopped(); ++i)
+      io.poll();
+    CHECK(io.stopped());
+  }
+  caller.close();
+}
+
 TEST_CASE("rpc idle: a close waiter keeps an end reading until the other end goes", "[rpc][idle]") {
   scoped_name name("rpc");
   asio::io_context io;

@@ -20,10 +20,12 @@
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -195,6 +197,75 @@ TEST_CASE("rpc_acceptor: three clients connect, each is served on its own channe
   });
   CHECK(io.stopped());
   CHECK(shm_files_with(name.str()) == 0);
+}
+
+TEST_CASE("rpc_server: a client that keeps its ring full does not keep another unserved",
+          "[rpc][service]") {
+  scoped_name name("svc");
+  // Each call takes the server 50 µs, and the flooder keeps 16 in flight: its ring is seldom
+  // empty, so a server that drained one ring until it ran dry would seldom read the other's (nor
+  // its listener: connects wait too).
+  asio::io_context server_io;
+  rpc_server server(server_io.get_executor(), shmio::create_only, name,
+                    [](std::uint64_t, std::span<const std::byte> in) {
+                      const auto until = std::chrono::steady_clock::now() + 50us;
+                      while (std::chrono::steady_clock::now() < until) {
+                      }
+                      return bytes_t(in.begin(), in.end());
+                    });
+  asio::io_context flood_io;
+  rpc_buffer flooder(flood_io.get_executor());
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> flooded{0};
+  std::thread server_thread, flood_thread;
+  // Ends both threads, also when a check below throws: the flood first, while it is served.
+  struct stop_threads {
+    std::function<void()> f;
+    ~stop_threads() { f(); }
+  } guard{[&] {
+    stop = true;
+    if (flood_thread.joinable()) flood_thread.join();  // its callers end; idle, it holds no work
+    asio::post(server_io, [&] { server.close(); });
+    if (server_thread.joinable()) server_thread.join();
+  }};
+  server_thread = std::thread([&] { server_io.run(); });
+
+  flooder.connect(name.str(), bound);
+  for (int i = 0; i < 16; ++i)
+    asio::co_spawn(
+        flood_io,
+        [&]() -> asio::awaitable<void> {
+          const bytes_t request(64, std::byte{1});
+          while (!stop.load()) {
+            co_await flooder.async_request(asio::buffer(request), asio::use_awaitable);
+            flooded.fetch_add(1);
+          }
+        },
+        asio::detached);
+  flood_thread = std::thread([&] { flood_io.run(); });
+  REQUIRE(shmio::test::eventually([&] { return flooded.load() >= 500; }));
+
+  // While the other client connects and makes one call, the server turns to it within a few
+  // turns of the flooder's reader (packets_per_turn each): the flood goes on meanwhile, and a
+  // server that kept to the full ring would serve the flooder thousands of times first.
+  const std::uint64_t flooded_before = flooded.load();
+  asio::io_context io;
+  rpc_buffer other(io.get_executor());
+  other.connect(name.str(), bound);
+  const bytes_t request = bytes("the other client");
+  std::optional<std::error_code> ec;
+  bytes_t reply;
+  other.async_request(asio::buffer(request), bound, [&](std::error_code e, bytes_t r) {
+    ec = e;
+    reply = std::move(r);
+  });
+  io.run();
+  const std::uint64_t flooded_meanwhile = flooded.load() - flooded_before;
+  REQUIRE(ec.has_value());
+  CHECK_FALSE(*ec);
+  CHECK(reply == request);
+  CHECK(flooded_meanwhile < 1000);
+  other.close();
 }
 
 TEST_CASE("rpc_buffer: connect to a service that is not there fails with not_found at once",

@@ -249,9 +249,24 @@ asio::awaitable<void> rpc_channel::housekeeping_loop(
       if (!platform::byte_locked_by_other(seg_.native_handle(), peer_lock_byte_, ec) && !ec)
         end_session();
     }
-    if (calls_.empty() && serving_.empty() && !poll_peer_ && !connecting()) break;
+    if (!housekeeping_due()) break;
   }
   ticking_ = false;
+}
+
+void rpc_channel::stop_ticking_if_quiet(int passes) {
+  if (!ticking_ || tick_stop_posted_ || housekeeping_due()) return;
+  // Not at once: a completion handler that was posted makes its next call from the executor's
+  // queue, and cancelling the tick under it would cost a timer cancelled and set again per call.
+  // After two turns with nothing pending, the tick goes, so that run() returns now rather than
+  // at the next tick (as it does for an idle socket).
+  tick_stop_posted_ = true;
+  asio::post(strand_, [self = shared_from_this(), passes] {
+    self->tick_stop_posted_ = false;
+    if (!self->ticking_ || self->housekeeping_due()) return;
+    if (passes > 1) return self->stop_ticking_if_quiet(passes - 1);
+    self->tick_.cancel();  // the loop wakes, finds nothing to do, and ends
+  });
 }
 
 }  // namespace shmio::detail

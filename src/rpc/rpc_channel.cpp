@@ -8,6 +8,7 @@
 #include <asio/execution/blocking.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/io_context.hpp>
+#include <asio/post.hpp>
 #include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 #include <new>
@@ -30,6 +31,10 @@ constexpr std::size_t out_queue = 1;  // waiter queue: room to write
 // How long the reader loop looks for the next packet before it waits: a round trip's other half
 // takes a few microseconds.
 constexpr auto linger_for_packets = std::chrono::microseconds(4);
+// Packets a reader takes in one turn before it lets the rest of its executor run: a service's
+// connections share one io_context, and a client that keeps its ring full must not keep the
+// others' requests unread. Four rings' worth of a connection's channel.
+constexpr std::uint32_t packets_per_turn = 64;
 
 constexpr auto as_tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
 
@@ -215,6 +220,11 @@ std::error_code rpc_channel::attach(segment seg, bool owner, const geometry& whe
       owner ? layout::rpc_owner_serves_lock_byte : layout::rpc_opener_serves_lock_byte;
   // The serves byte first: whoever sees this end there sees whether it serves.
   serves_ = service_.any();
+  // A second opener that finds the first still there fails before it shows a serves byte, or an
+  // owner looking meanwhile could take a first opener that serves nothing for one that serves.
+  // (Two openers racing for a free channel can still overlap so; the loser lets go at once.)
+  if (serves_ && platform::byte_locked_by_other(fd, own_byte, ec)) return errc::busy;
+  if (ec) return ec;
   if (serves_ && !platform::try_lock_byte(fd, serves_byte, platform::lock_kind::shared, ec))
     return ec ? ec : std::error_code(errc::busy);
   if (!platform::try_lock_byte(fd, own_byte, platform::lock_kind::exclusive, ec)) {
@@ -271,6 +281,7 @@ void rpc_channel::ensure_reader() {
 }
 
 void rpc_channel::stop_reader_if_idle() {
+  stop_ticking_if_quiet();
   if (!reader_parked_ || reader_stop_ || !idle()) return;
   reader_stop_ = true;
   reader_cancel_.emit(asio::cancellation_type::terminal);
@@ -326,7 +337,7 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
       if (std::exchange(reader_stop_, false) && ec == asio::error::operation_aborted && !closed_)
         continue;
     }
-    for (;;) {
+    for (std::uint32_t taken = 1;; ++taken) {
       if (closed_) co_return;
       if (ec == errc::corrupted) {
         stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
@@ -342,6 +353,12 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
       } else {
         corrupt_run = 0;
         on_packet({packet_.data(), n});
+      }
+      if (taken == packets_per_turn) {
+        // Its turn is over: behind whatever else waits for the executor. (A handler, a timer,
+        // another connection's reader that its doorbell woke.)
+        co_await asio::post(strand_, asio::use_awaitable);
+        break;
       }
       // Drain what is already there without another trip through the executor. An answer
       // comes microseconds after a request (and the next request soon after an answer), and

@@ -231,8 +231,15 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
            serving_.empty();
   }
   void ensure_reader();
-  /// Stops a parked reader once this end is idle (after a completion that may have made it so).
+  /// Stops a parked reader once this end is idle (after a completion that may have made it so),
+  /// and the housekeeping tick once it has nothing to watch.
   void stop_reader_if_idle();
+  /// Whatever the housekeeping tick watches: calls (their deadlines), handlers serving (their
+  /// caller's life), close waiters without a pidfd, a connect.
+  bool housekeeping_due() const noexcept {
+    return !calls_.empty() || !serving_.empty() || poll_peer_ || connecting();
+  }
+  void stop_ticking_if_quiet(int passes = 2);
   asio::awaitable<void> reader_loop(std::shared_ptr<rpc_channel> self);
   asio::awaitable<void> writer_loop(std::shared_ptr<rpc_channel> self);
   asio::awaitable<void> housekeeping_loop(std::shared_ptr<rpc_channel> self);
@@ -354,13 +361,14 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   asio::cancellation_signal reader_cancel_;  // cuts short the reader's wait (idle(), close)
   asio::steady_timer tick_;  // timeouts and the peer watch, while anything is pending
   bool ticking_ = false;
-  bool writer_busy_ = false;     // the writer loop is part-way through a message
-  bool writer_running_ = false;  // the writer loop runs: the outbox holds something
-  bool reader_running_ = false;  // the reader loop runs (see idle())
-  bool reader_parked_ = false;   // ... and waits for a packet
-  bool reader_stop_ = false;     // its wait was cut short because this end became idle
-  bool serves_ = false;          // this end has a handler (and holds its serves byte)
-  bool peer_serves_ = false;     // the other end's serves byte, as seen when it came
+  bool tick_stop_posted_ = false;  // stop_ticking_if_quiet's look is on its way
+  bool writer_busy_ = false;       // the writer loop is part-way through a message
+  bool writer_running_ = false;    // the writer loop runs: the outbox holds something
+  bool reader_running_ = false;    // the reader loop runs (see idle())
+  bool reader_parked_ = false;     // ... and waits for a packet
+  bool reader_stop_ = false;       // its wait was cut short because this end became idle
+  bool serves_ = false;            // this end has a handler (and holds its serves byte)
+  bool peer_serves_ = false;       // the other end's serves byte, as seen when it came
   bool peer_present_ = false;
   bool closed_ = false;
   // A connection (rpc_acceptor, async_connect) has one other end, once: when it goes, the
