@@ -31,10 +31,13 @@ constexpr std::size_t out_queue = 1;  // waiter queue: room to write
 // How long the reader loop looks for the next packet before it waits: a round trip's other half
 // takes a few microseconds.
 constexpr auto linger_for_packets = std::chrono::microseconds(4);
-// Packets a reader takes in one turn before it lets the rest of its executor run: a service's
-// connections share one io_context, and a client that keeps its ring full must not keep the
-// others' requests unread. Four rings' worth of a connection's channel.
-constexpr std::uint32_t packets_per_turn = 64;
+// How long a service's end of a connection takes packets in one turn before it lets the rest of
+// its executor run: a service's connections share one io_context, and a client that keeps its
+// ring full must not keep the others' requests (or the listener's connects) unread. A turn
+// costs a trip through the scheduler, which ends that are alone on theirs do not pay. The clock
+// is read every few packets, from the first few on: a round trip's single packet never pays.
+constexpr auto reader_turn = std::chrono::microseconds(200);
+constexpr std::uint32_t packets_per_clock_look = 8;
 
 constexpr auto as_tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
 
@@ -312,6 +315,7 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
     return attempt_read(in_, copy, in_.node_size());
   };
   std::uint32_t corrupt_run = 0;  // bad results from the ring since the last good packet
+  std::chrono::steady_clock::time_point turn_start;  // of a long turn: see reader_turn
   // Whichever way the loop ends, it is no longer running (ensure_reader may start another).
   struct running_flag {
     bool& running;
@@ -354,11 +358,16 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
         corrupt_run = 0;
         on_packet({packet_.data(), n});
       }
-      if (taken == packets_per_turn) {
-        // Its turn is over: behind whatever else waits for the executor. (A handler, a timer,
-        // another connection's reader that its doorbell woke.)
-        co_await asio::post(strand_, asio::use_awaitable);
-        break;
+      if (takes_turns_ && taken % packets_per_clock_look == 0) {
+        const auto now = std::chrono::steady_clock::now();
+        if (taken == packets_per_clock_look) {
+          turn_start = now;
+        } else if (now - turn_start >= reader_turn) {
+          // Its turn is over: behind whatever else waits for the executor (a handler, a timer,
+          // another connection's reader that its doorbell woke).
+          co_await asio::post(strand_, asio::use_awaitable);
+          break;
+        }
       }
       // Drain what is already there without another trip through the executor. An answer
       // comes microseconds after a request (and the next request soon after an answer), and

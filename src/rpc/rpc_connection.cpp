@@ -79,6 +79,7 @@ std::shared_ptr<rpc_channel> rpc_channel::accept(const asio::any_io_executor& ex
     return nullptr;
   }
   ch->connection_ = true;
+  ch->takes_turns_ = true;
   ch->set_limits(expected);
   ch->reassembler_ = reassembler(expected.max_message_size, reassembler::default_partial_messages,
                                  expected.max_reassembly_bytes);

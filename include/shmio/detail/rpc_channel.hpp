@@ -374,6 +374,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // A connection (rpc_acceptor, async_connect) has one other end, once: when it goes, the
   // channel takes no other (peer_lost_), and an owner ignores any later opener's packets.
   bool connection_ = false;
+  // An acceptor's end: its reader takes turns with the other connections (reader_turn).
+  bool takes_turns_ = false;
   bool peer_lost_ = false;
   bool accepted_ = false;        // a connecting owner: the accept packet came (strand-only)
   bool request_posted_ = false;  // a connecting owner: the connect request is in the backlog
