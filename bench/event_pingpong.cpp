@@ -18,6 +18,9 @@
 //   shmio_sync         two auto-reset shmio::named_events, blocking wait(), default strategy
 //   shmio_async        the same, parent and child co_await async_wait(), default (hybrid)
 //   shmio_async_park   as shmio_async with wait_strategy::park_only() on both sides
+//   shmio_co_wait      as shmio_async with the fast coroutine form, co_await co_wait(), on both
+//                      sides: a set event is taken in the coroutine, with no trip through the
+//                      scheduler (async_wait keeps Asio's rule and posts a ready completion)
 //
 // and two placements: split (parent on CPU 0, child on CPU 1) and same (both on CPU 0).
 // Every process pins itself before it creates or opens anything, as a pinned deployment would.
@@ -116,6 +119,7 @@ enum class family {
   shmio_sync,
   shmio_async,
   shmio_async_park,
+  shmio_co_wait,
   shmio_sync_pinlate,
   shmio_async_pinlate,
 };
@@ -333,9 +337,12 @@ void run_asio_stream(benchmark::State& state, session& s) {
 /// stop. A coroutine function, not a lambda: a lambda coroutine refers to its closure, which
 /// would be gone once spawn_async_echo returns.
 asio::awaitable<void> async_echo(shmio::named_event& ping, shmio::named_event& pong,
-                                 control_block& c) {
+                                 control_block& c, bool fast) {
   for (;;) {
-    co_await ping.async_wait(asio::use_awaitable);
+    if (fast)
+      co_await ping.co_wait();
+    else
+      co_await ping.async_wait(asio::use_awaitable);
     if (c.stop.load(std::memory_order_acquire)) co_return;
     pong.set();
   }
@@ -343,8 +350,8 @@ asio::awaitable<void> async_echo(shmio::named_event& ping, shmio::named_event& p
 
 /// Runs async_echo on `io` (once `io` runs); an exception it throws leaves io.run().
 void spawn_async_echo(asio::io_context& io, shmio::named_event& ping, shmio::named_event& pong,
-                      control_block& c) {
-  asio::co_spawn(io, async_echo(ping, pong, c), [](std::exception_ptr e) {
+                      control_block& c, bool fast = false) {
+  asio::co_spawn(io, async_echo(ping, pong, c, fast), [](std::exception_ptr e) {
     if (e) std::rethrow_exception(e);
   });
 }
@@ -353,6 +360,7 @@ struct shmio_options {
   bool async = false;
   shmio::wait_strategy strategy{};
   bool pin_late = false;  // create/open the events before pinning (see the header comment)
+  bool fast = false;      // co_wait() where async_wait(use_awaitable)
 };
 
 void run_shmio(benchmark::State& state, session& s, shmio_options opt) {
@@ -377,7 +385,7 @@ void run_shmio(benchmark::State& state, session& s, shmio_options opt) {
             pong.set();
           }
         }
-        spawn_async_echo(io, ping, pong, c);
+        spawn_async_echo(io, ping, pong, c, opt.fast);
         ready();
         io.run();
       },
@@ -398,17 +406,23 @@ void run_shmio(benchmark::State& state, session& s, shmio_options opt) {
         if (s.children_gone()) throw_child_gone();
     });
   } else {
+    auto wait_pong = [&]() -> asio::awaitable<void> {
+      if (opt.fast)
+        co_await pong.co_wait();
+      else
+        co_await pong.async_wait(asio::use_awaitable);
+    };
     auto body = [&]() -> asio::awaitable<void> {
       const warmup w;
       for (long i = 0; w.more(i); ++i) {
         ping.set();
-        co_await pong.async_wait(asio::use_awaitable);
+        co_await wait_pong();
       }
       batch_timer bt(state);
       bt.start();
       for (auto _ : state) {
         ping.set();
-        co_await pong.async_wait(asio::use_awaitable);
+        co_await wait_pong();
         bt.tick();
       }
       bt.report(state);
@@ -650,6 +664,9 @@ void bm_roundtrip(benchmark::State& state, family f, placement p) {
       case family::shmio_async_park:
         run_shmio(state, s, {true, shmio::wait_strategy::park_only(), false});
         break;
+      case family::shmio_co_wait:
+        run_shmio(state, s, {true, shmio::wait_strategy::hybrid(), false, true});
+        break;
       case family::shmio_sync_pinlate:
         run_shmio(state, s, {false, shmio::wait_strategy::hybrid(), true});
         break;
@@ -680,6 +697,7 @@ void register_all() {
       {family::shmio_sync, "shmio_sync"},
       {family::shmio_async, "shmio_async"},
       {family::shmio_async_park, "shmio_async_park"},
+      {family::shmio_co_wait, "shmio_co_wait"},
       {family::shmio_sync_pinlate, "shmio_sync_pinlate"},
       {family::shmio_async_pinlate, "shmio_async_pinlate"},
   };

@@ -48,6 +48,7 @@ FAMILY_ORDER = [
     "shmio_sync",
     "shmio_async",
     "shmio_async_park",
+    "shmio_co_wait",
     "shmio_sync_pinlate",
     "shmio_async_pinlate",
 ]
@@ -62,6 +63,9 @@ TARGETS = [
 ]
 # Not targets: shown so that the reader sees what the diagnostic families say.
 DIAGNOSTICS = [
+    # The fast coroutine form: what a coroutine that waits for a set event pays, against the
+    # same limit as the default token path.
+    ("hot coroutine round trip (co_wait)", "shmio_co_wait", "split", "spin_floor", "split", 3.0),
     # The floor of a parked async wait: no wait that runs in a reactor wakes faster than a bare
     # epoll_wait does, so when this row is over the parked limit, so is any reactor-based wait.
     ("bare epoll wake-up (the floor for any reactor), split", "epoll_eventfd", "split",

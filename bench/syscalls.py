@@ -21,7 +21,8 @@ import sys
 SYSCALLS = ["epoll_wait", "epoll_ctl", "timerfd_settime", "sendto", "recvfrom", "recvmmsg",
             "futex", "sched_yield", "read", "write"]
 FAMILIES = ["spin_floor", "eventfd_blocking", "epoll_eventfd", "asio_local_stream", "shmio_sync",
-            "shmio_async", "shmio_async_park", "shmio_sync_pinlate", "shmio_async_pinlate"]
+            "shmio_async", "shmio_async_park", "shmio_co_wait", "shmio_sync_pinlate",
+            "shmio_async_pinlate"]
 PLACEMENTS = ["split", "same"]
 
 
