@@ -246,8 +246,9 @@ TEST_CASE("rpc_server: a client that keeps its ring full does not keep another u
   REQUIRE(shmio::test::eventually([&] { return flooded.load() >= 500; }));
 
   // While the other client connects and makes one call, the server turns to it within a few
-  // turns of the flooder's reader (packets_per_turn each): the flood goes on meanwhile, and a
-  // server that kept to the full ring would serve the flooder thousands of times first.
+  // turns of the flooder's reader (reader_turn, 200 µs of packets, each): the flood goes on
+  // meanwhile, and a server that kept to the full ring would serve the flooder thousands of times
+  // first.
   const std::uint64_t flooded_before = flooded.load();
   asio::io_context io;
   rpc_buffer other(io.get_executor());

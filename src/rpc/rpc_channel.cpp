@@ -35,8 +35,11 @@ constexpr auto linger_for_packets = std::chrono::microseconds(4);
 // its executor run: a service's connections share one io_context, and a client that keeps its
 // ring full must not keep the others' requests (or the listener's connects) unread. A turn
 // costs a trip through the scheduler, which ends that are alone on theirs do not pay. The clock
-// is read every few packets, from the first few on: a round trip's single packet never pays.
+// is read from the second packet of a run on (a round trip's single packet never pays for it):
+// after each of the first few, so that a handler that takes long ends the turn soon, then every
+// few, so that a long run of quick ones pays little.
 constexpr auto reader_turn = std::chrono::microseconds(200);
+constexpr std::uint32_t packets_looked_at_each = 16;
 constexpr std::uint32_t packets_per_clock_look = 8;
 
 constexpr auto as_tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
@@ -226,8 +229,9 @@ std::error_code rpc_channel::attach(segment seg, bool owner, const geometry& whe
   // A second opener that finds the first still there fails before it shows a serves byte, or an
   // owner looking meanwhile could take a first opener that serves nothing for one that serves.
   // (Two openers racing for a free channel can still overlap so; the loser lets go at once.)
-  if (serves_ && platform::byte_locked_by_other(fd, own_byte, ec)) return errc::busy;
+  const bool first_still_there = serves_ && platform::byte_locked_by_other(fd, own_byte, ec);
   if (ec) return ec;
+  if (first_still_there) return errc::busy;
   if (serves_ && !platform::try_lock_byte(fd, serves_byte, platform::lock_kind::shared, ec))
     return ec ? ec : std::error_code(errc::busy);
   if (!platform::try_lock_byte(fd, own_byte, platform::lock_kind::exclusive, ec)) {
@@ -358,9 +362,10 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
         corrupt_run = 0;
         on_packet({packet_.data(), n});
       }
-      if (takes_turns_ && taken % packets_per_clock_look == 0) {
+      if (takes_turns_ && taken >= 2 &&
+          (taken < packets_looked_at_each || taken % packets_per_clock_look == 0)) {
         const auto now = std::chrono::steady_clock::now();
-        if (taken == packets_per_clock_look) {
+        if (taken == 2) {
           turn_start = now;
         } else if (now - turn_start >= reader_turn) {
           // Its turn is over: behind whatever else waits for the executor (a handler, a timer,
