@@ -144,7 +144,8 @@ void init_listener(std::span<std::byte> body, std::uint32_t backlog) {
   h->methods_offset = header_size + ring_bytes;
   h->server_pid.store(static_cast<std::uint32_t>(::getpid()), std::memory_order_relaxed);
   ring_view::initialize(body.subspan(header_size, ring_bytes), backlog, request_size);
-  new (body.data() + header_size + ring_bytes) layout::method_table{};
+  auto* table = new (body.data() + header_size + ring_bytes) layout::method_table{};
+  table->slot_count = layout::method_slots;  // as create_listener makes it
 }
 
 std::uint32_t backlog_of(std::uint8_t mode) {
