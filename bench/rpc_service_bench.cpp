@@ -35,7 +35,8 @@
 // over batches of each batch's rate: a preemption by another tenant moves it less);
 // allocs_per_call (BM_service_clients): heap allocations per call in the calling processes, the
 // clients' counts summed over the timed batches; min_over_max_client: the client that completed
-// fewest calls over the one that completed most, over the timed batches (1 = served evenly).
+// fewest calls over the one that completed most, over the timed batches (1 = served evenly);
+// with SHMIO_BENCH_PER_CLIENT set in the environment, each client's count goes to stderr.
 //
 // Every process is reaped and every segment removed, also when a benchmark fails: the session
 // (support.hpp) kills what does not exit, and removes the service's name; what the clients made
@@ -60,6 +61,8 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -358,6 +361,13 @@ void bm_service_clients(benchmark::State& state, family f, int clients) {
   auto mid = rates.begin() + static_cast<std::ptrdiff_t>(rates.size() / 2);
   std::nth_element(rates.begin(), mid, rates.end());
   state.counters["median_items_per_second"] = benchmark::Counter(*mid);
+  if (std::getenv("SHMIO_BENCH_PER_CLIENT")) {  // the counts behind min_over_max_client
+    std::string line = std::string("BM_service_clients/") + name_of(f) +
+                       "/clients:" + std::to_string(clients) + ": calls per client";
+    for (const std::uint64_t c : per_client)
+      line += " " + std::to_string(c);
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
   const auto [fewest, most] = std::minmax_element(per_client.begin(), per_client.end());
   if (*most > 0)
     state.counters["min_over_max_client"] =
