@@ -57,12 +57,16 @@ TEST_CASE("rpc idle: an end without handlers holds no work until it waits for so
   // A call makes it read; once the reply came, run() returns again.
   std::optional<std::error_code> result;
   bytes_t reply;
-  caller.async_request(asio::buffer(bytes("ping")), [&](std::error_code ec, bytes_t r) {
-    result = ec;
-    reply = std::move(r);
-  });
-  io.restart();
-  io.run_for(bound);
+  auto call_and_run = [&](std::string_view payload) {
+    result.reset();
+    caller.async_request(asio::buffer(bytes(payload)), [&](std::error_code ec, bytes_t r) {
+      result = ec;
+      reply = std::move(r);
+    });
+    io.restart();
+    io.run_for(bound);
+  };
+  call_and_run("ping");
   CHECK(io.stopped());
   REQUIRE(result.has_value());
   CHECK_FALSE(*result);
@@ -78,13 +82,7 @@ TEST_CASE("rpc idle: an end without handlers holds no work until it waits for so
   CHECK(*result == errc::timed_out);
 
   // The channel goes on: the next call reads again (and drops the late error it finds).
-  result.reset();
-  caller.async_request(asio::buffer(bytes("again")), [&](std::error_code ec, bytes_t r) {
-    result = ec;
-    reply = std::move(r);
-  });
-  io.restart();
-  io.run_for(bound);
+  call_and_run("again");
   REQUIRE(result.has_value());
   CHECK_FALSE(*result);
   CHECK(text(reply) == "again");
