@@ -37,6 +37,57 @@ class yield_gauge {
   std::atomic<std::int64_t> fastest_ns_{INT64_MAX};
 };
 
+/// Whether this CPU is shared, as a process-wide gauge: the cost of a system call is the
+/// machine's.
+inline yield_gauge process_yields;
+
+/// How an async wait spins through its executor, one trip per handler (waiter::spin_step): each
+/// trip re-checks for a while, pause-spun, and every few trips it first yields the CPU.
+class executor_spin {
+ public:
+  // A trip costs far more than a re-check (Asio's scheduler polls its reactor, a system call,
+  // between handlers), so each trip looks for a while; meanwhile other handlers of this thread
+  // wait, so not long.
+  static constexpr auto look_per_trip = std::chrono::microseconds(2);
+  static constexpr int looks_per_clock_read = 4;
+  // Trips between two sched_yield calls. A yield lets a peer on this same CPU run (without it
+  // our spin could not succeed there), but costs a system call even when nobody else is
+  // runnable.
+  static constexpr std::uint32_t trips_per_yield = 4;
+
+  /// Our last yield gave the CPU away: this CPU is shared, perhaps with the peer. Then every
+  /// trip yields and looks only once (more looks cannot succeed before we yield).
+  bool crowded() const noexcept {
+    // relaxed: a hint about this CPU, shared by the waits of one object.
+    return crowded_.load(std::memory_order_relaxed);
+  }
+  /// One trip's looks: true as soon as `look()` is.
+  template <class Look>
+  bool look(Look&& look, bool crowded) const {
+    const auto until = std::chrono::steady_clock::now() + look_per_trip;
+    for (int i = 1;; ++i) {
+      if (look()) return true;
+      if (crowded) return false;
+      platform::cpu_relax();
+      if (i % looks_per_clock_read == 0 && std::chrono::steady_clock::now() >= until) return false;
+    }
+  }
+  /// Trip number `trip` (from 1) yields before the next one.
+  static bool yield_due(std::uint32_t trip, bool crowded) noexcept {
+    return crowded || trip % trips_per_yield == 0;
+  }
+  /// Yields the CPU, and learns from how long that took whether it is shared.
+  void yield() noexcept {
+    const auto before = std::chrono::steady_clock::now();
+    platform::yield();
+    crowded_.store(process_yields.crowded(std::chrono::steady_clock::now() - before),
+                   std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<bool> crowded_{false};
+};
+
 class spin_policy {
  public:
   explicit spin_policy(wait_strategy s) noexcept

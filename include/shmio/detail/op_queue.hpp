@@ -1,0 +1,123 @@
+#pragma once
+// The pending async waits of one object on one wait queue, in the order they were started, and
+// the gate that keeps them in that order (Asio: operations of one object complete in the order
+// they were started).
+//
+// A new operation may take the ready path, and the head of the list may be tried, only when
+// nothing started before it is still out of the list undelivered and no claim that an earlier
+// one took is still in use (gate_open). A head the gate held back is noted, so that the waiter
+// looks again once the gate opens.
+//
+// Not thread-safe: the waiter's mutex guards the list. The counters are also read without it,
+// by the ready path of a new operation (may_start_ready).
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <system_error>
+
+#include "shmio/detail/wait_op.hpp"
+
+namespace shmio::detail {
+
+class op_queue;
+
+/// The op queue whose completion this thread is delivering: a handler that this delivery runs
+/// inline may start the queue's next operation on the ready path.
+inline thread_local const op_queue* current_delivery = nullptr;
+
+/// Operations taken out of their lists under the mutex, to be delivered once it is dropped, in
+/// the order they were taken.
+class op_batch {
+ public:
+  static constexpr std::size_t max_queues = 2;
+
+  op_batch() = default;
+  op_batch(const op_batch&) = delete;
+  op_batch& operator=(const op_batch&) = delete;
+
+  bool empty() const noexcept { return head_ == nullptr; }
+  /// How many operations of queue `q` the batch holds.
+  std::uint32_t taken(std::size_t q) const noexcept { return taken_[q]; }
+  std::size_t size() const noexcept;
+  void push(wait_op* o) noexcept;
+  /// Delivers every operation, with `abort` if set, and counts each out of its queue (one of
+  /// `queues`, by wait_op::queue).
+  void deliver(std::span<op_queue> queues, bool may_dispatch, std::error_code abort = {});
+
+ private:
+  wait_op* head_ = nullptr;
+  wait_op* tail_ = nullptr;
+  std::array<std::uint32_t, max_queues> taken_{};
+};
+
+class op_queue {
+ public:
+  bool empty() const noexcept { return head_ == nullptr; }
+  wait_op* head() const noexcept { return head_; }
+  bool any_parked() const noexcept;
+  wait_op* find(std::uint64_t id) const noexcept;
+
+  /// Appends a started operation.
+  void push(wait_op* o) noexcept;
+  /// Takes `o` out of the list into `done`; it counts as being delivered until done delivers it.
+  void take(wait_op* o, op_batch& done) noexcept;
+  /// Moves to `done` the operations at the head that may go and whose `try_op(o)` succeeds;
+  /// stops at the first that cannot (if the first cannot proceed, neither can the rest).
+  template <class Try>
+  void take_ready(op_batch& done, std::size_t q, Try&& try_op);
+
+  /// A new operation may take the ready path: nothing started before it still waits or is
+  /// being delivered, and no claim is in use. Read without the mutex, on the starting thread.
+  bool may_start_ready() const noexcept {
+    // relaxed: the ordering that matters, an operation started after another completed, comes
+    // through the executor's own synchronisation; concurrent starts have no order to keep.
+    return queued_.load(std::memory_order_relaxed) == 0 && gate_open(0);
+  }
+  /// The head may be tried, `taken` of the operations before it being in the caller's batch.
+  bool gate_open(std::uint32_t taken) const noexcept {
+    // relaxed: as in may_start_ready; otherwise under the mutex.
+    const std::uint32_t here = current_delivery == this ? 1 : 0;
+    return holds_.load(std::memory_order_relaxed) == 0 &&
+           delivering_.load(std::memory_order_relaxed) == taken + here;
+  }
+  /// Notes that the gate held back a head.
+  void note_gated() noexcept { gated_ = true; }
+  /// True (once) if a head was held back since the last call and is still there: look again.
+  bool take_gated() noexcept {
+    if (!gated_ || empty()) return false;
+    gated_ = false;
+    return true;
+  }
+
+  /// A claim taken for a user callback is in use outside the waiter (queue_hold).
+  void hold() noexcept;
+  /// The claim is given back; true if it was the last one (under the mutex).
+  bool unhold() noexcept;
+
+ private:
+  friend class op_batch;
+  void delivered() noexcept;
+
+  wait_op* head_ = nullptr;
+  wait_op* tail_ = nullptr;
+  std::atomic<std::uint32_t> queued_{0};      // in the list
+  std::atomic<std::uint32_t> delivering_{0};  // taken, not yet delivered
+  std::atomic<std::uint32_t> holds_{0};       // claims in use
+  bool gated_ = false;                        // a head was held back by the gate since
+};
+
+template <class Try>
+void op_queue::take_ready(op_batch& done, std::size_t q, Try&& try_op) {
+  while (wait_op* o = head_) {
+    if (!gate_open(done.taken(q))) {
+      gated_ = true;
+      return;
+    }
+    if (!try_op(o)) return;
+    take(o, done);
+  }
+}
+
+}  // namespace shmio::detail

@@ -1,0 +1,78 @@
+#include "shmio/detail/op_queue.hpp"
+
+namespace shmio::detail {
+
+std::size_t op_batch::size() const noexcept {
+  std::size_t n = 0;
+  for (const std::uint32_t t : taken_)
+    n += t;
+  return n;
+}
+
+void op_batch::push(wait_op* o) noexcept {
+  o->next = nullptr;
+  (tail_ ? tail_->next : head_) = o;
+  tail_ = o;
+  ++taken_[o->queue];
+}
+
+void op_batch::deliver(std::span<op_queue> queues, bool may_dispatch, std::error_code abort) {
+  const op_queue* const outer = current_delivery;
+  while (wait_op* o = head_) {
+    head_ = o->next;
+    op_queue& q = queues[o->queue];
+    current_delivery = &q;
+    o->finish(abort, may_dispatch);  // frees o
+    current_delivery = outer;
+    q.delivered();
+  }
+  tail_ = nullptr;
+}
+
+bool op_queue::any_parked() const noexcept {
+  for (const wait_op* p = head_; p; p = p->next)
+    if (p->parked) return true;
+  return false;
+}
+
+wait_op* op_queue::find(std::uint64_t id) const noexcept {
+  for (wait_op* o = head_; o; o = o->next)
+    if (o->id == id) return o;
+  return nullptr;
+}
+
+void op_queue::push(wait_op* o) noexcept {
+  o->next = nullptr;
+  o->prev = tail_;
+  (tail_ ? tail_->next : head_) = o;
+  tail_ = o;
+  // relaxed: see may_start_ready.
+  queued_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void op_queue::take(wait_op* o, op_batch& done) noexcept {
+  (o->prev ? o->prev->next : head_) = o->next;
+  (o->next ? o->next->prev : tail_) = o->prev;
+  o->next = o->prev = nullptr;
+  // relaxed: see may_start_ready.
+  queued_.fetch_sub(1, std::memory_order_relaxed);
+  delivering_.fetch_add(1, std::memory_order_relaxed);
+  done.push(o);
+}
+
+void op_queue::delivered() noexcept {
+  // relaxed: see may_start_ready.
+  delivering_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void op_queue::hold() noexcept {
+  // relaxed: read under the mutex or by the thread that took the hold (see may_start_ready).
+  holds_.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool op_queue::unhold() noexcept {
+  // relaxed: as in hold(); the waiter's mutex orders this against the next head's attempt.
+  return holds_.fetch_sub(1, std::memory_order_relaxed) == 1;
+}
+
+}  // namespace shmio::detail

@@ -1,0 +1,94 @@
+#include "shmio/detail/reactor_wait.hpp"
+
+#include <algorithm>
+#include <exception>
+
+#include "shmio/detail/platform.hpp"
+
+namespace shmio::detail {
+
+reactor_wait::reactor_wait(const asio::any_io_executor& ex,
+                           std::span<layout::wait_queue* const> queues, std::error_code& ec)
+    : bell_(ex), timer_(ex) {
+  queue_count_ = std::min(queues.size(), max_queues);
+  for (std::size_t i = 0; i < queue_count_; ++i)
+    queues_[i] = queues[i];
+  platform::unique_fd fd = platform::open_doorbell(doorbell_id_, ec);
+  if (ec) return;
+  bell_.assign(fd.release(), ec);
+  if (ec) return;
+  for (std::size_t i = 0; i < queue_count_; ++i)
+    slots_[i] = claim_slot(*queues_[i], doorbell_id_);
+}
+
+void reactor_wait::join_hub(std::size_t q, std::function<void()> wake) noexcept {
+  hub_tried_[q] = true;
+  try {
+    hub_[q] = wait_hub::join(*queues_[q], std::move(wake));
+  } catch (const std::exception&) {
+    // No memory for the membership: this queue's waits poll (waiter::slotless_interval).
+  }
+}
+
+void reactor_wait::arm_joined(std::size_t q) noexcept {
+  if (slots_[q] != no_slot) {
+    detail::arm(*queues_[q], slots_[q]);
+  } else if (hub_[q]) {
+    hub_[q]->arm();
+  } else {
+    return;
+  }
+  armed_[q] = true;
+}
+
+void reactor_wait::withdraw(std::size_t q) noexcept {
+  if (!armed_[q]) return;
+  armed_[q] = false;
+  if (slots_[q] == no_slot) {
+    if (hub_[q]) hub_[q]->withdraw();  // passes on a ring claimed for its group itself
+    return;
+  }
+  if (!disarm(*queues_[q], slots_[q])) notify_one(*queues_[q]);
+}
+
+void reactor_wait::close() noexcept {
+  if (closed_) return;
+  closed_ = true;
+  for (std::size_t q = 0; q < queue_count_; ++q) {
+    // Going away armed and claimed: pass the ring on, as a withdrawn wait does.
+    if (release_slot(*queues_[q], slots_[q], doorbell_id_, armed_[q])) notify_one(*queues_[q]);
+    hub_[q].reset();  // withdraws and leaves its group (which forwards alike)
+    armed_[q] = false;
+    slots_[q] = no_slot;
+  }
+  std::error_code ignored;
+  bell_.close(ignored);
+  timer_.cancel();
+}
+
+void reactor_wait::drain() noexcept {
+  platform::drain_doorbell(bell_.native_handle());
+  drain_due_ = false;
+}
+
+bool reactor_wait::ring_waiting() noexcept {
+  return !drain_due_ && platform::wait_readable(bell_.native_handle(), {});
+}
+
+bool reactor_wait::timer_done(const std::error_code& ec, std::uint64_t generation,
+                              timer_reason& reason) {
+  reason = timer_reason::none;
+  if (generation != timer_generation_) return false;
+  timer_waiting_ = false;
+  if (!ec) reason = timer_reason_;
+  return true;
+}
+
+void reactor_wait::unwatch() noexcept {
+  unwatching_ = true;
+  std::error_code ignored;
+  if (bell_waiting_) bell_.cancel(ignored);
+  if (timer_waiting_) timer_.cancel();
+}
+
+}  // namespace shmio::detail
