@@ -1,7 +1,6 @@
 #include "shmio/detail/reactor_wait.hpp"
 
 #include <algorithm>
-#include <exception>
 
 #include "shmio/detail/platform.hpp"
 
@@ -21,13 +20,8 @@ reactor_wait::reactor_wait(const asio::any_io_executor& ex,
     slots_[i] = claim_slot(*queues_[i], doorbell_id_);
 }
 
-void reactor_wait::join_hub(std::size_t q, std::function<void()> wake) noexcept {
-  hub_tried_[q] = true;
-  try {
-    hub_[q] = wait_hub::join(*queues_[q], std::move(wake));
-  } catch (const std::exception&) {
-    // No memory for the membership: this queue's waits poll (waiter::slotless_interval).
-  }
+void reactor_wait::join_hub(std::size_t q, std::function<void()> wake) {
+  hub_[q] = wait_hub::join(*queues_[q], std::move(wake));
 }
 
 void reactor_wait::arm_joined(std::size_t q) noexcept {

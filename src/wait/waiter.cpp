@@ -165,7 +165,7 @@ void waiter::park(std::unique_lock<std::mutex>& lock, wait_op* o, bool in_initia
   watch();
   lock.unlock();
   if (done.empty()) return;
-  deliver(done, !in_initiation);
+  deliver_all(done, !in_initiation);
   settle();
 }
 
@@ -177,7 +177,7 @@ void waiter::complete(std::unique_lock<std::mutex>& lock, wait_op* o, std::error
   // Before the upcall: the handler may destroy the object and with it the shared memory.
   withdraw_idle(1u << q);
   lock.unlock();
-  deliver(one, may_dispatch, ec);
+  deliver_all(one, may_dispatch, ec);
   settle();
 }
 
@@ -248,7 +248,7 @@ std::size_t waiter::recheck(std::unique_lock<std::mutex>& lock) {
   watch();
   lock.unlock();
   const std::size_t count = done.size();
-  deliver(done, true);  // we run on the I/O executor, outside any initiating function
+  deliver_all(done, true);  // we run on the I/O executor, outside any initiating function
   settle();
   return count;
 }
@@ -257,8 +257,9 @@ void waiter::watch() {
   // Only a parked operation needs the doorbell or a timer: a spinning one re-checks through
   // the executor, and a watch started for it alone would mostly be cancelled unused.
   if (!any_parked()) return;
-  reactor_.watch_bell(
-      [self = shared_from_this()](const std::error_code& ec) { self->on_bell(ec); });
+  reactor_.watch_bell([this] {
+    return [self = shared_from_this()](const std::error_code& ec) { self->on_bell(ec); };
+  });
   bool slotless = false;
   for (std::size_t q = 0; q < reactor_.queue_count(); ++q)
     slotless |= ops_[q].any_parked() && reactor_.slotless(q);
@@ -280,11 +281,11 @@ void waiter::watch() {
   // Nothing to look at on a timer: a wait that is not held up is woken by the publication it
   // waits for. A timer still pending fires once, re-checks, and is not set again.
   if (reason == timer_reason::none) return;
-  reactor_.watch_timer(
-      reason, interval,
-      [self = shared_from_this()](const std::error_code& ec, std::uint64_t generation) {
-        self->on_timer(ec, generation);
-      });
+  reactor_.watch_timer(reason, interval, [this] {
+    return [self = shared_from_this()](const std::error_code& ec, std::uint64_t generation) {
+      self->on_timer(ec, generation);
+    };
+  });
 }
 
 void waiter::settle() {
@@ -333,6 +334,7 @@ void waiter::shutdown() noexcept {
   std::unique_lock lock(mutex_);
   if (closed_) return;
   closed_ = true;
+  // release: pairs with the acquire in async_wait/try_now, whose callers then touch nothing.
   closed_flag_.store(true, std::memory_order_release);
   op_batch done;
   for (std::size_t q = 0; q < reactor_.queue_count(); ++q)
@@ -340,7 +342,7 @@ void waiter::shutdown() noexcept {
       ops_[q].take(o, done);
   reactor_.close();  // passes on rings claimed for us, as a cancelled wait does
   lock.unlock();
-  deliver(done, false, asio::error::operation_aborted);
+  deliver_all(done, false, asio::error::operation_aborted);
 }
 
 }  // namespace shmio::detail

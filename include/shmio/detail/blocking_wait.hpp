@@ -23,14 +23,6 @@ inline std::chrono::nanoseconds wait_limit(std::chrono::milliseconds timeout) no
   return timeout;
 }
 
-/// How often a blocking wait held up by another participant looks again: first after the
-/// holder's patience (10 ms, in ring.cpp, rw_lock_view and broadcast_ring; after it a look asks
-/// the kernel whether the holder lives), then less often, up to `max`, while it lives.
-struct stall_backoff {
-  static constexpr auto first = std::chrono::milliseconds(10);
-  static constexpr auto max = std::chrono::milliseconds(200);
-};
-
 /// Blocks until `attempt` (returning std::optional<...>) yields a value or `timeout` passes
 /// (negative: no limit). `safety` > 0 looks again at least that often even without a ring.
 template <class Attempt>

@@ -238,7 +238,7 @@ static_assert(offsetof(rpc_header, opener_pid) == 44);
 static_assert(offsetof(rpc_header, opener_generation) == 48);
 static_assert(offsetof(rpc_header, default_timeout_ms) == 56);
 
-// Packet types. Seed 000 has 1-3; shmio adds cancel and close.
+// Packet types. The C# SharedMemory library has 1-3; shmio adds cancel and close.
 enum class packet_type : std::uint8_t {
   request = 1,   // a call; message_id is the caller's id for it
   response = 2,  // a reply; response_to names the request

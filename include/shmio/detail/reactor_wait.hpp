@@ -9,12 +9,14 @@
 // handler of the user's event loop. The timer is for waits that a ring alone cannot end (held
 // up by another participant, no slot, or the opt-in safety re-check).
 //
-// This is the only part of a waiter that touches the queues' shared memory outside attempts.
-// Not thread-safe: the waiter calls it under its mutex, and close() ends every touch.
+// Not thread-safe: the waiter calls it under its mutex. After close() it touches the queues no
+// more (the waiter's blocking form, blocking_wait.hpp, touches them on its caller's thread, which
+// holds the object).
 
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <span>
@@ -54,8 +56,15 @@ class reactor_wait {
   /// through the wait hub, joined at the first park with the function `make_wake()` returns
   /// (called from the hub's thread when the queue rings).
   template <class MakeWake>
-  void arm(std::size_t q, MakeWake&& make_wake) {
-    if (slots_[q] == no_slot && !hub_tried_[q]) join_hub(q, std::forward<MakeWake>(make_wake)());
+  void arm(std::size_t q, MakeWake&& make_wake) noexcept {
+    if (slots_[q] == no_slot && !hub_tried_[q]) {
+      hub_tried_[q] = true;
+      try {
+        join_hub(q, std::forward<MakeWake>(make_wake)());
+      } catch (const std::exception&) {
+        // No memory for the membership: this queue's waits poll (waiter::slotless_interval).
+      }
+    }
     arm_joined(q);
   }
   /// Withdraws queue q's arming. A signaller that claimed it rang us alone (wake-one), so the
@@ -72,14 +81,15 @@ class reactor_wait {
 
   // ---- the doorbell ----
 
-  /// Starts watching the doorbell, unless a watch is pending: `h(error_code)` runs on the
-  /// executor when a ring arrives (or the watch is cancelled).
-  template <class Handler>
-  void watch_bell(Handler&& h) {
+  /// Starts watching the doorbell, unless a watch is pending: the handler `make_handler()`
+  /// returns, called with (error_code), runs on the executor when a ring arrives (or the watch
+  /// is cancelled). The handler is made only if a watch starts.
+  template <class MakeHandler>
+  void watch_bell(MakeHandler&& make_handler) {
     if (bell_waiting_) return;
     bell_waiting_ = true;
     unwatching_ = false;
-    bell_.async_wait(asio::posix::stream_descriptor::wait_read, std::forward<Handler>(h));
+    bell_.async_wait(asio::posix::stream_descriptor::wait_read, make_handler());
   }
   /// The bell watch completed: `ec` clear means it rang, and must be drained before the next
   /// watch (drain_due).
@@ -95,12 +105,13 @@ class reactor_wait {
 
   // ---- the timer ----
 
-  /// Has `h(error_code, generation)` run after `interval`, for `reason`. A pending timer that
-  /// fires soon enough is kept (setting the earliest timer costs Asio a timerfd_settime, which
-  /// back-to-back parks would otherwise pay every time); it takes the new reason unless that
-  /// is only the safety re-check.
-  template <class Handler>
-  void watch_timer(timer_reason reason, std::chrono::nanoseconds interval, Handler&& h) {
+  /// Has the handler `make_handler()` returns run after `interval`, called with (error_code,
+  /// generation), for `reason`. A pending timer that fires soon enough is kept (setting the
+  /// earliest timer costs Asio a timerfd_settime, which back-to-back parks would otherwise pay
+  /// every time); it takes the new reason unless that is only the safety re-check.
+  template <class MakeHandler>
+  void watch_timer(timer_reason reason, std::chrono::nanoseconds interval,
+                   MakeHandler&& make_handler) {
     if (timer_waiting_ && timer_.expiry() <= asio::steady_timer::clock_type::now() + interval) {
       if (reason != timer_reason::safety) timer_reason_ = reason;
       return;
@@ -109,7 +120,7 @@ class reactor_wait {
     timer_reason_ = reason;
     unwatching_ = false;
     timer_.expires_after(interval);  // aborts a pending wait, which then finds itself replaced
-    timer_.async_wait([h = std::forward<Handler>(h), generation = ++timer_generation_](
+    timer_.async_wait([h = make_handler(), generation = ++timer_generation_](
                           const std::error_code& ec) mutable { h(ec, generation); });
   }
   /// The timer wait of `generation` completed. False if a later watch_timer replaced it (the
@@ -126,7 +137,7 @@ class reactor_wait {
   void unwatch() noexcept;
 
  private:
-  void join_hub(std::size_t q, std::function<void()> wake) noexcept;
+  void join_hub(std::size_t q, std::function<void()> wake);
   void arm_joined(std::size_t q) noexcept;
 
   std::array<layout::wait_queue*, max_queues> queues_{};

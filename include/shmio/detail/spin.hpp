@@ -37,10 +37,6 @@ class yield_gauge {
   std::atomic<std::int64_t> fastest_ns_{INT64_MAX};
 };
 
-/// Whether this CPU is shared, as a process-wide gauge: the cost of a system call is the
-/// machine's.
-inline yield_gauge process_yields;
-
 /// How an async wait spins through its executor, one trip per handler (waiter::spin_step): each
 /// trip re-checks for a while, pause-spun, and every few trips it first yields the CPU.
 class executor_spin {
@@ -80,11 +76,14 @@ class executor_spin {
   void yield() noexcept {
     const auto before = std::chrono::steady_clock::now();
     platform::yield();
-    crowded_.store(process_yields.crowded(std::chrono::steady_clock::now() - before),
+    // relaxed: a hint, see crowded().
+    crowded_.store(gauge_.crowded(std::chrono::steady_clock::now() - before),
                    std::memory_order_relaxed);
   }
 
  private:
+  // One per process: the cost of a system call is the machine's.
+  static inline yield_gauge gauge_;
   std::atomic<bool> crowded_{false};
 };
 

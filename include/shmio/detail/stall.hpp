@@ -10,7 +10,17 @@
 //
 // The note is thread-local: an attempt runs on the thread of the wait that made it.
 
+#include <chrono>
+
 namespace shmio::detail {
+
+/// How often a wait (async or blocking) held up by another participant looks again: first after
+/// the holder's patience (10 ms, in ring.cpp, rw_lock_view and broadcast_ring; after it a look
+/// asks the kernel whether the holder lives), then less often, up to `max`, while it lives.
+struct stall_backoff {
+  static constexpr auto first = std::chrono::milliseconds(10);
+  static constexpr auto max = std::chrono::milliseconds(200);
+};
 
 inline thread_local bool attempt_stalled = false;
 

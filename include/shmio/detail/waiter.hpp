@@ -4,7 +4,8 @@
 //
 // One waiter serves one I/O object, and puts together the parts of a wait:
 // - op_queue.hpp: per queue, the pending operations in the order they were started, and the
-//   gate that keeps that order; wait_op.hpp: one operation and how its handler is called;
+//   gate that keeps that order; handler_wait_op.hpp: one operation and how its handler is
+//   called;
 // - reactor_wait.hpp: the slots in the shared queues, and the doorbell and timer that the
 //   executor's reactor watches;
 // - spin.hpp: how long to spin before parking, and the spin through the executor;
@@ -45,12 +46,12 @@
 #include <asio/post.hpp>
 
 #include "shmio/detail/blocking_wait.hpp"
+#include "shmio/detail/handler_wait_op.hpp"
 #include "shmio/detail/layout.hpp"
 #include "shmio/detail/op_queue.hpp"
 #include "shmio/detail/outcome.hpp"
 #include "shmio/detail/reactor_wait.hpp"
 #include "shmio/detail/spin.hpp"
-#include "shmio/detail/wait_op.hpp"
 #include "shmio/wait_strategy.hpp"
 
 namespace shmio::detail {
@@ -134,7 +135,7 @@ class waiter : public std::enable_shared_from_this<waiter> {
   // `mask` (bit q).
   void take_ready(op_batch& done, unsigned mask);
   // Delivers `done` (the lock dropped), with `ec` if set (an abort).
-  void deliver(op_batch& done, bool may_dispatch, std::error_code ec = {}) {
+  void deliver_all(op_batch& done, bool may_dispatch, std::error_code ec = {}) {
     done.deliver(ops_, may_dispatch, ec);
   }
   // Arms queue q's slot for the parked operations in its list.
@@ -177,10 +178,12 @@ class waiter : public std::enable_shared_from_this<waiter> {
   bool stalled_ = false;  // a parked head's last attempt was held up
   std::chrono::milliseconds stall_backoff_ = stall_backoff::first;
   bool unwatch_posted_ = false;
-  // Counts async_wait calls; unwatch() compares two readings.
+  // Counts async_wait calls; unwatch() compares two readings (relaxed everywhere: a hint).
   std::atomic<std::uint32_t> started_{0};
   bool closed_ = false;
-  std::atomic<bool> closed_flag_{false};  // closed_, readable without the mutex
+  // closed_, readable without the mutex (acquire/release: a start that sees it touches nothing;
+  // one that does not is ordered before shutdown by the mutex it then takes).
+  std::atomic<bool> closed_flag_{false};
   std::chrono::steady_clock::time_point parked_since_{};
 };
 

@@ -1,6 +1,6 @@
-// Seed 000's README examples for SharedArray and BufferReadWrite, as two processes: this
-// program creates each object and writes to it, then runs itself as a second process that
-// opens the object by name and prints what it finds. Output:
+// The C# SharedMemory library's README examples for SharedArray and BufferReadWrite, as two
+// processes: this program creates each object and writes to it, then runs itself as a second
+// process that opens the object by name and prints what it finds. Output:
 //
 //   shared_array:
 //   123
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
     if (!run_consumer(argv[0], "buffer_read_write", buffer_name)) return 1;
     return 0;
   } catch (const std::exception& e) {
-    std::cerr << "seed_examples: " << e.what() << '\n';
+    std::cerr << "sharedmemory_examples: " << e.what() << '\n';
     return 1;
   }
 }
