@@ -394,7 +394,9 @@ void set_word(input_reader& r, const connect_ring& ring) {
     owner = r.u8();
     owner |= static_cast<std::uint16_t>(r.u8() << 8);
   }
-  ring.node_at(pos).word.store(make_word(turn, owner, who & 0x80), std::memory_order_relaxed);
+  // The word holds the turn less the node's index (layout.hpp).
+  ring.node_at(pos).word.store(make_word(turn - pos % n, owner, who & 0x80),
+                               std::memory_order_relaxed);
 }
 
 void set_length(input_reader& r, const connect_ring& ring) {

@@ -237,7 +237,8 @@ TEST_CASE("inspect reports corrupted files as corrupted", "[inspect]") {
   }
   SECTION("a node word of another lap") {
     leave_stale_ring(name.str());
-    const std::uint64_t word = std::uint64_t{12345} << 16;  // node 3 of 4 cannot hold turn 12345
+    // Node 3 of 4 serves turns 3 and 4 modulo 4; its word holds the turn less 3: turn 12346.
+    const std::uint64_t word = std::uint64_t{12346 - 3} << 16;
     overwrite(path, 64 + 1344 + 64 * 3, &word, sizeof word);
     auto info = shmio::inspect::examine(name.str(), ec);
     CHECK(info.status == shmio::errc::corrupted);

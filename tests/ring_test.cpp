@@ -101,8 +101,11 @@ std::string text(std::span<const std::byte> bytes) {
   return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
 }
 
-std::uint64_t node_word(std::uint64_t turn, std::uint16_t owner, bool reading = false) {
-  return turn << layout::node_turn_shift | (reading ? layout::node_reading_bit : 0) | owner;
+// The word of node `index` for `turn`: it holds the turn less the index (layout.hpp).
+std::uint64_t node_word(std::uint64_t turn, std::uint16_t owner, bool reading = false,
+                        std::uint64_t index = 0) {
+  return (turn - index) << layout::node_turn_shift | (reading ? layout::node_reading_bit : 0) |
+         owner;
 }
 
 // The whole segment file of a ring, mapped read-write without going through shmio: lets a test
@@ -1674,7 +1677,7 @@ TEST_CASE(
   // for writing and died. Both moved their cursor first. Nobody holds those numbers' locks.
   raw.node(0, node_size).word.store(node_word(1, 100, true));
   raw.state().head.position.store(1);
-  raw.node(1, node_size).word.store(node_word(1, 101));
+  raw.node(1, node_size).word.store(node_word(1, 101, false, 1));
   raw.state().tail.position.store(2);
 
   // One handle now waits on both: its read on node 1 (dead writer), its write on node 0 (dead

@@ -77,7 +77,8 @@ ring_info read_ring(std::span<const std::byte> body, const detail::ring_geometry
         *reinterpret_cast<const layout::node_header*>(nodes + std::size_t{i} * g.node_stride);
     const std::uint64_t w = n.word.load(std::memory_order_relaxed);  // relaxed: snapshot
     const std::uint32_t length = n.length;                           // one copy: checked, counted
-    const std::uint64_t turn = (w >> layout::node_turn_shift) & turn_mask;
+    // The word holds the turn less the node's index (docs/protocol.md).
+    const std::uint64_t turn = ((w >> layout::node_turn_shift) + i) & turn_mask;
     const bool owned = (w & layout::node_owner_mask) != 0;
     const bool reading = (w & layout::node_reading_bit) != 0;
     // Node i serves positions p with p % node_count == i: turn p means "for a writer", turn

@@ -17,11 +17,16 @@ using layout::node_reading_bit;
 using layout::node_turn_shift;
 
 constexpr std::uint64_t turn_mask = (std::uint64_t{1} << (64 - node_turn_shift)) - 1;
-constexpr std::uint64_t make_word(std::uint64_t turn, std::uint16_t owner, bool reading = false) {
-  return (turn & turn_mask) << node_turn_shift | (reading ? node_reading_bit : 0) | owner;
+// A word holds its node's turn less the node's index (layout.hpp), so that the words of a new
+// ring are all zero: a new ring's nodes need no store, and their pages are first touched when
+// they are first used.
+constexpr std::uint64_t make_word(std::uint64_t turn, std::uint32_t index, std::uint16_t owner,
+                                  bool reading = false) {
+  return ((turn - index) & turn_mask) << node_turn_shift | (reading ? node_reading_bit : 0) | owner;
 }
-constexpr std::uint64_t turn_of(std::uint64_t word) {
-  return word >> node_turn_shift;
+// The turn modulo 2^48 (distance() compares it so).
+constexpr std::uint64_t turn_of(std::uint64_t word, std::uint32_t index) {
+  return (word >> node_turn_shift) + index;
 }
 constexpr std::uint16_t owner_of(std::uint64_t word) {
   return static_cast<std::uint16_t>(word & node_owner_mask);
@@ -53,8 +58,8 @@ ring_view::ring_view(layout::ring_state* state, const ring_geometry& g, int fd,
       fd_(fd),
       me_(me) {}
 
-layout::node_header& ring_view::node_at(std::uint64_t position) const noexcept {
-  return *reinterpret_cast<layout::node_header*>(nodes_ + (position % count_) * stride_);
+layout::node_header& ring_view::node(std::uint32_t index) const noexcept {
+  return *reinterpret_cast<layout::node_header*>(nodes_ + std::size_t{index} * stride_);
 }
 
 bool ring_view::owner_is_dead(patience& record, std::uint64_t word, std::uint16_t owner) noexcept {
@@ -66,17 +71,18 @@ claim_status ring_view::try_claim_write(write_claim& out) noexcept {
   auto& tail = state_->tail;
   std::uint64_t pos = tail.position.load(std::memory_order_relaxed);
   for (;;) {
-    layout::node_header& n = node_at(pos);
+    const auto i = index_of(pos);
+    layout::node_header& n = node(i);
     // seq_cst: when this is the re-check after arming, it must not move before the arming.
     std::uint64_t w = n.word.load(std::memory_order_seq_cst);
-    const std::int64_t d = distance(turn_of(w), pos);
+    const std::int64_t d = distance(turn_of(w, i), pos);
     const std::uint16_t owner = owner_of(w);
     if (d == 0 && owner == 0) {
       // acquire: the previous lap's reader finished with the bytes before it freed the node.
-      if (n.word.compare_exchange_weak(w, make_word(pos, me_), std::memory_order_acquire,
+      if (n.word.compare_exchange_weak(w, make_word(pos, i, me_), std::memory_order_acquire,
                                        std::memory_order_relaxed)) {
         help_advance(tail, pos);
-        out = {&n, {reinterpret_cast<std::byte*>(&n + 1), size_}, pos};
+        out = {&n, {reinterpret_cast<std::byte*>(&n + 1), size_}, pos, i};
         return claim_status::claimed;
       }
       continue;  // lost the node to another writer: look again at the same position
@@ -91,7 +97,7 @@ claim_status ring_view::try_claim_write(write_claim& out) noexcept {
         return claim_status::would_block;
       }
       // Its reader died holding it: that message is lost with the reader; free the node.
-      n.word.compare_exchange_strong(w, make_word(pos, 0), std::memory_order_acq_rel);
+      n.word.compare_exchange_strong(w, make_word(pos, i, 0), std::memory_order_acq_rel);
       continue;
     } else if (d < 0) {
       return claim_status::would_block;  // a stale position from a lap ago: the ring is full
@@ -115,13 +121,13 @@ void ring_view::publish(const write_claim& c, std::uint32_t length) noexcept {
   // previous lap's word may still be loading the length (its CAS then fails and drops it).
   std::atomic_ref<std::uint32_t>(c.node->length).store(length, std::memory_order_relaxed);
   // seq_cst: release for the bytes, and ordered before notify's read of `parked` (StoreLoad).
-  c.node->word.store(make_word(c.position + 1, 0), std::memory_order_seq_cst);
+  c.node->word.store(make_word(c.position + 1, c.index, 0), std::memory_order_seq_cst);
   notify_one(state_->readers);
 }
 
 void ring_view::abandon(const write_claim& c) noexcept {
   // Skip straight to "read and freed": readers move past it, the next lap's writer may use it.
-  c.node->word.store(make_word(c.position + count_, 0), std::memory_order_seq_cst);
+  c.node->word.store(make_word(c.position + count_, c.index, 0), std::memory_order_seq_cst);
   notify_one(state_->readers);  // a reader may be parked behind this node
   notify_one(state_->writers);
 }
@@ -131,9 +137,10 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
   auto& head = state_->head;
   std::uint64_t pos = head.position.load(std::memory_order_relaxed);
   for (;;) {
-    layout::node_header& n = node_at(pos);
+    const auto i = index_of(pos);
+    layout::node_header& n = node(i);
     std::uint64_t w = n.word.load(std::memory_order_seq_cst);  // as in try_claim_write
-    const std::int64_t d = distance(turn_of(w), pos);
+    const std::int64_t d = distance(turn_of(w, i), pos);
     const std::uint16_t owner = owner_of(w);
     if (d == 1 && owner == 0) {
       // Published. The length is stable until the node is claimed, and the CAS below fails if
@@ -145,7 +152,7 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
       if (length > size_) {
         if (!skip_corrupted) return claim_status::corrupted;
         // Corrupted: skip it, so that one bad node cannot wedge every reader.
-        if (n.word.compare_exchange_strong(w, make_word(pos + count_, 0),
+        if (n.word.compare_exchange_strong(w, make_word(pos + count_, i, 0),
                                            std::memory_order_acq_rel)) {
           help_advance(head, pos);
           notify_one(state_->writers);
@@ -154,13 +161,13 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
         continue;
       }
       if (length > capacity) {
-        out = {&n, {reinterpret_cast<const std::byte*>(&n + 1), length}, pos};
+        out = {&n, {reinterpret_cast<const std::byte*>(&n + 1), length}, pos, i};
         return claim_status::too_small;
       }
-      if (n.word.compare_exchange_weak(w, make_word(pos + 1, me_, true), std::memory_order_acquire,
-                                       std::memory_order_relaxed)) {
+      if (n.word.compare_exchange_weak(w, make_word(pos + 1, i, me_, true),
+                                       std::memory_order_acquire, std::memory_order_relaxed)) {
         help_advance(head, pos);
-        out = {&n, {reinterpret_cast<const std::byte*>(&n + 1), length}, pos};
+        out = {&n, {reinterpret_cast<const std::byte*>(&n + 1), length}, pos, i};
         return claim_status::claimed;
       }
       continue;
@@ -175,7 +182,8 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
         return claim_status::would_block;
       }
       // Its writer died mid-write: a half-written message is never delivered; skip the node.
-      if (n.word.compare_exchange_strong(w, make_word(pos + count_, 0), std::memory_order_acq_rel))
+      if (n.word.compare_exchange_strong(w, make_word(pos + count_, i, 0),
+                                         std::memory_order_acq_rel))
         notify_one(state_->writers);
       continue;
     } else if (d > 2 * static_cast<std::int64_t>(count_) &&
@@ -198,27 +206,28 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
 void ring_view::release(const read_claim& c) noexcept {
   // seq_cst: orders our reads of the bytes before the node's reuse, and the store before
   // notify's read of `parked`.
-  c.node->word.store(make_word(c.position + count_, 0), std::memory_order_seq_cst);
+  c.node->word.store(make_word(c.position + count_, c.index, 0), std::memory_order_seq_cst);
   notify_one(state_->writers);
 }
 
 void ring_view::prefetch(std::uint64_t position) const noexcept {
   // The header line (whose word the claim CASes, hence the write intent) and the next one, which
   // holds the first bytes of the message; node strides are whole cache lines.
-  const auto* p = reinterpret_cast<const char*>(&node_at(position));
+  const auto* p = reinterpret_cast<const char*>(&node(index_of(position)));
   __builtin_prefetch(p, 1);
   if (stride_ > layout::cache_line) __builtin_prefetch(p + layout::cache_line, 1);
 }
 
 void ring_view::recover_own_nodes() noexcept {
   for (std::uint32_t i = 0; i < count_; ++i) {
-    auto& n = *reinterpret_cast<layout::node_header*>(nodes_ + std::size_t{i} * stride_);
+    auto& n = node(i);
     std::uint64_t w = n.word.load(std::memory_order_acquire);
     if (owner_of(w) != me_ || owner_of(w) == 0) continue;
     // A write claim of position p (turn p) is skipped; a read claim (turn p + 1) is freed. Both
     // end as "done with lap p": turn p + count, owner 0.
-    const std::uint64_t lap_start = is_reading(w) ? turn_of(w) - 1 : turn_of(w);
-    n.word.compare_exchange_strong(w, make_word(lap_start + count_, 0), std::memory_order_acq_rel);
+    const std::uint64_t lap_start = is_reading(w) ? turn_of(w, i) - 1 : turn_of(w, i);
+    n.word.compare_exchange_strong(w, make_word(lap_start + count_, i, 0),
+                                   std::memory_order_acq_rel);
   }
   notify_all(state_->readers);
   notify_all(state_->writers);
@@ -242,11 +251,9 @@ void ring_view::initialize(std::span<std::byte> body, std::uint32_t node_count,
   st->header.node_size = node_size;
   st->header.node_stride = static_cast<std::uint32_t>(layout::node_stride_for(node_size));
   st->header.nodes_offset = layout::ring_nodes_offset;
-  auto* nodes = body.data() + layout::ring_nodes_offset;
-  for (std::uint32_t i = 0; i < node_count; ++i) {
-    auto* n = new (nodes + std::size_t{i} * st->header.node_stride) layout::node_header{};
-    n->word.store(make_word(i, 0), std::memory_order_relaxed);  // published by the rename
-  }
+  // The nodes are left as the new file has them, zero: every word says "free for the writer of
+  // the node's first position", and every length 0. Writing them would touch every page of the
+  // ring, a page fault each, where a ring in use touches only the pages of the nodes it uses.
 }
 
 std::error_code ring_view::validate(std::span<const std::byte> body, ring_geometry& out) noexcept {

@@ -32,7 +32,8 @@ static_assert(shareable_atomic<std::uint32_t> && shareable_atomic<std::uint64_t>
 inline constexpr std::uint64_t segment_magic = 0x0031304f494d4853ull;  // "SHMIO01\0"
 // 2: blocking waiters take wait slots (sleeper ids, bit 63 set); a version 1 process would ring
 // them as doorbell sockets, find no socket, and free the slot of a live sleeper.
-inline constexpr std::uint32_t layout_version = 2;
+// 3: a ring node's word holds its turn less the node's index (a new ring's words are zero).
+inline constexpr std::uint32_t layout_version = 3;
 
 struct segment_header {
   std::uint64_t magic;        // segment_magic; anything else is not a shmio segment
@@ -118,7 +119,10 @@ static_assert(offsetof(event_state, waiters) == 64);
 //  +----------+----------+----------+-----------------+-----------------+------------------...
 //
 // Node i sits at nodes_offset + i * node_stride: a 16-byte node_header, then node_size bytes.
-// A node's `word` says whose turn it is: turn (48 bits) << 16 | reading (1 bit) << 15 | owner.
+// A node's `word` says whose turn it is: (turn - i) mod 2^48 << 16 | reading (1 bit) << 15 |
+// owner, for node i. Holding the turn less the index makes a new ring's words all zero (turn i
+// for node i, owner 0): a new segment file is zero, so nothing is written to the nodes at
+// creation and their pages are first touched when used. In what follows, "turn" is the turn.
 //   turn == p,     owner 0            : free for the writer of position p
 //   turn == p,     owner w            : participant w is writing position p
 //   turn == p + 1, owner 0            : position p is published: `length` bytes are readable

@@ -27,6 +27,7 @@ struct write_claim {
   layout::node_header* node = nullptr;
   std::span<std::byte> data;
   std::uint64_t position = 0;
+  std::uint32_t index = 0;  // the node's, position % node_count
 };
 
 /// A published node this participant claimed for reading: use `data`, then release.
@@ -34,6 +35,7 @@ struct read_claim {
   layout::node_header* node = nullptr;
   std::span<const std::byte> data;
   std::uint64_t position = 0;
+  std::uint32_t index = 0;  // the node's, position % node_count
 };
 
 /// A ring's sizes, copied out of its header once and checked (validate): the only values of the
@@ -90,6 +92,8 @@ class ring_view {
   /// Sizes and offsets for a new ring; false if they do not fit the limits.
   static bool body_size_for(std::uint64_t node_count, std::uint64_t node_size,
                             std::uint64_t& body_size) noexcept;
+  /// Writes a new ring's header into `body`, which must be all zero (a new segment file's):
+  /// the nodes are left as they are (see layout.hpp, the node word).
   static void initialize(std::span<std::byte> body, std::uint32_t node_count,
                          std::uint32_t node_size) noexcept;
   /// Checks a ring's header against the size of its body, reading each field once, and
@@ -101,7 +105,10 @@ class ring_view {
   }
 
  private:
-  layout::node_header& node_at(std::uint64_t position) const noexcept;
+  std::uint32_t index_of(std::uint64_t position) const noexcept {
+    return static_cast<std::uint32_t>(position % count_);
+  }
+  layout::node_header& node(std::uint32_t index) const noexcept;
   // True if `owner`, holding the node whose word is `word`, has held it unchanged past its
   // patience and is gone (liveness.hpp).
   bool owner_is_dead(patience& record, std::uint64_t word, std::uint16_t owner) noexcept;
