@@ -893,7 +893,8 @@ TEST_CASE("inspect reports damaged rpc service headers as corrupted", "[inspect]
     CHECK(status_after(svc_ring + 4, std::uint32_t{64}).status == shmio::errc::corrupted);
   }
   SECTION("a connect ring node of another lap") {
-    auto info = status_after(svc_nodes + 64 * 3, std::uint64_t{12345} << 16);
+    // Node 3 of 256 serves turns 3 and 4 modulo 256; its word holds the turn less 3.
+    auto info = status_after(svc_nodes + 64 * 3, std::uint64_t{12345 - 3} << 16);
     CHECK(info.status == shmio::errc::corrupted);
     CHECK(info.problem.find("1 invalid connect ring nodes") != std::string::npos);
     REQUIRE(info.rpc_service);

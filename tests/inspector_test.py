@@ -214,7 +214,7 @@ def corrupt(name, offset, data):
 corrupt(prefix + "badmagic", 0, b"NOTSHMIO")
 corrupt(prefix + "badsize", 16, struct.pack("<Q", 1 << 40))           # header total_size
 corrupt(prefix + "badring", 64, struct.pack("<I", 0xFFFFFFFF))        # ring node_count
-corrupt(prefix + "badnode", 64 + 1344 + 64 * 3, struct.pack("<Q", 12345 << 16 | 7))  # a node word
+corrupt(prefix + "badnode", 64 + 1344 + 64 * 3, struct.pack("<Q", (12346 - 3) << 16))  # node 3 of 4, turn 12346
 corrupt(prefix + "badversion", 8, struct.pack("<I", 99))
 corrupt(prefix + "badkind", 12, struct.pack("<I", 42))                 # unknown kind: header only
 with open(path_of(prefix + "short"), "wb") as f:

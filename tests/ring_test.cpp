@@ -102,8 +102,8 @@ std::string text(std::span<const std::byte> bytes) {
 }
 
 // The word of node `index` for `turn`: it holds the turn less the index (layout.hpp).
-std::uint64_t node_word(std::uint64_t turn, std::uint16_t owner, bool reading = false,
-                        std::uint64_t index = 0) {
+std::uint64_t node_word(std::uint64_t index, std::uint64_t turn, std::uint16_t owner,
+                        bool reading = false) {
   return (turn - index) << layout::node_turn_shift | (reading ? layout::node_reading_bit : 0) |
          owner;
 }
@@ -1568,7 +1568,7 @@ TEST_CASE(
   });
   REQUIRE(in_fill.wait() == 1);
   REQUIRE(victim.kill9() == 128 + SIGKILL);
-  REQUIRE(raw.node(0, node_size).word.load() == node_word(0, 2));  // claimed by number 2
+  REQUIRE(raw.node(0, node_size).word.load() == node_word(0, 0, 2));  // claimed by number 2
 
   signal_pipe opened, go, replied;
   child reopener([&] {
@@ -1582,7 +1582,7 @@ TEST_CASE(
   });
   REQUIRE(opened.wait() == 1);
   // The opener skipped what its number's previous holder left half-written, without waiting.
-  CHECK(raw.node(0, node_size).word.load() == node_word(2, 0));
+  CHECK(raw.node(0, node_size).word.load() == node_word(0, 2, 0));
   go.notify();
   CHECK(take(ring) == "after");
   put(ring, "reply");
@@ -1601,8 +1601,8 @@ TEST_CASE("a ring reader that died between claiming its node and advancing the h
   put(ring, "m0");
   // Participant 100 (which holds no lock: dead) claimed position 0 for reading and died before
   // moving the head.
-  REQUIRE(raw.node(0, node_size).word.load() == node_word(1, 0));
-  raw.node(0, node_size).word.store(node_word(1, 100, true));
+  REQUIRE(raw.node(0, node_size).word.load() == node_word(0, 1, 0));
+  raw.node(0, node_size).word.store(node_word(0, 1, 100, true));
   REQUIRE(raw.state().head.position.load() == 0);
   for (int i = 1; i < 4; ++i)
     put(ring, numbered(i));
@@ -1628,19 +1628,19 @@ TEST_CASE(
   // A writer claimed position 0 and died before moving the tail: its node names it, the tail
   // still says 0. Number 100 is nobody's (dead); number 2 is the next opener's.
   const std::uint16_t dead = who == "a reader skipped the node" ? 100 : 2;
-  raw.node(0, node_size).word.store(node_word(0, dead));
+  raw.node(0, node_size).word.store(node_word(0, 0, dead));
   REQUIRE(raw.state().tail.position.load() == 0);
 
   if (dead == 100) {
     // A reader waiting for position 0 finds its writer dead and skips the node.
     REQUIRE(eventually([&] {
       take(ring, 20ms);
-      return raw.node(0, node_size).word.load() != node_word(0, dead);
+      return raw.node(0, node_size).word.load() != node_word(0, 0, dead);
     }));
   } else {
     circular_buffer reopener(io.get_executor(), shmio::open_only, name);  // recovers number 2
   }
-  CHECK(raw.node(0, node_size).word.load() == node_word(4, 0));  // done with lap 0
+  CHECK(raw.node(0, node_size).word.load() == node_word(0, 4, 0));  // done with lap 0
 
   // The next writer must get past position 0. It runs in a child: a writer spinning for ever
   // inside write() can only be stopped by killing it.
@@ -1675,9 +1675,9 @@ TEST_CASE(
   put(ring, "lost");
   // Participant 100 claimed position 0 for reading and died; participant 101 claimed position 1
   // for writing and died. Both moved their cursor first. Nobody holds those numbers' locks.
-  raw.node(0, node_size).word.store(node_word(1, 100, true));
+  raw.node(0, node_size).word.store(node_word(0, 1, 100, true));
   raw.state().head.position.store(1);
-  raw.node(1, node_size).word.store(node_word(1, 101, false, 1));
+  raw.node(1, node_size).word.store(node_word(1, 1, 101));
   raw.state().tail.position.store(2);
 
   // One handle now waits on both: its read on node 1 (dead writer), its write on node 0 (dead

@@ -767,6 +767,10 @@ TEST_CASE("a segment file with a garbage magic or another version is incompatibl
     const std::uint32_t version = shmio::detail::layout::layout_version + 1;
     with_raw_fd(s.path(), [&](int fd) { REQUIRE(::pwrite(fd, &version, 4, 8) == 4); });
   }
+  SECTION("layout version 2, whose ring node words held the turn itself") {
+    const std::uint32_t version = 2;
+    with_raw_fd(s.path(), [&](int fd) { REQUIRE(::pwrite(fd, &version, 4, 8) == 4); });
+  }
   SECTION("layout version 1, whose blocking waiters took no wait slots") {
     const std::uint32_t version = 1;
     with_raw_fd(s.path(), [&](int fd) { REQUIRE(::pwrite(fd, &version, 4, 8) == 4); });

@@ -38,8 +38,9 @@ std::shared_ptr<circular_buffer::impl> circular_buffer::make_impl(const executor
   auto* state = reinterpret_cast<layout::ring_state*>(seg.body().data());
   im->seg = std::move(seg);
   std::construct_at(&im->ring, state, geometry, im->seg.native_handle(), me);
-  // A previous holder of our number died: whatever it left claimed is skipped or freed now.
-  im->ring.recover_own_nodes();
+  // A previous holder of our number died: whatever it left claimed is skipped or freed now. A
+  // new file holds no claims (and looking would touch every page of its nodes).
+  if (!im->seg.created()) im->ring.recover_own_nodes();
   layout::wait_queue* queues[] = {&state->readers, &state->writers};
   im->waiter = std::make_shared<detail::waiter>(ex, queues, strategy, ec);
   if (ec) return nullptr;

@@ -62,9 +62,14 @@ layout::node_header& ring_view::node(std::uint32_t index) const noexcept {
   return *reinterpret_cast<layout::node_header*>(nodes_ + std::size_t{index} * stride_);
 }
 
-bool ring_view::owner_is_dead(patience& record, std::uint64_t word, std::uint16_t owner) noexcept {
+bool ring_view::owner_is_dead(patience& record, std::uint64_t word, std::uint32_t index,
+                              std::uint16_t owner) noexcept {
   if (owner == me_) return false;  // our own claim, from another thread of this handle
-  return record.spent(word) && !participant_alive(fd_, owner);
+  // The patience restarts when what is stuck changes: the word with its turn, which (unlike
+  // the stored word) differs from one node of a lap to the next.
+  const std::uint64_t stuck =
+      make_word(turn_of(word, index), 0, 0) | (word & (node_reading_bit | node_owner_mask));
+  return record.spent(stuck) && !participant_alive(fd_, owner);
 }
 
 claim_status ring_view::try_claim_write(write_claim& out) noexcept {
@@ -92,7 +97,7 @@ claim_status ring_view::try_claim_write(write_claim& out) noexcept {
     } else if (d == 1 - static_cast<std::int64_t>(count_)) {
       // The node still holds the previous lap's message: unread (full), or being read.
       if (owner == 0) return claim_status::would_block;
-      if (!owner_is_dead(stuck_[1], w, owner)) {
+      if (!owner_is_dead(stuck_[1], w, i, owner)) {
         if (owner != me_) note_stall();  // if its reader never lets go, look again later
         return claim_status::would_block;
       }
@@ -177,7 +182,7 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
     } else if (d == 0) {
       // Empty, or a writer is filling it.
       if (owner == 0) return claim_status::would_block;
-      if (!owner_is_dead(stuck_[0], w, owner)) {
+      if (!owner_is_dead(stuck_[0], w, i, owner)) {
         if (owner != me_) note_stall();  // if its writer never publishes, look again later
         return claim_status::would_block;
       }

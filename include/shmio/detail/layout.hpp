@@ -173,7 +173,7 @@ static_assert(offsetof(ring_state, writers) == 768);
 static_assert(sizeof(ring_state) == 1344);
 
 struct node_header {
-  std::atomic<std::uint64_t> word;  // turn << 16 | owner, see above
+  std::atomic<std::uint64_t> word;  // (turn - i) << 16 | reading << 15 | owner, see above
   std::uint32_t length;             // bytes of the message; untrusted: checked against node_size
   std::uint32_t reserved;
 };

@@ -111,7 +111,8 @@ class ring_view {
   layout::node_header& node(std::uint32_t index) const noexcept;
   // True if `owner`, holding the node whose word is `word`, has held it unchanged past its
   // patience and is gone (liveness.hpp).
-  bool owner_is_dead(patience& record, std::uint64_t word, std::uint16_t owner) noexcept;
+  bool owner_is_dead(patience& record, std::uint64_t word, std::uint32_t index,
+                     std::uint16_t owner) noexcept;
 
   layout::ring_state* state_ = nullptr;
   std::byte* nodes_ = nullptr;
