@@ -4,9 +4,9 @@
  * Mirrors (by default, the code as it is):
  *   src/wait/wait_queue.cpp            notify_all, notify_one, claim_and_ring, wake_sleepers, arm,
  *                                 disarm, sleeper (the shared-memory side)
- *   src/wait/waiter.cpp                park (drain if due, arm, re-check), on_wake/recheck (re-arm,
+ *   src/wait/waiter.cpp                park (drain if due, arm, re-check), on_bell/recheck (re-arm,
  *                                 re-check; still parked: drain, re-check), cancel (forward)
- *   include/shmio/detail/waiter.hpp     waiter::wait (the blocking loop on the futex)
+ *   include/shmio/detail/blocking_wait.hpp  blocking_wait (the blocking loop on the futex)
  *   include/shmio/detail/event_state.hpp  try_take (auto: CAS 1->0, manual: load), set
  * Layout: layout::wait_queue { parked = armed slots << 32 | sleepers; futex_seq; slots[].armed }.
  * The model keeps the two halves of `parked` as parked_a / parked_s and reads them together in one
@@ -283,7 +283,7 @@ inline notify_one(pa, ps, k, ok, n)
   :: else                                                                          \
   fi
 
-/* ---------------- async waiter: waiter::async_wait / park / on_wake / cancel ---------------- */
+/* ---------------- async waiter: waiter::async_wait / park / on_bell / cancel ---------------- */
 proctype awaiter(byte i)
 {
   byte r, pa, ps, k, n;
@@ -325,7 +325,7 @@ proctype awaiter(byte i)
 #endif
 end_parked:
      if                                               /* watch(): reactor waits on the doorbell */
-     :: bell[i] > 0 ->                                /* on_wake(from_bell): drain due */
+     :: bell[i] > 0 ->                                /* on_bell: drain due          */
         due = 1;
         ARM;                                          /* recheck(): re-arm ... */
         d_step { TRY_BODY(got) };                     /* ... and re-check */
@@ -383,7 +383,7 @@ complete:
   od
 }
 
-/* ---------------- blocking waiter: waiter::wait with no timeout ---------------- */
+/* ---------------- blocking waiter: blocking_wait with no timeout ---------------- */
 proctype swaiter(byte j)
 {
   byte old;
@@ -421,7 +421,7 @@ end_asleep:
   fi
 }
 
-/* ---------------- slot sleeper: waiter::wait with a slot (slot_sleeper) ----------------
+/* ---------------- slot sleeper: blocking_wait with a slot (slot_sleeper) ----------------
    Arms its own slot like an async waiter, but sleeps on the slot's `armed` word with
    futex_wait(&armed, 1): a signaller's claim (armed 1 -> 0) is the ring and FUTEX_WAKE the
    doorbell, so after one claim no other signaller finds it armed (one ring per arming). */
