@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Model-checks a Promela model with spin, exhaustively, in several configurations: the wake-up
-# protocol (wake_protocol.pml, the default) or the node ring (ring.pml).
+# protocol (wake_protocol.pml, the default), the node ring (ring.pml) or the wait hub
+# (wake_hub.pml).
 #
 #   check.sh [--mutant | --findings | --full] [model.pml]
 #
-#   (default)   the quick suite (the code as it is): every run must pass.  ~2 min (wake), ~60 s (ring)
+#   (default)   the quick suite (the code as it is): every run must pass.
+#               ~2 min (wake), ~60 s (ring), ~1 min (hub)
 #   --full      the quick suite plus larger configurations.                   several minutes
 #   --mutant    broken copies of the protocol (wake: no re-check after arming, or none after a
-#               drain; ring: skipping a
-#               live writer's node, or plain Vyukov's advance-then-claim): passes only if spin
-#               FINDS the violation (proves the model and the checks can fail).
-#   --findings  (wake) variants behind the findings in models/README.md: each must show its
-#               expected result (a violation, or a pass for the fix).
+#               drain; ring: skipping a live writer's node, or plain Vyukov's advance-then-claim;
+#               hub: no re-check after arming through the group, or no poke of the hub thread):
+#               passes only if spin FINDS the violation (proves the model and the checks can
+#               fail).
+#   --findings  (wake, hub) variants behind the findings in models/README.md: each must show its
+#               expected result (a violation, or a pass).
 #
-# The runs of a model other than these two are selected by its file name (wake_protocol's lists
-# are the fallback).
+# The runs of a model other than wake_protocol.pml are selected by its file name (wake_protocol's
+# lists are the fallback).
 # A run fails on: errors > 0, an assertion violation, an invalid end state (deadlock), or an
 # incomplete search (depth limit -- retried deeper -- or memory limit).
 # Environment: SPIN_JOBS (parallel runs, default: CPUs, at most 2), SPIN_MEMLIM (MB per run).
@@ -28,7 +31,7 @@ for arg in "$@"; do
     --mutant) mode=mutant ;;
     --findings) mode=findings ;;
     --full) mode=full ;;
-    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}"; exit 0 ;;
     -*) echo "check.sh: unknown option $arg" >&2; exit 2 ;;
     *) model=$arg ;;
   esac
@@ -134,6 +137,62 @@ if [[ $name == ring ]]; then
     "mutant advance then claim + kill|safety|$stall|-DMUTANT_ADVANCE_FIRST -DN=2 -DMSGS=1 -DKILL=1"
   )
   findings_runs=()
+  current=""
+fi
+
+# wake_hub.pml: m members of the hub's group, f blocking waiters with a slot, s without one,
+# a async waiters with a slot and a doorbell; "no slot": the group found none and counts itself
+# on futex_seq. Each quick run stays under ~4 M states; the full runs reach 51 M states and need
+# SPIN_MEMLIM=8000. With the code as it is, three quick runs fail: "wake-one 1m+1f 2sig" and
+# "wake-one+cancel 1m+1f 1sig" (H2 in models/README.md), "no slot: wake-one 1m+1s 2sig" (H1).
+if [[ $name == wake_hub ]]; then
+  quick_runs=(
+    "auto 2m+1f 1sig|safety|ok|-DNM=2 -DNF=1 -DNSIG=1"
+    "auto 2m+1f 1sig|progress|ok|-DNM=2 -DNF=1 -DNSIG=1"
+    "auto 2m 2sig|safety|ok|-DNM=2 -DNF=0 -DNSIG=2"
+    "auto 3m 1sig|safety|ok|-DNM=3 -DNF=0 -DNSIG=1"
+    "auto 2m 1sig x2 rounds|safety|ok|-DNM=2 -DNF=0 -DNSIG=1 -DMROUNDS=2"
+    "auto 2m+1a 1sig|safety|ok|-DNM=2 -DNF=0 -DNA=1 -DNSIG=1"
+    "manual 2m 2sig|safety|ok|-DAUTO_RESET=0 -DNM=2 -DNF=0 -DNSIG=2"
+    "auto+cancel 2m 1sig|safety|ok|-DCANCEL=1 -DNM=2 -DNF=0 -DNSIG=1"
+    "wake-one 2m+1f 1sig|safety|ok|-DSET_NOTIFY_ONE -DNM=2 -DNF=1 -DNSIG=1"
+    "wake-one 2m 2sig|safety|ok|-DSET_NOTIFY_ONE -DNM=2 -DNF=0 -DNSIG=2"
+    "wake-one 1m+1f 2sig|safety|ok|-DSET_NOTIFY_ONE -DNM=1 -DNF=1 -DNSIG=2"
+    "wake-one+cancel 1m+1f 1sig|safety|ok|-DSET_NOTIFY_ONE -DCANCEL=1 -DNM=1 -DNF=1 -DNSIG=1"
+    "no slot: auto 2m+1s 1sig|safety|ok|-DGSLOT=0 -DNM=2 -DNF=0 -DNS=1 -DNSIG=1"
+    "no slot: auto 2m+1s 1sig|progress|ok|-DGSLOT=0 -DNM=2 -DNF=0 -DNS=1 -DNSIG=1"
+    "no slot: auto 2m 2sig|safety|ok|-DGSLOT=0 -DNM=2 -DNF=0 -DNSIG=2"
+    "no slot: manual 2m+1s 1sig|safety|ok|-DGSLOT=0 -DAUTO_RESET=0 -DNM=2 -DNF=0 -DNS=1 -DNSIG=1"
+    "no slot: auto+cancel 2m 2sig|safety|ok|-DGSLOT=0 -DCANCEL=1 -DNM=2 -DNF=0 -DNSIG=2"
+    "no slot: wake-one+cancel 2m+1s 1sig|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=2 -DNF=0 -DNS=1 -DNSIG=1"
+    "no slot: wake-one 1m+1s 2sig|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=1 -DNSIG=2"
+  )
+  full_runs=(
+    "auto 2m 2sig x2 rounds|safety|ok|-DNM=2 -DNF=0 -DNSIG=2 -DMROUNDS=2"
+    "auto+cancel 2m 2sig|safety|ok|-DCANCEL=1 -DNM=2 -DNF=0 -DNSIG=2"
+    "auto 3m+1f 1sig|safety|ok|-DNM=3 -DNF=1 -DNSIG=1"
+    "auto 1m+1a 2sig|safety|ok|-DNM=1 -DNF=0 -DNA=1 -DNSIG=2"
+    "manual 2m+1f 1sig|safety|ok|-DAUTO_RESET=0 -DNM=2 -DNF=1 -DNSIG=1"
+    "manual 1m+1f 2sig|safety|ok|-DAUTO_RESET=0 -DNM=1 -DNF=1 -DNSIG=2"
+    "auto+cancel 2m+1f 1sig|safety|ok|-DCANCEL=1 -DNM=2 -DNF=1 -DNSIG=1"
+    "wake-one+cancel 2m+1f 1sig|safety|ok|-DSET_NOTIFY_ONE -DCANCEL=1 -DNM=2 -DNF=1 -DNSIG=1"
+    "no slot: wake-one 2m+1s 2sig|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DNM=2 -DNF=0 -DNS=1 -DNSIG=2"
+  )
+  mutant_runs=(
+    "mutant no re-check after arming 2m 1sig|safety|$lost|-DMUTANT_NO_RECHECK -DNM=2 -DNF=0 -DNSIG=1"
+    "mutant no re-check after arming, no slot 2m 1sig|safety|$lost|-DMUTANT_NO_RECHECK -DGSLOT=0 -DNM=2 -DNF=0 -DNSIG=1"
+    "mutant no poke after the group's arming 2m 1sig|safety|$lost|-DMUTANT_NO_POKE -DNM=2 -DNF=0 -DNSIG=1"
+    "mutant no poke, no slot 2m 1sig|safety|$lost|-DMUTANT_NO_POKE -DGSLOT=0 -DNM=2 -DNF=0 -DNSIG=1"
+  )
+  findings_runs=(
+    "H1 no slot, wake-one: the hub thread takes a sleeper's wake|safety|$lost|-DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=1 -DNSIG=2"
+    "H2 wake-one: a re-armed claim is withdrawn unforwarded (cancel)|safety|$lost|-DSET_NOTIFY_ONE -DCANCEL=1 -DNM=1 -DNF=1 -DNSIG=1"
+    "H2 wake-one: a re-armed claim is withdrawn unforwarded (taken)|safety|$lost|-DSET_NOTIFY_ONE -DNM=1 -DNF=1 -DNSIG=2"
+    "H3 take_ring may post before it re-arms|safety|ok|-DWAKE_BEFORE_REARM -DNM=2 -DNF=1 -DNSIG=1"
+    "H3 ... wake-one|safety|ok|-DWAKE_BEFORE_REARM -DSET_NOTIFY_ONE -DNM=2 -DNF=1 -DNSIG=1"
+    "H4 withdrawing while others want is undone by the hub|safety|ok|-DWITHDRAW_EACH -DNM=2 -DNF=1 -DNSIG=1"
+    "H4 ... 2sig|safety|ok|-DWITHDRAW_EACH -DNM=2 -DNF=0 -DNSIG=2"
+  )
   current=""
 fi
 with_current() { for r in "$@"; do printf '%s %s\n' "$r" "$current"; done; }
