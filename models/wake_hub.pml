@@ -70,6 +70,10 @@
  *   MUTANT_NO_RECHECK  a member parks right after arming through the group, with no re-check
  *   MUTANT_NO_POKE     the first member to want a ring arms the group but does not poke the
  *                      hub thread, which so goes on sleeping without the group's word
+ *   MUTANT_NO_MISSED_FORWARD  a member that withdraws does not pass on a ring the group took
+ *                      in after its last arming (wake-one: finding H2 in models/README.md)
+ *   MUTANT_NO_EATEN_FORWARD   the hub thread does not pass on a futex_seq wake it took while
+ *                      no member wanted one (no slot, wake-one: finding H1)
  */
 
 #ifndef AUTO_RESET
@@ -116,6 +120,8 @@ bit   hub_lock;             /* shard::mutex_ */
 bit   poked;                /* shard::control_ has moved since the hub thread loaded it */
 byte  gwanting;             /* wait_hub_group::wanting (under the mutex) */
 byte  gseq;                 /* wait_hub_group::seq (under the mutex; no slot) */
+bit   mrang[NM];            /* wait_hub_member::rang_: the group took a ring in since the
+                               member's last arming (under the mutex) */
 bit   wanting[NM];          /* wait_hub_member::wanting_ (under the mutex) */
 byte  posted[NM];           /* re-checks posted to member m's executor, not yet run */
 bit   mdone[NM];            /* member m has made all its waits: a re-check would find nothing
@@ -336,7 +342,8 @@ inline notify_one(pa, ps, k, ok, n)
   d_step {                                                                         \
     x = 0;                                                                         \
     do                                                                             \
-    :: x < NM -> if :: x != except && !mdone[x] -> posted[x]++ :: else fi; x++     \
+    :: x < NM -> if :: x != except -> mrang[x] = 1 :: else fi;                     \
+                 if :: x != except && !mdone[x] -> posted[x]++ :: else fi; x++     \
     :: else -> x = 0; break                                                        \
     od                                                                             \
   }
@@ -366,7 +373,8 @@ inline hub_arm(m, dequeue, first, ok, old, x)
        :: else
        fi
     :: else
-    fi
+    fi;
+    mrang[m] = 0                                      /* rang_ = false: it looks next */
   };
   if
   :: first ->                                         /* the first to want arms the group */
@@ -392,31 +400,36 @@ inline hub_arm(m, dequeue, first, ok, old, x)
 }
 
 /* wait_hub_member::withdraw */
-inline hub_withdraw(m, last, ok, pa, ps, k, n)
+inline hub_withdraw(m, last, ok, missed, pa, ps, k, n)
 {
   atomic {
     hub_lock == 0 -> hub_lock = 1;                    /* lock */
-    last = 0;
+    last = 0; missed = 0;
     if
 #ifndef WITHDRAW_EACH
-    :: wanting[m] -> wanting[m] = 0; gwanting--; last = (gwanting == 0)
+    :: wanting[m] -> missed = mrang[m]; mrang[m] = 0; wanting[m] = 0; gwanting--;
+                     last = (gwanting == 0)
 #else
-    :: wanting[m] -> wanting[m] = 0; gwanting--; last = 1
+    :: wanting[m] -> missed = mrang[m]; mrang[m] = 0; wanting[m] = 0; gwanting--; last = 1
 #endif
     :: else
     fi;
+#ifdef MUTANT_NO_MISSED_FORWARD
+    missed = 0;
+#endif
     if
-    :: !last -> hub_lock = 0                          /* others want it: (unlock) */
+    :: !last && !missed -> hub_lock = 0               /* others want it: (unlock) */
     :: else
     fi
   };
   if
   :: last ->                                          /* nobody wants it: withdraw the group's */
 #if GSLOT
-     DISARM(G, ok);                                   /* forward = !disarm() */
+     DISARM(G, ok);                                   /* forward = missed || !disarm() */
+     ok = ok && !missed;
 #else
-     DEC_S;                                           /* a counted sleeper passes nothing on */
-     ok = 1;
+     DEC_S;                                           /* forward = missed */
+     ok = !missed;
 #endif
      if
      :: ok -> POKE_UNLOCK
@@ -425,7 +438,10 @@ inline hub_withdraw(m, last, ok, pa, ps, k, n)
         notify_one(pa, ps, k, ok, n);                 /* the claim nobody took goes on */
         atomic { hub_lock = 0; pa = 0; ps = 0; k = 0; n = 0 }   /* (unlock) */
      fi;
-     last = 0; ok = 0
+     last = 0; ok = 0; missed = 0
+  :: !last && missed ->                               /* a ring taken in since our last look */
+     notify_one(pa, ps, k, ok, n);                    /* goes on */
+     atomic { hub_lock = 0; pa = 0; ps = 0; k = 0; n = 0; ok = 0; missed = 0 }   /* (unlock) */
   :: else
   fi
 }
@@ -433,19 +449,36 @@ inline hub_withdraw(m, last, ok, pa, ps, k, n)
 /* ---------------- the hub thread: shard::run ---------------- */
 proctype hub()
 {
-  byte wseq, x;
-  bit ok, old, w;
+  byte wseq, x, pa, ps, k, n;
+  bit ok, old, w, watched, eaten;
 
 end_asleep:                                           /* back from futex_waitv: lock */
   atomic {
     hub_asleep == 0 && hub_lock == 0 -> hub_lock = 1;
     poked = 0;                                        /* control_.load (acquire) */
     RING_SEEN(ok);                                    /* take_ring */
+    eaten = 0;
+#if !GSLOT
+#ifndef MUTANT_NO_EATEN_FORWARD
+    if                                                /* watched futex_seq, nobody wants it */
+    :: !ok && watched && gwanting == 0 && seq != gseq -> gseq = seq; eaten = 1
+    :: else
+    fi;
+#endif
+#endif
+    watched = 0;
     if
-    :: !ok -> w = (gwanting != 0); wseq = gseq; hub_lock = 0  /* the words to watch; unlock */
+    :: !ok && !eaten -> w = (gwanting != 0); wseq = gseq; hub_lock = 0  /* the words; unlock */
     :: else
     fi
   };
+  if
+  :: eaten ->                                         /* a wake taken for nobody goes on */
+     notify_one(pa, ps, k, ok, n);
+     atomic { w = (gwanting != 0); wseq = gseq; hub_lock = 0; pa = 0; ps = 0; k = 0; n = 0;
+              ok = 0; eaten = 0 }
+  :: else
+  fi;
   if
   :: ok ->
 #ifndef WAKE_BEFORE_REARM
@@ -469,7 +502,7 @@ end_asleep:                                           /* back from futex_waitv: 
 #endif
     :: else -> skip
     fi;
-    w = 0; wseq = 0
+    watched = w; w = 0; wseq = 0
   };
   goto end_asleep
 }
@@ -481,7 +514,7 @@ end_asleep:                                           /* back from futex_waitv: 
 proctype member(byte m)
 {
   byte r, x, pa, ps, k, n;
-  bit got, ok, old, first, last;
+  bit got, ok, old, first, last, missed;
 
   do
   :: r < MROUNDS ->
@@ -512,7 +545,7 @@ end_parked:
      :: atomic { cancel_req[NA + m] -> cancels++; waiting-- }   /* cancel(): out of the list */
      fi;
 done:                                                 /* none parked: withdraw */
-     hub_withdraw(m, last, ok, pa, ps, k, n);
+     hub_withdraw(m, last, ok, missed, pa, ps, k, n);
 complete:
      atomic { op_pending[NA + m] = 0; cancel_req[NA + m] = 0; r++ }
   :: r > 0 && r < MROUNDS && posted[m] > 0 ->         /* a re-check with nothing pending */

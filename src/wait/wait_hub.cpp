@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "shmio/detail/platform.hpp"
@@ -29,6 +30,8 @@ class wait_hub_group {
   int slot = no_slot;     // held for the hub thread, or no_slot: counted on futex_seq
   std::uint32_t seq = 0;  // futex_seq as last seen (no slot)
   unsigned wanting = 0;   // members that want a ring
+  // The hub thread's last futex_waitv watched futex_seq for the group (no slot).
+  bool watched_seq = false;
   std::vector<wait_hub_member*> members;
 };
 
@@ -62,7 +65,20 @@ class shard {
   // A group's queue rang (or was found claimed): its members look again. Under the mutex.
   static void wake_members(wait_hub_group& g, const wait_hub_member* except) {
     for (wait_hub_member* m : g.members)
-      if (m != except) m->wake_now();
+      if (m != except) m->rang(), m->wake_now();
+  }
+
+  // A futex_seq wake the hub thread took while the group wanted none (its last member left
+  // while the thread still slept on the word): it was meant for a counted sleeper of the queue,
+  // and a wake-one signaller woke nobody else. Passes it on. Under the mutex.
+  static void forward_unwanted_wake(wait_hub_group& g) noexcept {
+    const bool watched = std::exchange(g.watched_seq, false);
+    if (!watched || g.slot != no_slot || g.wanting != 0) return;
+    // seq_cst: as take_ring's load.
+    const std::uint32_t seq = g.queue->futex_seq.load(std::memory_order_seq_cst);
+    if (seq == g.seq) return;
+    g.seq = seq;
+    notify_one(*g.queue);  // models/wake_hub.pml, H1
   }
 
   // Re-arms a group whose slot a signaller claimed, or takes in a futex_seq that moved; true if
@@ -99,12 +115,18 @@ class shard {
         // FUTEX_PRIVATE, and a private wait would never match it.
         watch.push_back({&control_, control_.load(std::memory_order_acquire), true});
         for (wait_hub_group* g : groups_) {
-          if (take_ring(*g)) wake_members(*g, nullptr);
-          if (g->wanting == 0) continue;
-          if (g->slot != no_slot)
-            watch.push_back({&g->queue->slots[g->slot].armed, 1, true});
+          if (take_ring(*g))
+            wake_members(*g, nullptr);
           else
+            forward_unwanted_wake(*g);
+          g->watched_seq = false;
+          if (g->wanting == 0) continue;
+          if (g->slot != no_slot) {
+            watch.push_back({&g->queue->slots[g->slot].armed, 1, true});
+          } else {
             watch.push_back({&g->queue->futex_seq, g->seq, true});
+            g->watched_seq = true;
+          }
         }
       }
       platform::futex_wait_any(watch.data(), watch.size());
@@ -203,6 +225,7 @@ void wait_hub_member::arm() noexcept {
         g.seq = g.queue->futex_seq.load(std::memory_order_seq_cst);
       }
       s.poke();
+      rang_ = false;
       return;
     }
   }
@@ -213,6 +236,7 @@ void wait_hub_member::arm() noexcept {
     shard::wake_members(g, this);
     s.poke();
   }
+  rang_ = false;  // our caller looks next
 }
 
 void wait_hub_member::withdraw() noexcept {
@@ -221,13 +245,19 @@ void wait_hub_member::withdraw() noexcept {
   std::unique_lock lock(s.mutex_);
   if (!wanting_) return;
   wanting_ = false;
-  if (--g.wanting != 0) return;
-  bool forward = false;
+  // A ring the group took in after our last arming, whose re-check we leave without making
+  // (cancelled, or done with a result found before): it may have been the one a wake-one
+  // signaller meant for the queue, and the group's arming no longer shows it (the hub thread
+  // re-armed the slot): pass it on (models/wake_hub.pml, H2).
+  bool forward = std::exchange(rang_, false);
+  if (--g.wanting != 0) {
+    if (forward) notify_one(*g.queue);
+    return;
+  }
   if (g.slot != no_slot) {
     // A claim we did not take was a ring for one waiter: pass it on (wait_queue.hpp).
-    forward = !detail::disarm(*g.queue, g.slot);
+    forward = !detail::disarm(*g.queue, g.slot) || forward;
   } else {
-    // A departing counted sleeper needs no forwarding: notify_one rings an armed slot too.
     g.queue->parked.fetch_sub(layout::parked_sleeper_unit, std::memory_order_acq_rel);
   }
   s.poke();

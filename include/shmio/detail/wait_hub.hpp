@@ -43,6 +43,8 @@ class wait_hub_member {
 
   /// Calls the wake function (the hub does, under its mutex).
   void wake_now() { wake_(); }
+  /// The group took a ring in (under the hub's mutex).
+  void rang() noexcept { rang_ = true; }
 
  private:
   friend class wait_hub;
@@ -50,6 +52,8 @@ class wait_hub_member {
   wait_hub_group* group_ = nullptr;  // owned by the hub; lives while it has members
   std::function<void()> wake_;
   bool wanting_ = false;  // under the hub's mutex
+  // The group took a ring in since this member last armed (under the hub's mutex).
+  bool rang_ = false;
 };
 
 class wait_hub {
