@@ -142,12 +142,13 @@ fi
 
 # wake_hub.pml: m members of the hub's group, f blocking waiters with a slot, s without one,
 # a async waiters with a slot and a doorbell; "no slot": the group found none and counts itself
-# on futex_seq. Each quick run stays under ~4 M states; the full runs reach 51 M states and need
+# on futex_seq. Each quick run stays under ~9 M states; the full runs reach 51 M states and need
 # SPIN_MEMLIM=8000. "wake-one 1m+1f 2sig", "wake-one+cancel 1m+1f 1sig" (H2 in
 # models/README.md) and "no slot: wake-one 1m+1s 2sig" (H1) failed before the fixes that the
 # mutants MUTANT_NO_MISSED_FORWARD and MUTANT_NO_EATEN_FORWARD take out again. With the fix,
 # "wake-one 1m+1f 2sig" does not finish (incomplete past 53 M states with COLLAPSE in 3 GB):
-# it is in no list; its mutant finds H2 at once, and the cancel variant covers the fix.
+# it is in no list; its mutant finds H2 at once. The cancel variant checks the fix where a ring
+# comes before the member's look; where it comes during the look (two sets) nothing finished.
 if [[ $name == wake_hub ]]; then
   quick_runs=(
     "auto 2m+1f 1sig|safety|ok|-DNM=2 -DNF=1 -DNSIG=1"
