@@ -65,15 +65,17 @@ class shard {
   // A group's queue rang (or was found claimed): its members look again. Under the mutex.
   static void wake_members(wait_hub_group& g, const wait_hub_member* except) {
     for (wait_hub_member* m : g.members)
-      if (m != except) m->rang(), m->wake_now();
+      if (m != except) {
+        m->rang();
+        m->wake_now();
+      }
   }
 
   // A futex_seq wake the hub thread took while the group wanted none (its last member left
   // while the thread still slept on the word): it was meant for a counted sleeper of the queue,
   // and a wake-one signaller woke nobody else. Passes it on. Under the mutex.
   static void forward_unwanted_wake(wait_hub_group& g) noexcept {
-    const bool watched = std::exchange(g.watched_seq, false);
-    if (!watched || g.slot != no_slot || g.wanting != 0) return;
+    if (!g.watched_seq || g.slot != no_slot || g.wanting != 0) return;
     // seq_cst: as take_ring's load.
     const std::uint32_t seq = g.queue->futex_seq.load(std::memory_order_seq_cst);
     if (seq == g.seq) return;
