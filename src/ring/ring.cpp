@@ -224,6 +224,7 @@ void ring_view::prefetch(std::uint64_t position) const noexcept {
 }
 
 void ring_view::recover_own_nodes() noexcept {
+  bool recovered = false;
   for (std::uint32_t i = 0; i < count_; ++i) {
     auto& n = node(i);
     std::uint64_t w = n.word.load(std::memory_order_acquire);
@@ -231,9 +232,11 @@ void ring_view::recover_own_nodes() noexcept {
     // A write claim of position p (turn p) is skipped; a read claim (turn p + 1) is freed. Both
     // end as "done with lap p": turn p + count, owner 0.
     const std::uint64_t lap_start = is_reading(w) ? turn_of(w, i) - 1 : turn_of(w, i);
-    n.word.compare_exchange_strong(w, make_word(lap_start + count_, i, 0),
-                                   std::memory_order_acq_rel);
+    recovered |= n.word.compare_exchange_strong(w, make_word(lap_start + count_, i, 0),
+                                                std::memory_order_acq_rel);
   }
+  // Only then: every open would otherwise wake every parked waiter of the ring for nothing.
+  if (!recovered) return;
   notify_all(state_->readers);
   notify_all(state_->writers);
 }

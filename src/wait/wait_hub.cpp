@@ -30,9 +30,20 @@ class wait_hub_group {
   int slot = no_slot;     // held for the hub thread, or no_slot: counted on futex_seq
   std::uint32_t seq = 0;  // futex_seq as last seen (no slot)
   unsigned wanting = 0;   // members that want a ring
+  // The hub thread took a ring in and left the group's arming down (the slot claimed, or
+  // futex_seq unwatched): the next member to arm, right before its look, arms again. Re-armed
+  // by the hub thread, a second wake-one ring could claim the group before anyone had looked,
+  // where one look takes one message (models/wake_hub.pml, F1).
+  bool taken = false;
   // The hub thread's last futex_waitv watched futex_seq for the group (no slot).
   bool watched_seq = false;
+  // ... and may have been woken there: a FUTEX_WAKE of a notify whose futex_seq increment a
+  // member's re-arm loaded already (so the word shows no move) still stands for a message that
+  // the queue's wake-one signaller meant for one sleeper (models/README.md, N1).
+  bool seq_woken = false;
   std::vector<wait_hub_member*> members;
+  // Set by the last member's destructor, which waits for the hub thread to let the group go.
+  bool* gone = nullptr;
 };
 
 namespace {
@@ -43,7 +54,7 @@ class shard {
  public:
   static constexpr std::size_t capacity = platform::futex_wait_any_max - 1;
 
-  shard() {
+  shard() : pid_(platform::process_id()) {
     std::thread([this] { run(); }).detach();
     std::unique_lock lock(mutex_);
     started_.wait(lock, [this] { return sleeper_id_ != 0; });
@@ -61,6 +72,16 @@ class shard {
   }
 
   std::uint64_t sleeper_id() const noexcept { return sleeper_id_; }
+  // The thread has made its pass after every poke so far. Under the mutex.
+  bool settled() const noexcept {
+    // relaxed: a test's look; the mutex orders it with the pass that stored seen_control_.
+    return seen_control_ == control_.load(std::memory_order_relaxed);
+  }
+  /// False in a child forked from the process that made the shard: no thread runs it there.
+  bool runs_here() const noexcept { return pid_ == platform::process_id(); }
+
+  // Signalled (under the mutex) when the hub thread has let a group go.
+  std::condition_variable retired_;
 
   // A group's queue rang (or was found claimed): its members look again. Under the mutex.
   static void wake_members(wait_hub_group& g, const wait_hub_member* except) {
@@ -74,32 +95,71 @@ class shard {
   // A futex_seq wake the hub thread took while the group wanted none (its last member left
   // while the thread still slept on the word): it was meant for a counted sleeper of the queue,
   // and a wake-one signaller woke nobody else. Passes it on. Under the mutex.
-  static void forward_unwanted_wake(wait_hub_group& g) noexcept {
+  // `woken`: futex_waitv may have returned for the group's word.
+  static void forward_unwanted_wake(wait_hub_group& g, bool woken) noexcept {
     if (!g.watched_seq || g.slot != no_slot || g.wanting != 0) return;
-    // seq_cst: as take_ring's load.
+    // seq_cst: as rang's load.
     const std::uint32_t seq = g.queue->futex_seq.load(std::memory_order_seq_cst);
-    if (seq == g.seq) return;
+    if (seq == g.seq && !woken) return;
     g.seq = seq;
     notify_one(*g.queue);  // models/wake_hub.pml, H1
   }
 
-  // Re-arms a group whose slot a signaller claimed, or takes in a futex_seq that moved; true if
-  // the group's members must look again. Under the mutex.
-  static bool take_ring(wait_hub_group& g) noexcept {
-    if (g.wanting == 0) return false;
+  // A ring the group's arming took since it was last armed: its slot claimed, or futex_seq
+  // moved. Under the mutex.
+  static bool rang(const wait_hub_group& g) noexcept {
+    // seq_cst: the re-check that the members make after our wake must come after this.
+    if (g.slot != no_slot) return g.queue->slots[g.slot].armed.load(std::memory_order_seq_cst) == 0;
+    return g.queue->futex_seq.load(std::memory_order_seq_cst) != g.seq;  // seq_cst: as above
+  }
+
+  // Arms the group again after a ring, for a member that looks next. Under the mutex.
+  static void rearm(wait_hub_group& g) noexcept {
+    g.taken = false;
     if (g.slot != no_slot) {
-      // seq_cst: the re-check that the members make after our wake must come after this.
-      if (g.queue->slots[g.slot].armed.load(std::memory_order_seq_cst) != 0) return false;
-      arm(*g.queue, g.slot);  // seq_cst inside
-      return true;
+      arm(*g.queue, g.slot);  // seq_cst inside: before the caller's look
+    } else {
+      // seq_cst: a notify that moved the word before this load published before it, and the
+      // caller's look (after this) sees that; a later one moves it past what we sleep on.
+      g.seq = g.queue->futex_seq.load(std::memory_order_seq_cst);
     }
-    const std::uint32_t seq = g.queue->futex_seq.load(std::memory_order_seq_cst);
-    if (seq == g.seq) return false;
-    g.seq = seq;
-    return true;
   }
 
  private:
+  // The hub thread's pass over one group, under the mutex: takes in a ring, lets a group go
+  // whose last member left, and adds the word to sleep on to `watch`. False if the group is
+  // gone.
+  bool pass(wait_hub_group& g, std::vector<platform::futex_watch>& watch,
+            std::vector<wait_hub_group*>& watched) {
+    const bool woken = std::exchange(g.seq_woken, false) && g.watched_seq;
+    if (g.wanting != 0 && !g.taken && (woken || rang(g))) {
+      g.taken = true;  // left down until a member arms, right before it looks (F1)
+      wake_members(g, nullptr);
+    } else {
+      forward_unwanted_wake(g, woken);
+    }
+    g.watched_seq = false;
+    if (g.members.empty()) {
+      // Its last member's destructor waits for this: our last futex_waitv has returned, so a
+      // wake it took shows (futex_seq moved, or its index came back), and
+      // forward_unwanted_wake above passed it on (F2).
+      *g.gone = true;
+      std::erase(groups_, &g);
+      delete &g;
+      retired_.notify_all();
+      return false;
+    }
+    if (g.wanting == 0 || g.taken) return true;
+    if (g.slot != no_slot) {
+      watch.push_back({&g.queue->slots[g.slot].armed, 1, true});
+    } else {
+      watch.push_back({&g.queue->futex_seq, g.seq, true});
+      g.watched_seq = true;
+    }
+    watched.push_back(&g);
+    return true;
+  }
+
   void run() {
     {
       std::lock_guard lock(mutex_);
@@ -108,34 +168,33 @@ class shard {
     }
     started_.notify_all();
     std::vector<platform::futex_watch> watch;
+    std::vector<wait_hub_group*> watched;  // the group of watch[i + 1]
+    int woken = -1;
     for (;;) {
       {
         std::lock_guard lock(mutex_);
+        // Every entry up to the index futex_waitv returned may have been woken (it reports the
+        // highest): a group's futex_seq wake there counts as a ring. The groups are still
+        // there: only this thread deletes them, in pass().
+        for (int i = 1; i <= woken && static_cast<std::size_t>(i) <= watched.size(); ++i)
+          watched[static_cast<std::size_t>(i) - 1]->seq_woken = true;
         watch.clear();
+        watched.clear();
         // acquire: as in poke().
         // Watched as a shared word: poke() wakes it with platform::futex_wake, which is not
         // FUTEX_PRIVATE, and a private wait would never match it.
-        watch.push_back({&control_, control_.load(std::memory_order_acquire), true});
-        for (wait_hub_group* g : groups_) {
-          if (take_ring(*g))
-            wake_members(*g, nullptr);
-          else
-            forward_unwanted_wake(*g);
-          g->watched_seq = false;
-          if (g->wanting == 0) continue;
-          if (g->slot != no_slot) {
-            watch.push_back({&g->queue->slots[g->slot].armed, 1, true});
-          } else {
-            watch.push_back({&g->queue->futex_seq, g->seq, true});
-            g->watched_seq = true;
-          }
-        }
+        seen_control_ = control_.load(std::memory_order_acquire);
+        watch.push_back({&control_, seen_control_, true});
+        for (std::size_t i = 0; i < groups_.size();)
+          i += pass(*groups_[i], watch, watched) ? 1 : 0;
       }
-      platform::futex_wait_any(watch.data(), watch.size());
+      woken = platform::futex_wait_any(watch.data(), watch.size());
     }
   }
 
+  const std::uint32_t pid_;
   std::atomic<std::uint32_t> control_{0};
+  std::uint32_t seen_control_ = 0;  // control_ as the last pass loaded it (under the mutex)
   std::condition_variable started_;
   std::uint64_t sleeper_id_ = 0;
 };
@@ -211,6 +270,16 @@ std::unique_ptr<wait_hub_member> wait_hub::join(layout::wait_queue& q, std::func
   return m;
 }
 
+bool wait_hub::settled() noexcept {
+  hub_state& hs = hubs();
+  std::lock_guard hub_lock(hs.mutex);
+  for (shard* s : hs.shards) {
+    std::lock_guard lock(s->mutex_);
+    if (!s->settled()) return false;
+  }
+  return true;
+}
+
 void wait_hub_member::arm() noexcept {
   wait_hub_group& g = *group_;
   auto& s = *g.owner;
@@ -232,16 +301,19 @@ void wait_hub_member::arm() noexcept {
     }
   }
   // The group is armed already (that arming happened before this call, under the mutex, so
-  // it is ordered before our caller's re-check), unless a signaller has claimed it and the hub
-  // thread has not yet seen it: then this is that ring, for every member.
-  if (shard::take_ring(g)) {
-    shard::wake_members(g, this);
+  // it is ordered before our caller's re-check), unless it took a ring: the hub thread woke
+  // every member for it and left the arming to us, or it has not seen it yet, and then this is
+  // that ring, for every member. We arm again, look next, and the hub thread watches again.
+  const bool unseen = !g.taken && shard::rang(g);
+  if (g.taken || unseen) {
+    shard::rearm(g);
+    if (unseen) shard::wake_members(g, this);
     s.poke();
   }
   rang_ = false;  // our caller looks next
 }
 
-void wait_hub_member::withdraw() noexcept {
+void wait_hub_member::withdraw(bool owed) noexcept {
   wait_hub_group& g = *group_;
   auto& s = *g.owner;
   std::unique_lock lock(s.mutex_);
@@ -251,11 +323,13 @@ void wait_hub_member::withdraw() noexcept {
   // (cancelled, or done with a result found before): it may have been the one a wake-one
   // signaller meant for the queue, and the group's arming no longer shows it (the hub thread
   // re-armed the slot): pass it on (models/wake_hub.pml, H2).
-  bool forward = std::exchange(rang_, false);
+  bool forward = std::exchange(rang_, false) || owed;
   if (--g.wanting != 0) {
     if (forward) notify_one(*g.queue);
     return;
   }
+  // A ring the hub thread took in that no member looked for since (no one armed again).
+  forward = std::exchange(g.taken, false) || forward;
   if (g.slot != no_slot) {
     // A claim we did not take was a ring for one waiter: pass it on (wait_queue.hpp).
     forward = !detail::disarm(*g.queue, g.slot) || forward;
@@ -271,14 +345,26 @@ wait_hub_member::~wait_hub_member() {
   withdraw();
   wait_hub_group* g = group_;
   auto& s = *g->owner;
-  std::lock_guard lock(s.mutex_);
+  std::unique_lock lock(s.mutex_);
   std::erase(g->members, this);
   if (!g->members.empty()) return;
   // The last member: the slot goes back before the queue's memory can go.
-  if (g->slot != no_slot) release_slot(*g->queue, g->slot, s.sleeper_id(), false);
-  std::erase(s.groups_, g);
-  delete g;
+  if (g->slot != no_slot) {
+    release_slot(*g->queue, g->slot, s.sleeper_id(), false);
+    g->slot = no_slot;
+  }
+  if (!s.runs_here()) {  // a forked child's copy: no hub thread sleeps on the group here
+    std::erase(s.groups_, g);
+    delete g;
+    return;
+  }
+  // The hub thread may sleep on the group's futex_seq, or have taken a wake there that was
+  // meant for another sleeper: it lets the group go in its next pass, which passes such a wake
+  // on, and the queue's memory stays until then (F2).
+  bool gone = false;
+  g->gone = &gone;
   s.poke();
+  s.retired_.wait(lock, [&] { return gone; });
 }
 
 }  // namespace shmio::detail

@@ -83,8 +83,11 @@ void waiter::take_ready(op_batch& done, unsigned mask) {
 void waiter::withdraw_idle(unsigned mask) noexcept {
   // Under the mutex: shutdown() cannot have let the memory go. A wait still spinning needs no
   // ring: it polls, and parks (arming) when its budget is spent.
+  // A head the gate held back after an arming, and gone since (cancelled) without a look:
+  // whatever ring the arming consumed goes on (models/README.md, F3).
   for (std::size_t q = 0; q < reactor_.queue_count(); ++q)
-    if ((mask & (1u << q)) != 0 && !ops_[q].any_parked()) reactor_.withdraw(q);
+    if ((mask & (1u << q)) != 0 && !ops_[q].any_parked())
+      reactor_.withdraw(q, ops_[q].take_unlooked());
 }
 
 void waiter::arm_for(std::size_t q) noexcept {
@@ -143,6 +146,7 @@ bool waiter::complete_if_ready(std::unique_lock<std::mutex>& lock, wait_op* o) {
     ops.note_gated();
     return false;
   }
+  ops.note_looked();
   if (!try_op(o)) return false;
   spin_.spin_succeeded();
   complete(lock, o, {}, true);  // we run on the executor, outside any initiator
@@ -337,10 +341,13 @@ void waiter::shutdown() noexcept {
   // release: pairs with the acquire in async_wait/try_now, whose callers then touch nothing.
   closed_flag_.store(true, std::memory_order_release);
   op_batch done;
-  for (std::size_t q = 0; q < reactor_.queue_count(); ++q)
+  unsigned unlooked = 0;
+  for (std::size_t q = 0; q < reactor_.queue_count(); ++q) {
     while (wait_op* o = ops_[q].head())
       ops_[q].take(o, done);
-  reactor_.close();  // passes on rings claimed for us, as a cancelled wait does
+    if (ops_[q].take_unlooked()) unlooked |= 1u << q;
+  }
+  reactor_.close(unlooked);  // passes on rings claimed for us, as a cancelled wait does
   lock.unlock();
   deliver_all(done, false, asio::error::operation_aborted);
 }

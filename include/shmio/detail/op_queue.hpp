@@ -84,9 +84,18 @@ class op_queue {
   }
   /// Notes that the gate held back a head.
   void note_gated() noexcept { gated_ = true; }
+  /// The head is being tried: a head held back before has had its look.
+  void note_looked() noexcept { gated_ = false; }
   /// True (once) if a head was held back since the last call and is still there: look again.
   bool take_gated() noexcept {
     if (!gated_ || empty()) return false;
+    gated_ = false;
+    return true;
+  }
+  /// True (once) if a head was held back since the last look and the list is empty now: the
+  /// look an arming promised was never made, so a ring that arming consumed must go on.
+  bool take_unlooked() noexcept {
+    if (!gated_ || !empty()) return false;
     gated_ = false;
     return true;
   }
@@ -105,7 +114,7 @@ class op_queue {
   std::atomic<std::uint32_t> queued_{0};      // in the list
   std::atomic<std::uint32_t> delivering_{0};  // taken, not yet delivered
   std::atomic<std::uint32_t> holds_{0};       // claims in use
-  bool gated_ = false;                        // a head was held back by the gate since
+  bool gated_ = false;                        // a head was held back, not looked at since
 };
 
 template <class Try>
@@ -115,6 +124,7 @@ void op_queue::take_ready(op_batch& done, std::size_t q, Try&& try_op) {
       gated_ = true;
       return;
     }
+    gated_ = false;  // looked at now
     if (!try_op(o)) return;
     take(o, done);
   }

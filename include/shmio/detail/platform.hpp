@@ -91,7 +91,8 @@ struct futex_watch {
 };
 inline constexpr int futex_wait_any_max = 128;
 /// Sleeps until one of `words` (at most futex_wait_any_max) is woken, or returns at once if
-/// one differs from its expected value. Returns the index woken, -1 for "look again" (a value
+/// one differs from its expected value. Returns the index woken (the highest, if several were
+/// woken before the thread ran), -1 for "look again" (a value
 /// differed, a signal, a word that is no longer mapped), or -2 if the kernel has no
 /// futex_waitv (Linux before 5.16).
 int futex_wait_any(const futex_watch* words, std::size_t count) noexcept;

@@ -38,8 +38,10 @@ class wait_hub_member {
   /// The member has a parked wait on the queue and is about to re-check its condition (the
   /// arming comes first, seq_cst). Idempotent while it wants a ring.
   void arm() noexcept;
-  /// The member no longer has a parked wait on the queue.
-  void withdraw() noexcept;
+  /// The member no longer has a parked wait on the queue. `owed`: its last arming promised a
+  /// look that it did not make (the op queue's gate held its head back), so a ring taken for
+  /// the group may have been for a message nobody looked at: it is passed on.
+  void withdraw(bool owed = false) noexcept;
 
   /// Calls the wake function (the hub does, under its mutex).
   void wake_now() { wake_(); }
@@ -63,6 +65,9 @@ class wait_hub {
   /// is called from the hub thread when the queue rings while the member wants it; it must be
   /// quick and must not call back into the membership. Empty if the hub cannot run here.
   static std::unique_ptr<wait_hub_member> join(layout::wait_queue& q, std::function<void()> wake);
+  /// True if every hub thread of the process has made its pass after the latest poke (for
+  /// tests that count an idle process's wake-ups: the members' first armings poke).
+  static bool settled() noexcept;
 };
 
 }  // namespace shmio::detail

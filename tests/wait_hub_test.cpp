@@ -1,0 +1,132 @@
+// The wait hub (objects past a queue's slots park through a thread of the process) on a
+// wake-one queue: a ring the hub took in for its group is one message, and the next message
+// goes to another waiter until a member has looked.
+
+#include <algorithm>
+#include <asio/io_context.hpp>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shmio/circular_buffer.hpp"
+#include "shmio/detail/layout.hpp"
+#include "shmio/wait_strategy.hpp"
+#include "support.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using shmio::circular_buffer;
+using shmio::test::eventually;
+using shmio::test::scoped_name;
+namespace layout = shmio::detail::layout;
+
+// The ring's readers' wait queue, seen through a mapping of its own.
+class readers_queue {
+ public:
+  explicit readers_queue(std::string_view name) : segment_(name) {}
+  layout::wait_queue& get() const {
+    constexpr std::size_t segment_header = sizeof(layout::segment_header);
+    return segment_.at<layout::ring_state>(segment_header).readers;
+  }
+  bool held(std::size_t slot) const { return get().slots[slot].doorbell.load() != 0; }
+  bool armed(std::size_t slot) const { return get().slots[slot].armed.load() != 0; }
+
+ private:
+  shmio::test::raw_segment segment_;
+};
+
+// A blocking read on its own thread: the queue's ordinary waiter beside the hub's group.
+class blocking_reader {
+ public:
+  explicit blocking_reader(circular_buffer& ring)
+      : thread_([this, &ring] {
+          std::string buf(16, '\0');
+          const std::size_t n = ring.read(asio::buffer(buf), 5s);  // far past the checks' bound
+          got_ = buf.substr(0, n);
+          done_ = true;  // seq_cst: publishes got_
+        }) {}
+  ~blocking_reader() { join(); }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  bool done() const { return done_; }
+  std::string got() const { return got_; }
+
+ private:
+  std::string got_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST_CASE("a ring the hub took in for its group is one message: the next goes to another waiter",
+          "[wait][hub]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  // 32 handles hold the readers' 32 slots (each takes one when it opens); they never read.
+  std::vector<std::unique_ptr<circular_buffer>> holders;
+  holders.push_back(
+      std::make_unique<circular_buffer>(io.get_executor(), shmio::create_only, name, 64, 16));
+  while (holders.size() < layout::wait_slot_count)
+    holders.push_back(std::make_unique<circular_buffer>(io.get_executor(), shmio::open_only, name));
+  readers_queue q(name);
+  for (std::size_t i = 0; i < layout::wait_slot_count; ++i)
+    REQUIRE(q.held(i));
+  // Opened with every slot held: none of these has a slot of its own.
+  circular_buffer member(io.get_executor(), shmio::open_only, name,
+                         shmio::wait_strategy::park_only());
+  circular_buffer writer(io.get_executor(), shmio::open_only, name);
+  circular_buffer other(io.get_executor(), shmio::open_only, name);
+  // One slot free when the member parks: the hub's group takes it. Another for the blocking
+  // reader's sleeper.
+  constexpr std::size_t group_slot = 5, sleeper_slot = 9;
+  holders[group_slot].reset();
+  std::string member_buf(16, '\0');
+  std::size_t member_got = 0;
+  int member_calls = 0;
+  member.async_read(asio::buffer(member_buf), [&](std::error_code ec, std::size_t n) {
+    CHECK_FALSE(ec);
+    member_got = n;
+    ++member_calls;
+  });
+  io.poll();  // park_only: parked inside the initiation, through the hub
+  REQUIRE(member_calls == 0);
+  REQUIRE(eventually([&] { return q.held(group_slot) && q.armed(group_slot); }));
+  holders[sleeper_slot].reset();
+
+  // A wake-one write rings one armed slot, starting at a slot that rotates with each write:
+  // until it rings the group's, the blocking reader takes the message, and another starts.
+  bool rang_group = false;
+  std::unique_ptr<blocking_reader> sleeper;
+  for (int attempt = 0; attempt < 64 && !rang_group; ++attempt) {
+    sleeper = std::make_unique<blocking_reader>(other);
+    REQUIRE(eventually([&] { return q.armed(sleeper_slot); }));  // parked, past its spin
+    REQUIRE(writer.write(asio::buffer("one", 3), 1s) == 3);
+    rang_group = q.armed(sleeper_slot);
+    if (!rang_group) {
+      REQUIRE(eventually([&] { return sleeper->done(); }));
+      REQUIRE(sleeper->got() == "one");
+      sleeper.reset();
+    }
+  }
+  REQUIRE(rang_group);
+  CHECK(member_calls == 0);  // its re-check waits for io to run
+  // The hub thread has taken the ring in for the member, which has not looked yet. Were the
+  // group armed again now, a second write could ring it as well, and the member's one look
+  // would leave one of the two messages behind with the blocking reader asleep. Give a hub
+  // thread that re-arms time to do it, then write again.
+  static_cast<void>(eventually([&] { return q.armed(group_slot); }, 200ms));
+  REQUIRE(writer.write(asio::buffer("two", 3), 1s) == 3);
+  CHECK(eventually([&] { return sleeper->done(); }, 2s));
+  REQUIRE(shmio::test::run_until(io, [&] { return member_calls == 1; }));
+  sleeper->join();  // by its own timeout at worst
+  std::vector<std::string> got{member_buf.substr(0, member_got), sleeper->got()};
+  std::sort(got.begin(), got.end());
+  CHECK(got == std::vector<std::string>{"one", "two"});
+}
