@@ -84,6 +84,7 @@ void rw_lock_view::join() noexcept {
 
 void rw_lock_view::leave() noexcept {
   bool reclaimed = false;
+  bool cleared = false;
   // acq_rel: the holder's accesses happen before the next acquirer's.
   if (my_slot().shares.exchange(0, std::memory_order_acq_rel) != 0) reclaimed = true;
   std::uint32_t w = state_->control.writer.load(std::memory_order_acquire);
@@ -91,10 +92,11 @@ void rw_lock_view::leave() noexcept {
     const bool held = (w & rw_writer_held) != 0;
     // relaxed: the CAS below (seq_cst) publishes it along with the free word.
     if (held) state_->control.owner_died.store(1, std::memory_order_relaxed);
-    state_->control.writer.compare_exchange_strong(w, 0, std::memory_order_seq_cst);
+    cleared = state_->control.writer.compare_exchange_strong(w, 0, std::memory_order_seq_cst);
   }
   if (reclaimed) state_->control.owner_died.store(1, std::memory_order_release);
-  wake_all();
+  // Nothing changed: an open must not wake every parked waiter of the lock for nothing.
+  if (reclaimed || cleared) wake_all();
 }
 
 void rw_lock_view::wake_all() noexcept {
