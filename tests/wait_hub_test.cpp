@@ -14,6 +14,7 @@
 
 #include "shmio/circular_buffer.hpp"
 #include "shmio/detail/layout.hpp"
+#include "shmio/detail/wait_hub.hpp"
 #include "shmio/wait_strategy.hpp"
 #include "support.hpp"
 
@@ -46,7 +47,7 @@ class blocking_reader {
   explicit blocking_reader(circular_buffer& ring)
       : thread_([this, &ring] {
           std::string buf(16, '\0');
-          const std::size_t n = ring.read(asio::buffer(buf), 5s);  // far past the checks' bound
+          const std::size_t n = ring.read(asio::buffer(buf), 30s);  // far past the checks' bound
           got_ = buf.substr(0, n);
           done_ = true;  // seq_cst: publishes got_
         }) {}
@@ -102,13 +103,17 @@ TEST_CASE("a ring the hub took in for its group is one message: the next goes to
 
   // A wake-one write rings one armed slot, starting at a slot that rotates with each write:
   // until it rings the group's, the blocking reader takes the message, and another starts.
+  // (The group's slot tells which: a woken blocking reader arms its own again before it looks,
+  // while the group's stays claimed until the member, whose io does not run, arms.)
   bool rang_group = false;
   std::unique_ptr<blocking_reader> sleeper;
+  std::uint64_t passes = 0;
   for (int attempt = 0; attempt < 64 && !rang_group; ++attempt) {
     sleeper = std::make_unique<blocking_reader>(other);
     REQUIRE(eventually([&] { return q.armed(sleeper_slot); }));  // parked, past its spin
+    passes = shmio::detail::wait_hub::passes();
     REQUIRE(writer.write(asio::buffer("one", 3), 1s) == 3);
-    rang_group = q.armed(sleeper_slot);
+    rang_group = !q.armed(group_slot);
     if (!rang_group) {
       REQUIRE(eventually([&] { return sleeper->done(); }));
       REQUIRE(sleeper->got() == "one");
@@ -117,13 +122,12 @@ TEST_CASE("a ring the hub took in for its group is one message: the next goes to
   }
   REQUIRE(rang_group);
   CHECK(member_calls == 0);  // its re-check waits for io to run
-  // The hub thread has taken the ring in for the member, which has not looked yet. Were the
-  // group armed again now, a second write could ring it as well, and the member's one look
-  // would leave one of the two messages behind with the blocking reader asleep. Give a hub
-  // thread that re-arms time to do it, then write again.
-  static_cast<void>(eventually([&] { return q.armed(group_slot); }, 200ms));
+  // Once the hub thread has taken the ring in for the member, which has not looked yet: were
+  // the group armed again now, a second write could ring it as well, and the member's one look
+  // would leave one of the two messages behind with the blocking reader asleep.
+  REQUIRE(eventually([&] { return shmio::detail::wait_hub::passes() > passes; }));
   REQUIRE(writer.write(asio::buffer("two", 3), 1s) == 3);
-  CHECK(eventually([&] { return sleeper->done(); }, 2s));
+  CHECK(eventually([&] { return sleeper->done(); }));
   REQUIRE(shmio::test::run_until(io, [&] { return member_calls == 1; }));
   sleeper->join();  // by its own timeout at worst
   std::vector<std::string> got{member_buf.substr(0, member_got), sleeper->got()};

@@ -35,33 +35,23 @@ void reactor_wait::arm_joined(std::size_t q) noexcept {
   armed_[q] = true;
 }
 
-void reactor_wait::withdraw(std::size_t q, bool owed) noexcept {
-  if (!armed_[q]) {
-    if (owed) notify_one(*queues_[q]);
-    return;
-  }
+void reactor_wait::withdraw(std::size_t q) noexcept {
+  if (!armed_[q]) return;
   armed_[q] = false;
   if (slots_[q] == no_slot) {
-    if (hub_[q]) {
-      hub_[q]->withdraw(owed);  // passes on a ring claimed for its group itself
-    } else if (owed) {
-      notify_one(*queues_[q]);
-    }
+    if (hub_[q]) hub_[q]->withdraw();  // passes on a ring claimed for its group itself
     return;
   }
-  if (!disarm(*queues_[q], slots_[q]) || owed) notify_one(*queues_[q]);
+  if (!disarm(*queues_[q], slots_[q])) notify_one(*queues_[q]);
 }
 
-void reactor_wait::close(unsigned owed) noexcept {
+void reactor_wait::close() noexcept {
   if (closed_) return;
   closed_ = true;
   for (std::size_t q = 0; q < queue_count_; ++q) {
-    const bool look_owed = (owed & (1u << q)) != 0;
     // Going away armed and claimed: pass the ring on, as a withdrawn wait does.
-    if (release_slot(*queues_[q], slots_[q], doorbell_id_, armed_[q]) || (look_owed && !hub_[q]))
-      notify_one(*queues_[q]);
-    if (hub_[q]) hub_[q]->withdraw(look_owed);  // passes on a ring claimed for its group
-    hub_[q].reset();                            // leaves its group
+    if (release_slot(*queues_[q], slots_[q], doorbell_id_, armed_[q])) notify_one(*queues_[q]);
+    hub_[q].reset();  // withdraws and leaves its group (which forwards alike)
     armed_[q] = false;
     slots_[q] = no_slot;
   }

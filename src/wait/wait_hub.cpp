@@ -73,6 +73,7 @@ class shard {
 
   std::uint64_t sleeper_id() const noexcept { return sleeper_id_; }
   // The thread has made its pass after every poke so far. Under the mutex.
+  std::uint64_t passes() const noexcept { return passes_; }
   bool settled() const noexcept {
     // relaxed: a test's look; the mutex orders it with the pass that stored seen_control_.
     return seen_control_ == control_.load(std::memory_order_relaxed);
@@ -139,10 +140,13 @@ class shard {
       forward_unwanted_wake(g, woken);
     }
     g.watched_seq = false;
-    if (g.members.empty()) {
+    if (g.members.empty() && g.gone) {
       // Its last member's destructor waits for this: our last futex_waitv has returned, so a
       // wake it took shows (futex_seq moved, or its index came back), and
-      // forward_unwanted_wake above passed it on (F2).
+      // forward_unwanted_wake above passed it on (F2). The slot goes back only now: while we
+      // were still queued on its word, a sleeper that took it over would have had its first
+      // FUTEX_WAKE go to us.
+      if (g.slot != no_slot) release_slot(*g.queue, g.slot, sleeper_id_, false);
       *g.gone = true;
       std::erase(groups_, &g);
       delete &g;
@@ -187,6 +191,7 @@ class shard {
         watch.push_back({&control_, seen_control_, true});
         for (std::size_t i = 0; i < groups_.size();)
           i += pass(*groups_[i], watch, watched) ? 1 : 0;
+        ++passes_;
       }
       woken = platform::futex_wait_any(watch.data(), watch.size());
     }
@@ -195,6 +200,7 @@ class shard {
   const std::uint32_t pid_;
   std::atomic<std::uint32_t> control_{0};
   std::uint32_t seen_control_ = 0;  // control_ as the last pass loaded it (under the mutex)
+  std::uint64_t passes_ = 0;        // passes made (under the mutex)
   std::condition_variable started_;
   std::uint64_t sleeper_id_ = 0;
 };
@@ -238,7 +244,7 @@ std::unique_ptr<wait_hub_member> wait_hub::join(layout::wait_queue& q, std::func
   for (shard* s : hs.shards) {
     std::lock_guard lock(s->mutex_);
     for (wait_hub_group* g : s->groups_)
-      if (g->queue == &q) group = g;
+      if (g->queue == &q && !g->gone) group = g;  // not one its last member is retiring
     if (group) {
       target = s;
       break;
@@ -256,16 +262,21 @@ std::unique_ptr<wait_hub_member> wait_hub::join(layout::wait_queue& q, std::func
   std::unique_ptr<wait_hub_member> m(new wait_hub_member);
   m->wake_ = std::move(wake);
   std::lock_guard lock(target->mutex_);
-  if (!group) {
-    group = new wait_hub_group;
-    group->queue = &q;
-    group->owner = target;
+  if (group) {
+    group->members.push_back(m.get());  // may throw: the caller polls, nothing changed
+  } else {
+    // Made whole before the hub thread can see it (a group without members is one being let go).
+    auto fresh = std::make_unique<wait_hub_group>();
+    fresh->queue = &q;
+    fresh->owner = target;
+    fresh->members.push_back(m.get());
+    target->groups_.reserve(target->groups_.size() + 1);
     // The hub thread takes a slot as a blocking sleeper would; with none free the group
     // counts itself among the queue's sleepers when it arms.
-    group->slot = claim_slot(q, target->sleeper_id(), false);
-    target->groups_.push_back(group);
+    fresh->slot = claim_slot(q, target->sleeper_id(), false);
+    group = fresh.release();
+    target->groups_.push_back(group);  // room reserved: cannot throw
   }
-  group->members.push_back(m.get());
   m->group_ = group;
   return m;
 }
@@ -278,6 +289,17 @@ bool wait_hub::settled() noexcept {
     if (!s->settled()) return false;
   }
   return true;
+}
+
+std::uint64_t wait_hub::passes() noexcept {
+  hub_state& hs = hubs();
+  std::lock_guard hub_lock(hs.mutex);
+  std::uint64_t n = 0;
+  for (shard* s : hs.shards) {
+    std::lock_guard lock(s->mutex_);
+    n += s->passes();
+  }
+  return n;
 }
 
 void wait_hub_member::arm() noexcept {
@@ -313,7 +335,7 @@ void wait_hub_member::arm() noexcept {
   rang_ = false;  // our caller looks next
 }
 
-void wait_hub_member::withdraw(bool owed) noexcept {
+void wait_hub_member::withdraw() noexcept {
   wait_hub_group& g = *group_;
   auto& s = *g.owner;
   std::unique_lock lock(s.mutex_);
@@ -321,9 +343,9 @@ void wait_hub_member::withdraw(bool owed) noexcept {
   wanting_ = false;
   // A ring the group took in after our last arming, whose re-check we leave without making
   // (cancelled, or done with a result found before): it may have been the one a wake-one
-  // signaller meant for the queue, and the group's arming no longer shows it (the hub thread
-  // re-armed the slot): pass it on (models/wake_hub.pml, H2).
-  bool forward = std::exchange(rang_, false) || owed;
+  // signaller meant for the queue, and the group's arming may no longer show it (another
+  // member armed again since): pass it on (models/wake_hub.pml, H2).
+  bool forward = std::exchange(rang_, false);
   if (--g.wanting != 0) {
     if (forward) notify_one(*g.queue);
     return;
@@ -342,25 +364,19 @@ void wait_hub_member::withdraw(bool owed) noexcept {
 
 wait_hub_member::~wait_hub_member() {
   if (!group_) return;
-  withdraw();
   wait_hub_group* g = group_;
   auto& s = *g->owner;
+  // A forked child's copy of a parent's membership: its group, slot and count are the
+  // parent's, whose hub thread goes on parking for them, and the copied mutex may have been
+  // held at the fork. Closing an inherited handle only unmaps it; the copy is left alone.
+  if (!s.runs_here()) return;
+  withdraw();
   std::unique_lock lock(s.mutex_);
   std::erase(g->members, this);
   if (!g->members.empty()) return;
-  // The last member: the slot goes back before the queue's memory can go.
-  if (g->slot != no_slot) {
-    release_slot(*g->queue, g->slot, s.sleeper_id(), false);
-    g->slot = no_slot;
-  }
-  if (!s.runs_here()) {  // a forked child's copy: no hub thread sleeps on the group here
-    std::erase(s.groups_, g);
-    delete g;
-    return;
-  }
-  // The hub thread may sleep on the group's futex_seq, or have taken a wake there that was
-  // meant for another sleeper: it lets the group go in its next pass, which passes such a wake
-  // on, and the queue's memory stays until then (F2).
+  // The last member. The hub thread may sleep on the group's word, or have taken a wake on
+  // futex_seq that was meant for another sleeper: it lets the group go (and its slot) in its
+  // next pass, which passes such a wake on, and the queue's memory stays until then (F2).
   bool gone = false;
   g->gone = &gone;
   s.poke();

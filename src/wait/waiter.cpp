@@ -83,14 +83,20 @@ void waiter::take_ready(op_batch& done, unsigned mask) {
 void waiter::withdraw_idle(unsigned mask) noexcept {
   // Under the mutex: shutdown() cannot have let the memory go. A wait still spinning needs no
   // ring: it polls, and parks (arming) when its budget is spent.
-  // A head the gate held back after an arming, and gone since (cancelled) without a look:
-  // whatever ring the arming consumed goes on (models/README.md, F3).
   for (std::size_t q = 0; q < reactor_.queue_count(); ++q)
-    if ((mask & (1u << q)) != 0 && !ops_[q].any_parked())
-      reactor_.withdraw(q, ops_[q].take_unlooked());
+    if ((mask & (1u << q)) != 0 && !ops_[q].any_parked()) reactor_.withdraw(q);
 }
 
-void waiter::arm_for(std::size_t q) noexcept {
+void waiter::arm_for(std::size_t q, std::uint32_t taken) noexcept {
+  // An arming is followed by a look at the head, or a wake-one ring it took in (re-arming
+  // consumes the claim) stays with a wait that never looked, and is lost if that wait is then
+  // cancelled (models/README.md, F3). A head the gate holds back is not armed for: the queue
+  // stays as it was (a claim on it is still there to be passed on), and the gate's opening
+  // re-checks (take_gated), arming then.
+  if (!ops_[q].gate_open(taken)) {
+    ops_[q].note_gated();
+    return;
+  }
   // The hub calls this from its thread when the queue rings: look again on our executor.
   reactor_.arm(q, [this]() -> std::function<void()> {
     return [w = weak_from_this(), ex = ex_] { post_recheck(w, ex); };
@@ -244,7 +250,7 @@ std::size_t waiter::recheck(std::unique_lock<std::mutex>& lock) {
     // first arming, and stand for a publication after the first look (models/README.md, F8).
     reactor_.drain();
     for (std::size_t q = 0; q < reactor_.queue_count(); ++q)
-      if (ops_[q].any_parked()) arm_for(q);
+      if (ops_[q].any_parked()) arm_for(q, done.taken(q));
     take_ready(done, had_pending);
   }
   withdraw_idle(had_pending);
@@ -341,13 +347,10 @@ void waiter::shutdown() noexcept {
   // release: pairs with the acquire in async_wait/try_now, whose callers then touch nothing.
   closed_flag_.store(true, std::memory_order_release);
   op_batch done;
-  unsigned unlooked = 0;
-  for (std::size_t q = 0; q < reactor_.queue_count(); ++q) {
+  for (std::size_t q = 0; q < reactor_.queue_count(); ++q)
     while (wait_op* o = ops_[q].head())
       ops_[q].take(o, done);
-    if (ops_[q].take_unlooked()) unlooked |= 1u << q;
-  }
-  reactor_.close(unlooked);  // passes on rings claimed for us, as a cancelled wait does
+  reactor_.close();  // passes on rings claimed for us, as a cancelled wait does
   lock.unlock();
   deliver_all(done, false, asio::error::operation_aborted);
 }

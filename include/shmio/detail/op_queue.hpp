@@ -92,13 +92,6 @@ class op_queue {
     gated_ = false;
     return true;
   }
-  /// True (once) if a head was held back since the last look and the list is empty now: the
-  /// look an arming promised was never made, so a ring that arming consumed must go on.
-  bool take_unlooked() noexcept {
-    if (!gated_ || !empty()) return false;
-    gated_ = false;
-    return true;
-  }
 
   /// A claim taken for a user callback is in use outside the waiter (queue_hold).
   void hold() noexcept;

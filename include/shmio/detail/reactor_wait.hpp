@@ -69,17 +69,15 @@ class reactor_wait {
   }
   /// Withdraws queue q's arming. A signaller that claimed it rang us alone (wake-one), so the
   /// ring goes on to another waiter, or it would be swallowed (found by
-  /// models/wake_protocol.pml). `owed`: the last arming was not followed by a look (the op
-  /// queue's gate held the head back), so a ring it consumed goes on as well.
-  void withdraw(std::size_t q, bool owed = false) noexcept;
+  /// models/wake_protocol.pml).
+  void withdraw(std::size_t q) noexcept;
   /// Neither a slot nor the hub: a parked wait on q has to look again on the timer.
   bool slotless(std::size_t q) const noexcept { return slots_[q] == no_slot && !hub_[q]; }
 
-  /// Gives back the slots and hub memberships (passing on rings claimed for us, and a ring for
-  /// each queue in the mask `owed`, as withdraw does) and closes the doorbell and the timer,
-  /// whose pending waits complete with operation_aborted. Nothing here touches the queues
-  /// afterwards.
-  void close(unsigned owed = 0) noexcept;
+  /// Gives back the slots and hub memberships (passing on rings claimed for us) and closes the
+  /// doorbell and the timer, whose pending waits complete with operation_aborted. Nothing here
+  /// touches the queues afterwards.
+  void close() noexcept;
 
   // ---- the doorbell ----
 

@@ -7,8 +7,9 @@
 // a blocking sleeper does (owner: the hub thread, woken by FUTEX_WAKE on the slot's armed word),
 // or, with no slot free at all, counts itself among the queue's sleepers on futex_seq. It sleeps
 // in one futex_waitv over every group's word, with no timeout: an idle process makes no system
-// call. When a group's queue rings, the hub re-arms and calls each member's wake function, and
-// each member re-checks its own condition.
+// call. When a group's queue rings, the hub calls each member's wake function, and each member
+// re-checks its own condition; the group's arming stays down until a member arms again, right
+// before its look (one ring, one look: a wake-one queue's next message rings someone else).
 //
 // The members keep the wake protocol's order (wait_queue.hpp): a member arms through the group
 // before it re-checks, and the group's arming is withdrawn only when no member wants it; a ring
@@ -38,10 +39,8 @@ class wait_hub_member {
   /// The member has a parked wait on the queue and is about to re-check its condition (the
   /// arming comes first, seq_cst). Idempotent while it wants a ring.
   void arm() noexcept;
-  /// The member no longer has a parked wait on the queue. `owed`: its last arming promised a
-  /// look that it did not make (the op queue's gate held its head back), so a ring taken for
-  /// the group may have been for a message nobody looked at: it is passed on.
-  void withdraw(bool owed = false) noexcept;
+  /// The member no longer has a parked wait on the queue.
+  void withdraw() noexcept;
 
   /// Calls the wake function (the hub does, under its mutex).
   void wake_now() { wake_(); }
@@ -68,6 +67,9 @@ class wait_hub {
   /// True if every hub thread of the process has made its pass after the latest poke (for
   /// tests that count an idle process's wake-ups: the members' first armings poke).
   static bool settled() noexcept;
+  /// The passes the hub threads of the process have made so far (for tests: a pass that
+  /// started after a ring has taken it in once this has moved past its value at the ring).
+  static std::uint64_t passes() noexcept;
 };
 
 }  // namespace shmio::detail

@@ -139,7 +139,7 @@ class waiter : public std::enable_shared_from_this<waiter> {
     done.deliver(ops_, may_dispatch, ec);
   }
   // Arms queue q's slot for the parked operations in its list.
-  void arm_for(std::size_t q) noexcept;
+  void arm_for(std::size_t q, std::uint32_t taken = 0) noexcept;
   // Withdraws the arming of the queues in `mask` that no longer have a parked operation,
   // passing on rings claimed for us.
   void withdraw_idle(unsigned mask) noexcept;
