@@ -6,11 +6,12 @@
 #   check.sh [--mutant | --findings | --full] [model.pml]
 #
 #   (default)   the quick suite (the code as it is): every run must pass.
-#               ~2 min (wake), ~60 s (ring), ~1 min (hub)
+#               ~2 min (wake), ~60 s (ring), ~3 min (hub, one job)
 #   --full      the quick suite plus larger configurations.                   several minutes
 #   --mutant    broken copies of the protocol (wake: no re-check after arming, or none after a
 #               drain; ring: skipping a live writer's node, or plain Vyukov's advance-then-claim;
-#               hub: no re-check after arming through the group, or no poke of the hub thread):
+#               hub: no re-check after arming through the group, no poke of the hub thread,
+#               and the fixes of H1, H2, F1, F2 and N1 taken out again):
 #               passes only if spin FINDS the violation (proves the model and the checks can
 #               fail).
 #   --findings  (wake, hub) variants behind the findings in models/README.md: each must show its
@@ -142,35 +143,51 @@ fi
 
 # wake_hub.pml: m members of the hub's group, f blocking waiters with a slot, s without one,
 # a async waiters with a slot and a doorbell; "no slot": the group found none and counts itself
-# on futex_seq. Each quick run stays under ~9 M states; the full runs reach 51 M states and need
-# SPIN_MEMLIM=8000. "wake-one 1m+1f 2sig", "wake-one+cancel 1m+1f 1sig" (H2 in
-# models/README.md) and "no slot: wake-one 1m+1s 2sig" (H1) failed before the fixes that the
-# mutants MUTANT_NO_MISSED_FORWARD and MUTANT_NO_EATEN_FORWARD take out again. With the fix,
-# "wake-one 1m+1f 2sig" does not finish (incomplete past 53 M states with COLLAPSE in 3 GB):
-# it is in no list; its mutant finds H2 at once. The cancel variant checks the fix where a ring
-# comes before the member's look; where it comes during the look (two sets) nothing finished.
+# on futex_seq; "retire": the last member leaves and the group is let go (F2). Wake-one runs
+# count messages (one per set(), one per successful look); the event runs keep one bit.
+# "serial": the sets take turns (one producer publishing twice); "lazy kernel": the hub thread
+# stays queued on futex_seq until futex_waitv returns (KERNEL_LAZY). Each quick run stays
+# under ~6 M states (about 3 min on one job); "auto 2m+1f 1sig" (progress, 6.3 M states),
+# "auto 2m 2sig", "auto 2m+1a 1sig" and "no slot: auto+cancel 2m 2sig" (15 M) moved to the
+# full runs to keep it so. The full runs reach 51 M states and need SPIN_MEMLIM=8000; each
+# "no slot" full run fits in 3000 MB (up to 39 M states). Without "serial", 1m+1f+1s 2sig and
+# 1m+1a+1s 2sig do not (incomplete at 54 M states): they are in no list.
+# History (models/README.md): "wake-one+cancel 1m+1f 1sig" (H2) and "no slot: wake-one+cancel
+# 1m+1s 1sig" (H1) failed before the fixes that MUTANT_NO_MISSED_FORWARD and
+# MUTANT_NO_EATEN_FORWARD take out again; "wake-one 1m+1f 2sig serial" fails with the hub
+# thread's re-arm of before the fix of F1 (MUTANT_HUB_REARMS); "no slot, retire: wake-one+cancel
+# 1m+1s 1sig" with the group deleted by its last member (MUTANT_RETIRE_IN_DTOR, F2); "no slot:
+# wake-one 1m+1s 2sig" with run() dropping futex_waitv's index (MUTANT_NO_SEQ_WAKE_RING, N1).
 if [[ $name == wake_hub ]]; then
+  lost='(cond>0)&&(waiting>0)'
   quick_runs=(
     "auto 2m+1f 1sig|safety|ok|-DNM=2 -DNF=1 -DNSIG=1"
-    "auto 2m+1f 1sig|progress|ok|-DNM=2 -DNF=1 -DNSIG=1"
-    "auto 2m 2sig|safety|ok|-DNM=2 -DNF=0 -DNSIG=2"
     "auto 3m 1sig|safety|ok|-DNM=3 -DNF=0 -DNSIG=1"
     "auto 2m 1sig x2 rounds|safety|ok|-DNM=2 -DNF=0 -DNSIG=1 -DMROUNDS=2"
-    "auto 2m+1a 1sig|safety|ok|-DNM=2 -DNF=0 -DNA=1 -DNSIG=1"
     "manual 2m 2sig|safety|ok|-DAUTO_RESET=0 -DNM=2 -DNF=0 -DNSIG=2"
     "auto+cancel 2m 1sig|safety|ok|-DCANCEL=1 -DNM=2 -DNF=0 -DNSIG=1"
     "wake-one 2m+1f 1sig|safety|ok|-DSET_NOTIFY_ONE -DNM=2 -DNF=1 -DNSIG=1"
     "wake-one 2m 2sig|safety|ok|-DSET_NOTIFY_ONE -DNM=2 -DNF=0 -DNSIG=2"
+    "wake-one 1m+1f 2sig serial|safety|ok|-DSET_NOTIFY_ONE -DNM=1 -DNF=1 -DNSIG=2 -DSERIAL=1"
     "wake-one+cancel 1m+1f 1sig|safety|ok|-DSET_NOTIFY_ONE -DCANCEL=1 -DNM=1 -DNF=1 -DNSIG=1"
+    "wake-one+cancel 1m+1f 1sig|progress|ok|-DSET_NOTIFY_ONE -DCANCEL=1 -DNM=1 -DNF=1 -DNSIG=1"
     "no slot: auto 2m+1s 1sig|safety|ok|-DGSLOT=0 -DNM=2 -DNF=0 -DNS=1 -DNSIG=1"
     "no slot: auto 2m+1s 1sig|progress|ok|-DGSLOT=0 -DNM=2 -DNF=0 -DNS=1 -DNSIG=1"
     "no slot: auto 2m 2sig|safety|ok|-DGSLOT=0 -DNM=2 -DNF=0 -DNSIG=2"
     "no slot: manual 2m+1s 1sig|safety|ok|-DGSLOT=0 -DAUTO_RESET=0 -DNM=2 -DNF=0 -DNS=1 -DNSIG=1"
-    "no slot: auto+cancel 2m 2sig|safety|ok|-DGSLOT=0 -DCANCEL=1 -DNM=2 -DNF=0 -DNSIG=2"
-    "no slot: wake-one+cancel 2m+1s 1sig|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=2 -DNF=0 -DNS=1 -DNSIG=1"
+    "no slot: wake-one 2m 2sig|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DNM=2 -DNF=0 -DNSIG=2"
     "no slot: wake-one 1m+1s 2sig|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=1 -DNSIG=2"
+    "no slot: wake-one 1m+1s 2sig|progress|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=1 -DNSIG=2"
+    "no slot: wake-one+cancel 2m+1s 1sig|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=2 -DNF=0 -DNS=1 -DNSIG=1"
+    "no slot: wake-one+cancel 1m+1s 1sig|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=1 -DNF=0 -DNS=1 -DNSIG=1"
+    "no slot, retire: wake-one+cancel 1m+1s 1sig|safety|ok|-DGSLOT=0 -DRETIRE=1 -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=1 -DNF=0 -DNS=1 -DNSIG=1"
+    "retire: wake-one+cancel 1m+1f 1sig|safety|ok|-DRETIRE=1 -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=1 -DNF=1 -DNSIG=1"
   )
   full_runs=(
+    "auto 2m+1f 1sig|progress|ok|-DNM=2 -DNF=1 -DNSIG=1"
+    "auto 2m 2sig|safety|ok|-DNM=2 -DNF=0 -DNSIG=2"
+    "auto 2m+1a 1sig|safety|ok|-DNM=2 -DNF=0 -DNA=1 -DNSIG=1"
+    "no slot: auto+cancel 2m 2sig|safety|ok|-DGSLOT=0 -DCANCEL=1 -DNM=2 -DNF=0 -DNSIG=2"
     "auto 2m 2sig x2 rounds|safety|ok|-DNM=2 -DNF=0 -DNSIG=2 -DMROUNDS=2"
     "auto+cancel 2m 2sig|safety|ok|-DCANCEL=1 -DNM=2 -DNF=0 -DNSIG=2"
     "auto 3m+1f 1sig|safety|ok|-DNM=3 -DNF=1 -DNSIG=1"
@@ -179,22 +196,57 @@ if [[ $name == wake_hub ]]; then
     "manual 1m+1f 2sig|safety|ok|-DAUTO_RESET=0 -DNM=1 -DNF=1 -DNSIG=2"
     "auto+cancel 2m+1f 1sig|safety|ok|-DCANCEL=1 -DNM=2 -DNF=1 -DNSIG=1"
     "wake-one+cancel 2m+1f 1sig|safety|ok|-DSET_NOTIFY_ONE -DCANCEL=1 -DNM=2 -DNF=1 -DNSIG=1"
+    "wake-one 1m+1f 2sig|safety|ok|-DSET_NOTIFY_ONE -DNM=1 -DNF=1 -DNSIG=2"
+    "retire: wake-one+cancel 2m+1f 1sig|safety|ok|-DRETIRE=1 -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=2 -DNF=1 -DNSIG=1"
     "no slot: wake-one 2m+1s 2sig|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DNM=2 -DNF=0 -DNS=1 -DNSIG=2"
+    "no slot, retire: auto 2m+1s 1sig|safety|ok|-DGSLOT=0 -DRETIRE=1 -DNM=2 -DNF=0 -DNS=1 -DNSIG=1"
+    "no slot: wake-one 1m+2s 2sig|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=2 -DNSIG=2"
+    "no slot: wake-one+cancel 1m+1s 2sig|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=1 -DNF=0 -DNS=1 -DNSIG=2"
+    "no slot: wake-one 1m+1s 3sig|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=1 -DNSIG=3"
+    "no slot: wake-one 1m+1s 3sig x2 rounds|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=1 -DNSIG=3 -DMROUNDS=2"
+    "no slot: wake-one 1m+2s 3sig serial|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=2 -DNSIG=3 -DSERIAL=1"
+    "no slot: wake-one 1m+1f+1s 2sig serial|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=1 -DNS=1 -DNSIG=2 -DSERIAL=1"
+    "no slot: wake-one 1m+1a+1s 2sig serial|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNA=1 -DNF=0 -DNS=1 -DNSIG=2 -DSERIAL=1"
+    "no slot, retire: wake-one+cancel 2m+1s 1sig|safety|ok|-DGSLOT=0 -DRETIRE=1 -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=2 -DNF=0 -DNS=1 -DNSIG=1"
+    "no slot, retire: wake-one 2m+1s 1sig|progress|ok|-DGSLOT=0 -DRETIRE=1 -DSET_NOTIFY_ONE -DNM=2 -DNF=0 -DNS=1 -DNSIG=1"
+    "no slot, lazy kernel: wake-one 2m+1s 2sig|safety|ok|-DKERNEL_LAZY=1 -DGSLOT=0 -DSET_NOTIFY_ONE -DNM=2 -DNF=0 -DNS=1 -DNSIG=2"
+    "no slot, lazy kernel: wake-one 1m+2s 2sig|safety|ok|-DKERNEL_LAZY=1 -DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=2 -DNSIG=2"
+    "no slot, lazy kernel: wake-one+cancel 1m+1s 2sig|safety|ok|-DKERNEL_LAZY=1 -DGSLOT=0 -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=1 -DNF=0 -DNS=1 -DNSIG=2"
+    "no slot, lazy kernel: wake-one 1m+1s 3sig|safety|ok|-DKERNEL_LAZY=1 -DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=1 -DNSIG=3"
+    "no slot, lazy kernel: wake-one 1m+1s 2sig x2 rounds|safety|ok|-DKERNEL_LAZY=1 -DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=1 -DNSIG=2 -DMROUNDS=2"
+    "no slot, retire, lazy kernel: wake-one+cancel 2m+1s 1sig|safety|ok|-DKERNEL_LAZY=1 -DRETIRE=1 -DGSLOT=0 -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=2 -DNF=0 -DNS=1 -DNSIG=1"
   )
   mutant_runs=(
     "mutant no re-check after arming 2m 1sig|safety|$lost|-DMUTANT_NO_RECHECK -DNM=2 -DNF=0 -DNSIG=1"
     "mutant no re-check after arming, no slot 2m 1sig|safety|$lost|-DMUTANT_NO_RECHECK -DGSLOT=0 -DNM=2 -DNF=0 -DNSIG=1"
     "mutant no poke after the group's arming 2m 1sig|safety|$lost|-DMUTANT_NO_POKE -DNM=2 -DNF=0 -DNSIG=1"
     "mutant no poke, no slot 2m 1sig|safety|$lost|-DMUTANT_NO_POKE -DGSLOT=0 -DNM=2 -DNF=0 -DNSIG=1"
-    "mutant H1 no slot, wake-one: a wake the hub thread took for nobody stays|safety|$lost|-DMUTANT_NO_EATEN_FORWARD -DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=1 -DNSIG=2"
-    "mutant H2 wake-one: a ring taken in after the last look is withdrawn (cancel)|safety|$lost|-DMUTANT_NO_MISSED_FORWARD -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=1 -DNF=1 -DNSIG=1"
-    "mutant H2 wake-one: ... (taken)|safety|$lost|-DMUTANT_NO_MISSED_FORWARD -DSET_NOTIFY_ONE -DNM=1 -DNF=1 -DNSIG=2"
+    "mutant H1 no slot, wake-one: a wake the hub thread took for nobody stays|safety|$lost|-DMUTANT_NO_EATEN_FORWARD -DGSLOT=0 -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=1 -DNF=0 -DNS=1 -DNSIG=1"
+    "mutant H1 ... 1m+1s 2sig (the run that found it)|safety|$lost|-DMUTANT_NO_EATEN_FORWARD -DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=1 -DNSIG=2"
+    "mutant H2 (code before F1's fix) wake-one: a ring the hub re-armed is withdrawn (cancel)|safety|$lost|-DMUTANT_NO_MISSED_FORWARD -DMUTANT_HUB_REARMS -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=1 -DNF=1 -DNSIG=1"
+    "mutant F1 wake-one: the hub thread re-arms after a ring, a second one claims the group before a look|safety|$lost|-DMUTANT_HUB_REARMS -DSET_NOTIFY_ONE -DNM=1 -DNF=1 -DNSIG=2 -DSERIAL=1"
+    "mutant F1 ... no slot|safety|$lost|-DMUTANT_HUB_REARMS -DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=1 -DNSIG=2 -DSERIAL=1"
+    "mutant F1 fix without the poke after a re-arm 2m 2sig|safety|$lost|-DMUTANT_NO_REARM_POKE -DSET_NOTIFY_ONE -DNM=2 -DNF=0 -DNSIG=2"
+    "mutant F1 fix: the last withdraw forwards neither taken nor rang_, no slot|safety|$lost|-DMUTANT_NO_TAKEN_FORWARD -DMUTANT_NO_MISSED_FORWARD -DGSLOT=0 -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=1 -DNF=0 -DNS=1 -DNSIG=1"
+    "mutant F2 the last member deletes the group, no slot|safety|$lost|-DMUTANT_RETIRE_IN_DTOR -DRETIRE=1 -DGSLOT=0 -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=1 -DNF=0 -DNS=1 -DNSIG=1"
+    "mutant N1 no slot, wake-one: run() drops futex_waitv's index, a FUTEX_WAKE the re-arm's load counted is lost|safety|$lost|-DMUTANT_NO_SEQ_WAKE_RING -DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=1 -DNSIG=2"
+    "mutant N1 ... serial|safety|$lost|-DMUTANT_NO_SEQ_WAKE_RING -DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=1 -DNSIG=2 -DSERIAL=1"
   )
   findings_runs=(
-    "H3 take_ring may post before it re-arms|safety|ok|-DWAKE_BEFORE_REARM -DNM=2 -DNF=1 -DNSIG=1"
+    "H3 a re-arm may come after the wakes (arm's unseen ring)|safety|ok|-DWAKE_BEFORE_REARM -DNM=2 -DNF=1 -DNSIG=1"
     "H3 ... wake-one|safety|ok|-DWAKE_BEFORE_REARM -DSET_NOTIFY_ONE -DNM=2 -DNF=1 -DNSIG=1"
     "H4 withdrawing while others want is undone by the hub|safety|ok|-DWITHDRAW_EACH -DNM=2 -DNF=1 -DNSIG=1"
     "H4 ... 2sig|safety|ok|-DWITHDRAW_EACH -DNM=2 -DNF=0 -DNSIG=2"
+    "H5 with taken, rang_'s forward is not needed (cancel)|safety|ok|-DMUTANT_NO_MISSED_FORWARD -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=1 -DNF=1 -DNSIG=1"
+    "H5 ... no slot 2m+1s|safety|ok|-DMUTANT_NO_MISSED_FORWARD -DGSLOT=0 -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=2 -DNF=0 -DNS=1 -DNSIG=1"
+    "H5 ... 1m+1f 2sig serial|safety|ok|-DMUTANT_NO_MISSED_FORWARD -DSET_NOTIFY_ONE -DNM=1 -DNF=1 -DNSIG=2 -DSERIAL=1"
+    "N1 fixed (code as is; 1m+1s 2sig is quick) ... 1m+2s 2sig serial|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=2 -DNSIG=2 -DSERIAL=1"
+    "N1 fixed ... 1m+1s 2sig x2 rounds|safety|ok|-DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=1 -DNSIG=2 -DMROUNDS=2"
+    "N1 fixed ... retire 1m+1s 2sig|safety|ok|-DRETIRE=1 -DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=1 -DNSIG=2"
+    "N1 fixed, lazy kernel ... 1m+1s 2sig|safety|ok|-DKERNEL_LAZY=1 -DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=1 -DNSIG=2"
+    "N1 fixed, lazy kernel ... 1m+2s 2sig serial|safety|ok|-DKERNEL_LAZY=1 -DGSLOT=0 -DSET_NOTIFY_ONE -DNM=1 -DNF=0 -DNS=2 -DNSIG=2 -DSERIAL=1"
+    "lazy kernel (code as is): no slot, retire: wake-one+cancel 1m+1s 1sig|safety|ok|-DKERNEL_LAZY=1 -DRETIRE=1 -DGSLOT=0 -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=1 -DNF=0 -DNS=1 -DNSIG=1"
+    "lazy kernel (code as is): no slot: wake-one+cancel 2m+1s 1sig|safety|ok|-DKERNEL_LAZY=1 -DGSLOT=0 -DSET_NOTIFY_ONE -DCANCEL=1 -DNM=2 -DNF=0 -DNS=1 -DNSIG=1"
   )
   current=""
 fi

@@ -2,25 +2,44 @@
  * wake_hub.pml -- the wait hub: group parking for async waits that found no wait slot of their
  * own (src/wait/wait_hub.cpp), on one queue shared with ordinary waiters.
  *
- * Mirrors (the code as it is):
+ * Mirrors (the code as it is, with the fixes of F1, F2 and N1 in models/README.md):
  *   src/wait/wait_hub.cpp    wait_hub_member::arm (the first member to want a ring arms the
  *                            group: the slot, or a sleeper's count and the futex_seq to sleep
- *                            on; a later one takes in a ring the hub thread has not seen yet),
- *                            wait_hub_member::withdraw (the last wanting member withdraws the
- *                            group's arming; a claim on the slot is passed on with notify_one),
- *                            shard::run (the hub thread: take_ring and wake_members under the
- *                            mutex, then futex_waitv on the control word and the group's word),
- *                            shard::poke, shard::take_ring, shard::wake_members
+ *                            on; a later one, if the group is `taken` or rang() with a ring the
+ *                            hub thread has not seen, re-arms it (shard::rearm), wakes the
+ *                            others for an unseen ring, and pokes the hub thread),
+ *                            wait_hub_member::withdraw (forward = rang_; the last wanting member
+ *                            also takes `taken` (exchange), withdraws the group's arming, pokes,
+ *                            and passes a claim or a taken ring on with notify_one),
+ *                            ~wait_hub_member (RETIRE: the last member pokes and waits for the
+ *                            hub thread's pass to let the group go),
+ *                            shard::run, shard::pass (the hub thread, under the mutex: a wanted
+ *                            group that is not `taken` and was woken on its futex_seq or
+ *                            rang() is marked `taken` and its members woken; else
+ *                            forward_unwanted_wake, for which a wake on futex_seq counts as a
+ *                            move of it; a group with no members is deleted; the group's word
+ *                            is watched only while it is wanted and not taken; then
+ *                            futex_waitv on control_ and the words, whose returned index run()
+ *                            keeps: `seq_woken`, N1),
+ *                            shard::rang, shard::rearm, shard::poke, shard::wake_members,
+ *                            shard::forward_unwanted_wake
  *   src/wait/waiter.cpp      a member object: park (arm_for -> arm, take_ready,
  *                            withdraw_and_forward -> withdraw), recheck (posted by the hub's
  *                            wake function: arm_for, take_ready, withdraw_and_forward), cancel
- *                            (complete -> withdraw_and_forward)
+ *                            (complete -> withdraw_and_forward). The look is made after every
+ *                            arming here, as in the code (arm_for does not arm for a head the
+ *                            op queue's gate holds: F3); the gate is not modelled.
  *   src/wait/wait_queue.cpp  notify_all, notify_one, claim_and_ring, wake_sleepers, arm (count
  *                            first), disarm, sleeper: as wake_protocol.pml checks them, in the
  *                            form the code has now
  * Besides the group, ordinary waiters share the queue: async waiters with a slot and a doorbell
  * of their own (`awaiter`), blocking waiters with a slot (`fwaiter`) and blocking waiters that
  * found none (`swaiter`, counted on futex_seq), as in wake_protocol.pml.
+ *
+ * The condition: an event's (notify_all) is one bit, set() sets it, an auto-reset look takes it
+ * with CAS 1 -> 0, a manual-reset look reads it. A wake-one queue's (SET_NOTIFY_ONE, auto-reset:
+ * a ring's publish) counts messages: set() adds one, a successful look takes exactly one. So
+ * two rings that one look answers leave a message behind, where one bit would merge them.
  *
  * Modelling rule, as in wake_protocol.pml: one Promela step is one atomic instruction or one
  * system call (load, store, exchange, CAS, fetch_add, sendto, recv, futex_wait, futex_waitv,
@@ -31,21 +50,26 @@
  *     steps interleave with a holder's. Taking it is merged into the holder's next step and
  *     releasing it into the step before (an acquisition commutes with any other thread's step
  *     that could follow it, a release with any that could precede it). What only holders read
- *     or write (the group's wanting count and seq, each member's wanting_) goes with the step
- *     next to it.
+ *     or write (the group's wanting count, seq and taken, each member's wanting_ and rang_)
+ *     goes with the step next to it.
  *   - Coming back from a sleep is merged into the sleeper's next step: only the sleeper sets
- *     its wait flag, so once a waker cleared it nothing can tell the two apart.
- *   - A poke (with the unlock after it) is one step, and so are the posts of one wake_members;
- *     POKE_UNLOCK and WAKE_MEMBERS say why.
+ *     its wait flag, so once a waker cleared it nothing can tell the two apart (KERNEL_LAZY
+ *     gives the hub thread's return from futex_waitv a step of its own).
+ *   - A poke (with the unlock after it) is one step, and the posts of one wake_members go with
+ *     the holder's step next to them; POKE_UNLOCK and WAKE_MEMBERS say why.
  * The hub's wake function is waiter::post_recheck: it queues a re-check on the member's
  * executor (`posted[m]`); the re-check runs later under the member's own mutex. A member is
  * one process: its mutex and its executor keep its park, its re-checks and its cancel in order.
  *
- * Not modelled: joining and leaving the group (the group exists, with its slot or without one,
- * before the first wait), slot release and dead owners, several groups or shards, spinning
- * before parking (members park at once, as with no spin budget), several pending operations
- * on one member, the re-check timers (they would turn a lost wake-up into a delay and hide it),
- * poll mode (no futex_waitv), spurious returns from futex_waitv (another pass of the loop).
+ * Not modelled: joining the group (the group exists, with its slot or without one, before the
+ * first wait; leaving it only with RETIRE, after every member's last wait), slot release and
+ * dead owners, several groups or shards (so run()'s rule that every group at or below the index
+ * futex_waitv returned counts as woken is not exercised: with one group the index is its own;
+ * models/README.md, N1, says why the rule is sound), spinning before parking (members park at once, as
+ * with no spin budget), several pending operations on one member and the op queue's gate
+ * (F3), the re-check timers (they would turn a lost wake-up into a delay and hide it), poll
+ * mode (no futex_waitv), spurious returns from futex_waitv (another pass of the loop).
+ * FUTEX_WAKE(&futex_seq, 1) wakes any one thread queued there (futex(2) promises no order).
  *
  * Configuration (spin -DNAME=value):
  *   AUTO_RESET=1|0  auto-reset event (a wait takes the signal with CAS 1->0) | manual-reset
@@ -58,12 +82,20 @@
  *   NF=0..2         ordinary blocking waiters with a slot (futex on `armed`)
  *   NS=0..2         ordinary blocking waiters without a slot (counted on futex_seq)
  *   NSIG=1..3       signallers, each calls set() once
+ *   SERIAL=0|1      harness: the signallers take turns (each publishes and notifies before the
+ *                   next starts), as one producer thread publishing several messages does
  *   CANCEL=0|1      one cancellation, of any pending member's or async waiter's wait, at any
  *                   moment it is pending
- *   SET_NOTIFY_ONE  set() wakes one (notify_one), as the node ring's publish and release do;
- *                   else notify_all, as event_view::set does
+ *   SET_NOTIFY_ONE  set() wakes one (notify_one), as the node ring's publish and release do,
+ *                   and counts messages; else notify_all, as event_view::set does
+ *   RETIRE=0|1      after its last wait each member leaves the group (~wait_hub_member); the
+ *                   last one's leaving lets the group go
+ *   KERNEL_LAZY=0|1 the kernel keeps the hub thread queued on every word of its futex_waitv
+ *                   until it returns: a FUTEX_WAKE on futex_seq after a poke woke it still
+ *                   counts it (and futex_waitv then returns futex_seq's index)
  * Variants (spin -DNAME; check.sh --findings):
- *   WAKE_BEFORE_REARM  the hub thread posts the members' re-checks before it re-arms the slot
+ *   WAKE_BEFORE_REARM  arm() posts the other members' re-checks for an unseen ring before it
+ *                      re-arms (with MUTANT_HUB_REARMS: the hub thread's take_ring, as before)
  *   WITHDRAW_EACH      every member's withdraw withdraws the group's arming, even while other
  *                      members still want a ring (a group with a slot: GSLOT=1)
  * Mutants (spin -DNAME; check.sh --mutant: each must fail):
@@ -71,9 +103,22 @@
  *   MUTANT_NO_POKE     the first member to want a ring arms the group but does not poke the
  *                      hub thread, which so goes on sleeping without the group's word
  *   MUTANT_NO_MISSED_FORWARD  a member that withdraws does not pass on a ring the group took
- *                      in after its last arming (wake-one: finding H2 in models/README.md)
+ *                      in after its last arming (rang_; wake-one: finding H2)
  *   MUTANT_NO_EATEN_FORWARD   the hub thread does not pass on a futex_seq wake it took while
  *                      no member wanted one (no slot, wake-one: finding H1)
+ *   MUTANT_HUB_REARMS  the code before the fix of F1: no `taken`; shard::take_ring (the hub
+ *                      thread's and arm()'s) re-arms the slot, or takes futex_seq in, as soon
+ *                      as it sees a ring, and the hub thread watches the word again at once
+ *   MUTANT_NO_REARM_POKE      arm() re-arms a taken group but does not poke the hub thread
+ *   MUTANT_NO_TAKEN_FORWARD   the last withdraw does not forward a ring left `taken`
+ *   MUTANT_RETIRE_IN_DTOR     (RETIRE) the code before the fix of F2: the last member's
+ *                      destructor deletes the group at once; the hub thread's next pass does
+ *                      not see it, so forward_unwanted_wake never runs for it
+ *   MUTANT_NO_SEQ_WAKE_RING   (no slot) the code before the fix of N1: run() drops
+ *                      futex_wait_any's index, so a FUTEX_WAKE on futex_seq that woke the hub
+ *                      thread counts only if futex_seq differs from the group's seq, in pass()
+ *                      and in forward_unwanted_wake alike
+ * The names of the code are in models/README.md's findings H1-H5, F1-F3 and N1.
  */
 
 #ifndef AUTO_RESET
@@ -103,13 +148,33 @@
 #ifndef CANCEL
 #define CANCEL 0
 #endif
+#ifndef RETIRE
+#define RETIRE 0
+#endif
+#ifndef SERIAL
+#define SERIAL 0
+#endif
+#ifndef KERNEL_LAZY
+#define KERNEL_LAZY 0
+#endif
+/* A wake-one queue carries messages: one set() is one message, one successful look takes one
+   (a ring's publish and a reader's claim). An event (notify_all) is one bit. */
+#if defined(SET_NOTIFY_ONE) && AUTO_RESET
+#define COUNTING 1
+#else
+#define COUNTING 0
+#endif
 #define CAP 1                    /* doorbell queue capacity in datagrams */
 #define G (NA + NF)              /* the group's slot, if it has one */
 #define SLOTS (NA + NF + GSLOT)  /* slots: the awaiters', the slot sleepers', the group's */
 #define NOPS (NA + NM)           /* cancellable waits: the awaiters' 0..NA-1, the members' */
 
 /* ---------------- shared memory ---------------- */
+#if COUNTING
+byte  cond;                 /* messages published and not yet taken */
+#else
 bit   cond;                 /* event_state::signalled */
+#endif
 bit   armed[SLOTS + 1];     /* wait_queue::slots[i].armed (one spare: SLOTS may be 0) */
 short parked_a;             /* wait_queue::parked, high half: armed slots */
 short parked_s;             /* wait_queue::parked, low half: futex sleepers */
@@ -120,6 +185,10 @@ bit   hub_lock;             /* shard::mutex_ */
 bit   poked;                /* shard::control_ has moved since the hub thread loaded it */
 byte  gwanting;             /* wait_hub_group::wanting (under the mutex) */
 byte  gseq;                 /* wait_hub_group::seq (under the mutex; no slot) */
+bit   gtaken;               /* wait_hub_group::taken (under the mutex): the hub thread took a
+                               ring in and left the group's arming down for a member to renew */
+byte  gleft;                /* members that have left the group (RETIRE; under the mutex) */
+bit   gretired;             /* the group is out of the hub thread's list (deleted) */
 bit   mrang[NM];            /* wait_hub_member::rang_: the group took a ring in since the
                                member's last arming (under the mutex) */
 bit   wanting[NM];          /* wait_hub_member::wanting_ (under the mutex) */
@@ -134,6 +203,10 @@ bit   fslot[SLOTS + 1];     /* futex queue of &slots[i].armed: slot sleeper i is
 bit   hub_asleep;           /* the hub thread is in futex_waitv, on control_ and ... */
 bit   hub_on_slot;          /* ... the group's slot word, */
 bit   hub_on_seq;           /* ... or futex_seq (or neither: nobody wants a ring) */
+bit   hub_seq_woken;        /* wait_hub_group::seq_woken (under the mutex): futex_waitv
+                               returned the index of the group's futex_seq (a FUTEX_WAKE on
+                               it woke the hub thread). One group: its index is the highest,
+                               so run()'s "every group up to the index returned" is this one */
 
 /* ---------------- ghosts (assertions only) and harness ---------------- */
 byte  sets;                 /* set() calls that have published */
@@ -141,6 +214,9 @@ byte  completions;          /* waits that completed successfully */
 byte  cancels;              /* waits that completed with operation_aborted */
 byte  waiting;              /* waits started and not completed */
 byte  sdone;                /* blocking waiters without a slot that returned */
+#if SERIAL
+byte  sigturn;              /* harness: the signaller whose turn it is */
+#endif
 bit   op_pending[NOPS];     /* harness: wait n is pending (its cancellation slot is live) */
 bit   cancel_req[NOPS];     /* harness: a cancellation was emitted for wait n */
 
@@ -152,7 +228,7 @@ bit   cancel_req[NOPS];     /* harness: a cancellation was emitted for wait n */
 #if AUTO_RESET
 #define TRY_BODY(got)                                                              \
   if                                                                               \
-  :: cond == 1 -> cond = 0; got = 1; completions++; waiting--;                     \
+  :: cond > 0 -> cond--; got = 1; completions++; waiting--;                        \
                   assert(completions <= sets)                                      \
   :: else -> got = 0                                                               \
   fi
@@ -192,6 +268,27 @@ inline claim_and_ring(k, ok)
   fi
 }
 
+/* A FUTEX_WAKE on futex_seq that takes the hub thread makes its futex_waitv return futex_seq's
+   index, which run() keeps for the next pass (seq_woken; N1). MUTANT_NO_SEQ_WAKE_RING: it
+   drops it. (The model sets the flag in the waker's step: only the hub thread reads it, in the
+   pass after it has returned, so this is the same as setting it at the return.) */
+#ifndef MUTANT_NO_SEQ_WAKE_RING
+#define SEQ_WOKEN  hub_seq_woken = 1
+#else
+#define SEQ_WOKEN  skip
+#endif
+/* The hub thread is queued on futex_seq: asleep on it, or (KERNEL_LAZY) woken on another word
+   and not yet returned from futex_waitv, which leaves it on every word until it runs: a
+   FUTEX_WAKE there counts it among those it wakes, and futex_waitv returns the highest index
+   woken, futex_seq's (control_ is index 0). */
+#if KERNEL_LAZY
+#define HUB_ON_SEQ  hub_on_seq
+#define SEQ_OFF     hub_on_seq = 0                 /* the wake takes it off futex_seq */
+#else
+#define HUB_ON_SEQ  (hub_asleep && hub_on_seq)
+#define SEQ_OFF     skip
+#endif
+
 /* FUTEX_WAKE(&futex_seq, INT_MAX): every blocking waiter asleep on it, and the hub thread if
    it sleeps on it */
 #define WAKE_SEQ_ALL                                                               \
@@ -203,7 +300,7 @@ inline claim_and_ring(k, ok)
     od;                                                                            \
     k = 0;                                                                         \
     if                                                                             \
-    :: hub_asleep && hub_on_seq -> hub_asleep = 0                                  \
+    :: HUB_ON_SEQ -> hub_asleep = 0; SEQ_WOKEN; SEQ_OFF                      \
     :: else                                                                        \
     fi                                                                             \
   }
@@ -214,7 +311,7 @@ inline claim_and_ring(k, ok)
     if                                                                             \
     :: fsleep[0] == 1 -> fsleep[0] = 0                                             \
     :: NS > 1 && fsleep[NS - 1] == 1 -> fsleep[NS - 1] = 0                         \
-    :: hub_asleep && hub_on_seq -> hub_asleep = 0                                  \
+    :: HUB_ON_SEQ -> hub_asleep = 0; SEQ_WOKEN; SEQ_OFF                      \
     :: else -> skip                                                                \
     fi                                                                             \
   }
@@ -318,11 +415,31 @@ inline notify_one(pa, ps, k, ok, n)
    it with the value it loaded), then futex_wake(control_, 1), then the unlock that follows
    every poke, in one step: whether the hub thread's futex_waitv comes between the two and
    returns at once, or sleeps and is woken, it goes round its loop again. */
-#define POKE_UNLOCK                                                                \
-  d_step { poked = 1; if :: hub_asleep -> hub_asleep = 0 :: else fi; hub_lock = 0 }
+#define POKE       poked = 1; if :: hub_asleep -> hub_asleep = 0 :: else fi
+#define POKE_UNLOCK  d_step { POKE; hub_lock = 0 }
 
-/* shard::take_ring, its load: ok = the group wants a ring, and its slot was found claimed
-   (TAKE_IN then re-arms it) or its futex_seq has moved (taken in here) */
+/* shard::rang, its load (seq_cst): the group's slot was found claimed, or futex_seq has moved
+   since the group last took it in. shard::rearm: the slot armed again, or futex_seq loaded
+   again to sleep on (the caller clears `taken` in its step under the mutex). */
+#if GSLOT
+#define RANG(ok)   ok = (armed[G] == 0)                      /* armed.load */
+#define REARM      ARM(G)                                    /* arm(): seq_cst inside */
+#else
+#define RANG(ok)   ok = (seq != gseq)                        /* futex_seq.load */
+#define REARM      d_step { gseq = seq }                     /* futex_seq.load */
+#endif
+/* The hub thread's (shard::pass: woken || rang(g)): a FUTEX_WAKE on futex_seq that woke it is
+   a ring even where futex_seq equals the group's seq (rearm() loaded it after a notify's
+   fetch_add and before that notify's FUTEX_WAKE, which then chose the hub thread: N1) */
+#if GSLOT
+#define HUB_RANG(ok)  RANG(ok)
+#else
+#define HUB_RANG(ok)  ok = (seq != gseq || hub_seq_woken)
+#endif
+
+/* MUTANT_HUB_REARMS, the code before the fix of F1: shard::take_ring, its load: ok = the group
+   wants a ring, and its slot was found claimed (TAKE_IN then re-arms it) or its futex_seq has
+   moved (taken in here) */
 #if GSLOT
 #define RING_SEEN(ok)  ok = (gwanting != 0 && armed[G] == 0)  /* armed.load (seq_cst) */
 #define TAKE_IN        ARM(G)                                /* arm(): seq_cst inside */
@@ -334,23 +451,36 @@ inline notify_one(pa, ps, k, ok, n)
   fi
 #define TAKE_IN        skip
 #endif
+/* ... the hub thread's (a wake on futex_seq is a ring here too, as in HUB_RANG) */
+#if GSLOT
+#define HUB_RING_SEEN(ok)  RING_SEEN(ok)
+#else
+#define HUB_RING_SEEN(ok)                                                          \
+  if                                                                               \
+  :: gwanting != 0 && (seq != gseq || hub_seq_woken) -> gseq = seq; ok = 1         \
+  :: else -> ok = 0                                                                \
+  fi
+#endif
 
 /* shard::wake_members: the wake function of every member but `except` (NM: none excepted),
-   an asio::post of a re-check to that member's executor. One step for all: a member that
-   picks its re-check up first needs the mutex the poster holds before it can do anything. */
+   an asio::post of a re-check to that member's executor, each marked `rang_`. The posts of one
+   wake_members go in one step with the poster's step next to them under the mutex: what they
+   write only a holder of the mutex reads (the marks; a re-check starts with arm(), which takes
+   the mutex), but for a re-check with nothing pending, which reads nothing else. */
 #define WAKE_MEMBERS(except)                                                       \
-  d_step {                                                                         \
     x = 0;                                                                         \
     do                                                                             \
     :: x < NM -> if :: x != except -> mrang[x] = 1 :: else fi;                     \
                  if :: x != except && !mdone[x] -> posted[x]++ :: else fi; x++     \
     :: else -> x = 0; break                                                        \
-    od                                                                             \
-  }
+    od
 
 /* wait_hub_member::arm. A posted re-check's (`dequeue`): the step that takes the mutex also
-   takes the re-check off the member's executor. */
-inline hub_arm(m, dequeue, first, ok, old, x)
+   takes the re-check off the member's executor. `tk`: the group was `taken` (the hub thread
+   woke the members for a ring and left its arming down); `ok`: a ring the hub thread has not
+   seen (rang() with !taken). Either way this member arms again (rearm), pokes the hub thread
+   to watch again, and, for an unseen ring, wakes the others. */
+inline hub_arm(m, dequeue, first, ok, tk, old, x)
 {
   atomic {
     hub_lock == 0 && (!dequeue || posted[m] > 0) ->   /* lock */
@@ -364,12 +494,21 @@ inline hub_arm(m, dequeue, first, ok, old, x)
     :: !wanting[m] -> wanting[m] = 1; gwanting++
     :: else
     fi;
-    ok = 0;
+    ok = 0; tk = 0;
     if
-    :: !first ->                                      /* armed already, unless claimed: */
+    :: !first ->                                      /* armed already, unless ... */
+#ifdef MUTANT_HUB_REARMS
        RING_SEEN(ok);                                 /* take_ring */
+#else
+       tk = gtaken;                                   /* ... taken, or */
        if
-       :: !ok -> hub_lock = 0                         /* (unlock) */
+       :: !tk -> RANG(ok)                             /* ... rang, unseen (the load) */
+       :: else
+       fi;
+       gtaken = 0;                                    /* rearm() (it was 0 unless tk) */
+#endif
+       if
+       :: !ok && !tk -> hub_lock = 0                  /* (unlock) */
        :: else
        fi
     :: else
@@ -390,16 +529,36 @@ inline hub_arm(m, dequeue, first, ok, old, x)
      hub_lock = 0;
 #endif
      first = 0
-  :: ok ->                                            /* a ring the hub thread has not seen: */
-     TAKE_IN;                                         /* it is this one's, and the others */
-     WAKE_MEMBERS(m);                                 /* look again too */
+  :: ok || tk ->
+#ifdef MUTANT_HUB_REARMS
+     TAKE_IN;                                         /* a ring the hub thread has not seen: */
+     d_step { WAKE_MEMBERS(m); POKE; hub_lock = 0 }   /* ours, the others look again too */
+#else
+#ifndef WAKE_BEFORE_REARM
+     REARM;                                           /* arm again, right before our look */
+     d_step {
+       if
+       :: ok -> WAKE_MEMBERS(m)                       /* unseen: the others look again too */
+       :: else
+       fi;
+#ifndef MUTANT_NO_REARM_POKE
+       POKE;                                          /* the hub thread watches again */
+#endif
+       hub_lock = 0
+     };
+#else
+     d_step { if :: ok -> WAKE_MEMBERS(m) :: else fi };
+     REARM;
      POKE_UNLOCK;
-     ok = 0
+#endif
+#endif
+     ok = 0; tk = 0
   :: else
   fi
 }
 
-/* wait_hub_member::withdraw */
+/* wait_hub_member::withdraw. `missed`: forward = rang_ (H2), and for the last one also
+   exchange(taken, false): a ring the hub thread took that no member armed again for. */
 inline hub_withdraw(m, last, ok, missed, pa, ps, k, n)
 {
   atomic {
@@ -416,6 +575,16 @@ inline hub_withdraw(m, last, ok, missed, pa, ps, k, n)
     fi;
 #ifdef MUTANT_NO_MISSED_FORWARD
     missed = 0;
+#endif
+#ifndef MUTANT_HUB_REARMS
+    if
+#ifndef MUTANT_NO_TAKEN_FORWARD
+    :: last -> missed = missed || gtaken; gtaken = 0
+#else
+    :: last -> gtaken = 0
+#endif
+    :: else
+    fi;
 #endif
     if
     :: !last && !missed -> hub_lock = 0               /* others want it: (unlock) */
@@ -434,7 +603,7 @@ inline hub_withdraw(m, last, ok, missed, pa, ps, k, n)
      if
      :: ok -> POKE_UNLOCK
      :: else ->
-        d_step { poked = 1; if :: hub_asleep -> hub_asleep = 0 :: else fi };   /* poke */
+        d_step { POKE };                              /* poke */
         notify_one(pa, ps, k, ok, n);                 /* the claim nobody took goes on */
         atomic { hub_lock = 0; pa = 0; ps = 0; k = 0; n = 0 }   /* (unlock) */
      fi;
@@ -446,51 +615,91 @@ inline hub_withdraw(m, last, ok, missed, pa, ps, k, n)
   fi
 }
 
-/* ---------------- the hub thread: shard::run ---------------- */
+/* The end of the hub thread's pass over the group, under the mutex: a group whose last member
+   left is let go (RETIRE: shard::pass deletes it, after forward_unwanted_wake; the member's
+   destructor waits for this), else the word to watch: none while nobody wants a ring or the
+   group is `taken`; then the unlock. */
+#if RETIRE && !defined(MUTANT_RETIRE_IN_DTOR)
+#define HUB_RETIRE  if :: gleft == NM -> gretired = 1 :: else fi
+#else
+#define HUB_RETIRE  skip
+#endif
+#define HUB_WORDS_UNLOCK                                                           \
+  HUB_RETIRE; w = (!gretired && gwanting != 0 && !gtaken); wseq = gseq; hub_lock = 0
+
+/* ---------------- the hub thread: shard::run, shard::pass ---------------- */
 proctype hub()
 {
   byte wseq, x, pa, ps, k, n;
   bit ok, old, w, watched, eaten;
 
 end_asleep:                                           /* back from futex_waitv: lock */
+#if KERNEL_LAZY
+  atomic { hub_asleep == 0 -> hub_on_seq = 0; hub_on_slot = 0 };  /* returns: off every word */
+#endif
   atomic {
     hub_asleep == 0 && hub_lock == 0 -> hub_lock = 1;
     poked = 0;                                        /* control_.load (acquire) */
-    RING_SEEN(ok);                                    /* take_ring */
-    eaten = 0;
+    ok = 0; eaten = 0;
+    if
+    :: gretired -> skip                               /* not in the list any more */
+    :: else ->
+#ifdef MUTANT_HUB_REARMS
+       HUB_RING_SEEN(ok);                             /* take_ring */
+#else
+       if
+       :: gwanting != 0 && !gtaken -> HUB_RANG(ok)    /* wanted, not taken: woken || rang() */
+       :: else
+       fi;
+#endif
 #if !GSLOT
 #ifndef MUTANT_NO_EATEN_FORWARD
-    if                                                /* watched futex_seq, nobody wants it */
-    :: !ok && watched && gwanting == 0 && seq != gseq -> gseq = seq; eaten = 1
-    :: else
+       if                                             /* forward_unwanted_wake: watched */
+       :: !ok && watched && gwanting == 0 && (seq != gseq || hub_seq_woken) ->
+          gseq = seq; eaten = 1                       /* futex_seq, nobody wants it, and it */
+       :: else                                        /* moved or woke us (`woken`, N1) */
+       fi;
+#endif
+#endif
+       skip
     fi;
-#endif
-#endif
-    watched = 0;
+    watched = 0; hub_seq_woken = 0;
+#ifndef MUTANT_HUB_REARMS
     if
-    :: !ok && !eaten -> w = (gwanting != 0); wseq = gseq; hub_lock = 0  /* the words; unlock */
+    :: ok -> gtaken = 1; WAKE_MEMBERS(NM)             /* taken: every member looks, and the */
+    :: else                                           /* next to arm arms the group again */
+    fi;
+    if
+    :: !eaten -> HUB_WORDS_UNLOCK; ok = 0             /* the words; unlock */
     :: else
     fi
+#else
+    if
+    :: !ok && !eaten -> HUB_WORDS_UNLOCK              /* the words; unlock */
+    :: else
+    fi
+#endif
   };
   if
   :: eaten ->                                         /* a wake taken for nobody goes on */
      notify_one(pa, ps, k, ok, n);
-     atomic { w = (gwanting != 0); wseq = gseq; hub_lock = 0; pa = 0; ps = 0; k = 0; n = 0;
-              ok = 0; eaten = 0 }
+     atomic { HUB_WORDS_UNLOCK; pa = 0; ps = 0; k = 0; n = 0; ok = 0; eaten = 0 }
   :: else
   fi;
+#ifdef MUTANT_HUB_REARMS
   if
   :: ok ->
 #ifndef WAKE_BEFORE_REARM
      TAKE_IN;                                         /* re-arm, ... */
-     WAKE_MEMBERS(NM);                                /* ... then every member looks again */
+     d_step { WAKE_MEMBERS(NM); HUB_WORDS_UNLOCK; ok = 0 }   /* ... then every member looks */
 #else
-     WAKE_MEMBERS(NM);
+     d_step { WAKE_MEMBERS(NM) };
      TAKE_IN;
+     atomic { HUB_WORDS_UNLOCK; ok = 0 }
 #endif
-     atomic { w = (gwanting != 0); wseq = gseq; hub_lock = 0; ok = 0 }  /* unlock */
   :: else
   fi;
+#endif
   d_step {                                            /* futex_waitv: sleep if every word holds */
     if                                                /* its value, else return at once */
 #if GSLOT
@@ -514,7 +723,7 @@ end_asleep:                                           /* back from futex_waitv: 
 proctype member(byte m)
 {
   byte r, x, pa, ps, k, n;
-  bit got, ok, old, first, last, missed;
+  bit got, ok, old, first, last, missed, tk;
 
   do
   :: r < MROUNDS ->
@@ -526,7 +735,7 @@ proctype member(byte m)
      :: got -> goto complete                          /* posted */
      :: else
      fi;
-     hub_arm(m, 0, first, ok, old, x);                /* park(): arm_for, ... */
+     hub_arm(m, 0, first, ok, tk, old, x);              /* park(): arm_for, ... */
 #ifndef MUTANT_NO_RECHECK
      d_step { TRY_BODY(got) };                        /* ... take_ready */
      if
@@ -536,7 +745,7 @@ proctype member(byte m)
 #endif
 end_parked:
      if
-     :: hub_arm(m, 1, first, ok, old, x);             /* recheck(): parked, so arm_for, ... */
+     :: hub_arm(m, 1, first, ok, tk, old, x);            /* recheck(): parked, so arm_for, ... */
         d_step { TRY_BODY(got) };                     /* ... take_ready */
         if
         :: got -> goto done                           /* withdraw_and_forward */
@@ -551,7 +760,27 @@ complete:
   :: r > 0 && r < MROUNDS && posted[m] > 0 ->         /* a re-check with nothing pending */
      posted[m]--
   :: else -> atomic { mdone[m] = 1; posted[m] = 0 }; break
-  od
+  od;
+#if RETIRE
+  /* ~wait_hub_member: withdraw (done: nothing to withdraw), then leave the group, under the
+     mutex; the last one (its slot released: not modelled) pokes the hub thread and waits
+     until its pass has let the group go (F2). A wait that never ends is a deadlock. */
+  atomic {
+    hub_lock == 0 -> gleft++; last = (gleft == NM);
+    if
+#ifdef MUTANT_RETIRE_IN_DTOR
+    :: last -> gretired = 1                           /* out of the list, deleted at once */
+#else
+    :: last -> POKE                                   /* poke; retired_.wait (unlocks) */
+#endif
+    :: else
+    fi
+  };
+  if
+  :: last -> gretired                                 /* woken: the hub thread let it go */
+  :: else
+  fi
+#endif
 }
 
 /* ---------------- ordinary async waiter with a slot (wake_protocol.pml's awaiter) ---------- */
@@ -680,17 +909,31 @@ end_asleep:
   fi
 }
 
-/* ---------------- signaller: event_view::set, or a wake-one publication ---------------- */
-proctype signaller()
+/* ---------------- signaller: event_view::set, or a wake-one publication ----------------
+   SERIAL: the signallers take turns, each publishing and notifying before the next starts,
+   as one producer thread publishing several messages in a row does. */
+#if SERIAL
+#define SERIAL_TURN(i)  sigturn == i ->
+#define SERIAL_NEXT     sigturn++
+#else
+#define SERIAL_TURN(i)
+#define SERIAL_NEXT     skip
+#endif
+proctype signaller(byte i)
 {
   byte pa, ps, k, n;
   bit ok;
-  d_step { cond = 1; sets++ };                        /* signalled.exchange(1) */
-#ifdef SET_NOTIFY_ONE
-  notify_one(pa, ps, k, ok, n)
+#if COUNTING
+  atomic { SERIAL_TURN(i) cond++; sets++ };           /* the message is published */
 #else
-  notify_all(pa, ps, k, ok)
+  atomic { SERIAL_TURN(i) cond = 1; sets++ };         /* signalled.exchange(1) */
 #endif
+#ifdef SET_NOTIFY_ONE
+  notify_one(pa, ps, k, ok, n);
+#else
+  notify_all(pa, ps, k, ok);
+#endif
+  atomic { pa = 0; ps = 0; k = 0; n = 0; ok = 0; SERIAL_NEXT }   /* (locals: harness) */
 }
 
 #if CANCEL
@@ -714,8 +957,13 @@ active proctype monitor()
 {
   byte x, ma;
   timeout ->
-  /* no lost wake-up: nobody still waits for ever while the event is set */
-  assert(!(cond == 1 && waiting > 0));
+  /* no lost wake-up: nobody still waits for ever while the event is set (wake-one: while a
+     message is there) */
+  assert(!(cond > 0 && waiting > 0));
+#if COUNTING
+  /* every message published is taken once, or still there */
+  assert(completions + cond == sets);
+#endif
   d_step {
     x = 0; ma = 0;
     do
@@ -742,7 +990,7 @@ init
 #endif
     x = 0;
     do
-    :: x < NSIG -> run signaller(); x++
+    :: x < NSIG -> run signaller(x); x++
     :: else -> break
     od;
     x = 0;
