@@ -110,14 +110,19 @@ std::size_t shm_files_with(std::string_view prefix) {
   return n;
 }
 
-std::size_t open_fds() {
+// The entries of a directory of /proc (with "." and "..", which cancel out in comparisons).
+std::size_t entries(const char* dir) {
   std::size_t n = 0;
-  if (DIR* d = ::opendir("/proc/self/fd")) {
+  if (DIR* d = ::opendir(dir)) {
     while (::readdir(d))
       ++n;
     ::closedir(d);
   }
   return n;
+}
+
+std::size_t open_fds() {
+  return entries("/proc/self/fd");
 }
 
 // Yields through the executor until `pred` holds (true) or `bound` passes (false): a condition
@@ -164,13 +169,7 @@ std::size_t shared_mappings() {
 }
 
 std::size_t threads() {
-  std::size_t n = 0;
-  if (DIR* d = ::opendir("/proc/self/task")) {
-    while (::readdir(d))
-      ++n;
-    ::closedir(d);
-  }
-  return n;
+  return entries("/proc/self/task");
 }
 
 }  // namespace
