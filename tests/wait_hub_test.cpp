@@ -111,8 +111,10 @@ TEST_CASE("a ring the hub took in for its group is one message: the next goes to
   for (int attempt = 0; attempt < 64 && !rang_group; ++attempt) {
     sleeper = std::make_unique<blocking_reader>(other);
     REQUIRE(eventually([&] { return q.armed(sleeper_slot); }));  // parked, past its spin
-    passes = shmio::detail::wait_hub::passes();
     REQUIRE(writer.write(asio::buffer("one", 3), 1s) == 3);
+    // Taken after the write: a pass counted later began after the ring (passes() takes the
+    // hub's mutex, which a pass holds throughout).
+    passes = shmio::detail::wait_hub::passes();
     rang_group = !q.armed(group_slot);
     if (!rang_group) {
       REQUIRE(eventually([&] { return sleeper->done(); }));

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -262,6 +263,12 @@ std::unique_ptr<wait_hub_member> wait_hub::join(layout::wait_queue& q, std::func
   std::unique_ptr<wait_hub_member> m(new wait_hub_member);
   m->wake_ = std::move(wake);
   std::lock_guard lock(target->mutex_);
+  // Found under a lock since dropped: its last member's destructor (which takes only the
+  // shard's mutex) may have retired it, and the hub thread deleted it, meanwhile.
+  if (group &&
+      (std::find(target->groups_.begin(), target->groups_.end(), group) == target->groups_.end() ||
+       group->gone))
+    group = nullptr;
   if (group) {
     group->members.push_back(m.get());  // may throw: the caller polls, nothing changed
   } else {

@@ -152,7 +152,6 @@ bool waiter::complete_if_ready(std::unique_lock<std::mutex>& lock, wait_op* o) {
     ops.note_gated();
     return false;
   }
-  ops.note_looked();
   if (!try_op(o)) return false;
   spin_.spin_succeeded();
   complete(lock, o, {}, true);  // we run on the executor, outside any initiator

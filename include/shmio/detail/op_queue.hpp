@@ -84,8 +84,6 @@ class op_queue {
   }
   /// Notes that the gate held back a head.
   void note_gated() noexcept { gated_ = true; }
-  /// The head is being tried: a head held back before has had its look.
-  void note_looked() noexcept { gated_ = false; }
   /// True (once) if a head was held back since the last call and is still there: look again.
   bool take_gated() noexcept {
     if (!gated_ || empty()) return false;
@@ -107,7 +105,10 @@ class op_queue {
   std::atomic<std::uint32_t> queued_{0};      // in the list
   std::atomic<std::uint32_t> delivering_{0};  // taken, not yet delivered
   std::atomic<std::uint32_t> holds_{0};       // claims in use
-  bool gated_ = false;                        // a head was held back, not looked at since
+  // A head was held back, or its queue left unarmed (waiter::arm_for), since take_gated: only
+  // that re-check clears it, not a look, which may come without the arming (another thread's
+  // delivery opened the gate in between) or at a spinning head with a parked one behind it.
+  bool gated_ = false;
 };
 
 template <class Try>
@@ -117,7 +118,6 @@ void op_queue::take_ready(op_batch& done, std::size_t q, Try&& try_op) {
       gated_ = true;
       return;
     }
-    gated_ = false;  // looked at now
     if (!try_op(o)) return;
     take(o, done);
   }
