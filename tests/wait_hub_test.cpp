@@ -111,10 +111,10 @@ TEST_CASE("a ring the hub took in for its group is one message: the next goes to
   for (int attempt = 0; attempt < 64 && !rang_group; ++attempt) {
     sleeper = std::make_unique<blocking_reader>(other);
     REQUIRE(eventually([&] { return q.armed(sleeper_slot); }));  // parked, past its spin
-    REQUIRE(writer.write(asio::buffer("one", 3), 1s) == 3);
-    // Taken after the write: a pass counted later began after the ring (passes() takes the
-    // hub's mutex, which a pass holds throughout).
+    // Taken before the write, with the hub idle (nothing pokes it here): the next pass it
+    // counts is the one the ring starts. (Taken after, the ring's pass may be counted already.)
     passes = shmio::detail::wait_hub::passes();
+    REQUIRE(writer.write(asio::buffer("one", 3), 1s) == 3);
     rang_group = !q.armed(group_slot);
     if (!rang_group) {
       REQUIRE(eventually([&] { return sleeper->done(); }));
