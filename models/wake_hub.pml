@@ -466,7 +466,10 @@ inline notify_one(pa, ps, k, ok, n)
    an asio::post of a re-check to that member's executor, each marked `rang_`. The posts of one
    wake_members go in one step with the poster's step next to them under the mutex: what they
    write only a holder of the mutex reads (the marks; a re-check starts with arm(), which takes
-   the mutex), but for a re-check with nothing pending, which reads nothing else. */
+   the mutex), but for a re-check with nothing pending, which reads nothing else. The code
+   makes the posts after dropping the mutex (a post calls the user's executor); a post made
+   later is only a re-check that the member's executor runs later, which the model's
+   executors, free to run at any step, already cover. */
 #define WAKE_MEMBERS(except)                                                       \
     x = 0;                                                                         \
     do                                                                             \

@@ -1,6 +1,7 @@
 // The wait hub (objects past a queue's slots park through a thread of the process) on a
 // wake-one queue: a ring the hub took in for its group is one message, and the next message
-// goes to another waiter until a member has looked.
+// goes to another waiter until a member has looked. And a forked child's copy of a parked wait,
+// by slot or through the hub, which must leave the parent's arming alone.
 
 #include <algorithm>
 #include <asio/io_context.hpp>
@@ -135,4 +136,63 @@ TEST_CASE("a ring the hub took in for its group is one message: the next goes to
   std::vector<std::string> got{member_buf.substr(0, member_got), sleeper->got()};
   std::sort(got.begin(), got.end());
   CHECK(got == std::vector<std::string>{"one", "two"});
+}
+
+TEST_CASE("a child forked without exec that closes an inherited handle leaves the parent's parked "
+          "wait armed",
+          "[wait][hub][process]") {
+  const bool through_hub = GENERATE(false, true);
+  CAPTURE(through_hub);
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer creator(io.get_executor(), shmio::create_only, name, 8, 16);
+  // Through the hub: every readers' slot held when the reader opens, one freed for the group.
+  std::vector<std::unique_ptr<circular_buffer>> holders;
+  if (through_hub)
+    while (holders.size() + 1 < layout::wait_slot_count)
+      holders.push_back(
+          std::make_unique<circular_buffer>(io.get_executor(), shmio::open_only, name));
+  circular_buffer writer(io.get_executor(), shmio::open_only, name);
+  circular_buffer reader(io.get_executor(), shmio::open_only, name,
+                         shmio::wait_strategy::park_only());
+  readers_queue q(name);
+  if (through_hub) {
+    for (std::size_t i = 0; i < layout::wait_slot_count; ++i)
+      REQUIRE(q.held(i));
+    holders[3].reset();  // its slot goes to the hub's group at the reader's park
+  }
+  std::string buf(16, '\0');
+  std::size_t got = 0;
+  int calls = 0;
+  reader.async_read(asio::buffer(buf), [&](std::error_code ec, std::size_t n) {
+    CHECK_FALSE(ec);
+    got = n;
+    ++calls;
+  });
+  io.poll();  // park_only: parked inside the initiation
+  REQUIRE(calls == 0);
+  // Nothing else waits: the one armed slot is the reader's (or its group's).
+  std::size_t slot = layout::wait_slot_count;
+  REQUIRE(eventually([&] {
+    for (std::size_t i = 0; i < layout::wait_slot_count; ++i)
+      if (q.armed(i)) slot = i;
+    return slot < layout::wait_slot_count;
+  }));
+  REQUIRE(q.held(slot));
+
+  // The child's copy names the parent's slot (or group) by the same doorbell: closing it there
+  // used to give the slot back, and the parent's parked read then heard no write. (The child
+  // tells Asio first, as Asio asks of a child that goes on using an inherited io_context: else
+  // closing the doorbell would take it out of the parent's epoll set.)
+  shmio::test::child c([&] {
+    io.notify_fork(asio::io_context::fork_child);
+    reader.close();
+    return q.held(slot) && q.armed(slot) ? 0 : 1;
+  });
+  REQUIRE(c.wait() == 0);
+  CHECK(q.held(slot));
+  CHECK(q.armed(slot));
+  REQUIRE(writer.write(asio::buffer("after", 5), 1s) == 5);
+  REQUIRE(shmio::test::run_until(io, [&] { return calls == 1; }));
+  CHECK(buf.substr(0, got) == "after");
 }

@@ -1,5 +1,7 @@
 #include "shmio/detail/op_queue.hpp"
 
+#include <exception>
+
 namespace shmio::detail {
 
 std::size_t op_batch::size() const noexcept {
@@ -18,15 +20,26 @@ void op_batch::push(wait_op* o) noexcept {
 
 void op_batch::deliver(std::span<op_queue> queues, bool may_dispatch, std::error_code abort) {
   const op_queue* const outer = current_delivery;
+  // A handler dispatched inline may throw, and io_context::run() passes that on to its caller,
+  // who may run again: every operation still goes out, and every queue's gate still opens.
+  std::exception_ptr thrown;
   while (wait_op* o = head_) {
     head_ = o->next;
     op_queue& q = queues[o->queue];
     current_delivery = &q;
-    o->finish(abort, may_dispatch);  // frees o
+    try {
+      // After a throw the rest are posted: no more user code runs inside this unwinding call.
+      o->finish(abort, may_dispatch && !thrown);  // frees o
+    } catch (...) {
+      // A second throw (only a post's allocation can throw here) loses that one completion,
+      // which is already gone with the operation; the first exception is the one reported.
+      if (!thrown) thrown = std::current_exception();
+    }
     current_delivery = outer;
     q.delivered();
   }
   tail_ = nullptr;
+  if (thrown) std::rethrow_exception(thrown);
 }
 
 bool op_queue::any_parked() const noexcept {

@@ -8,7 +8,7 @@ namespace shmio::detail {
 
 reactor_wait::reactor_wait(const asio::any_io_executor& ex,
                            std::span<layout::wait_queue* const> queues, std::error_code& ec)
-    : bell_(ex), timer_(ex) {
+    : pid_(platform::process_id()), bell_(ex), timer_(ex) {
   queue_count_ = std::min(queues.size(), max_queues);
   for (std::size_t i = 0; i < queue_count_; ++i)
     queues_[i] = queues[i];
@@ -48,9 +48,11 @@ void reactor_wait::withdraw(std::size_t q) noexcept {
 void reactor_wait::close() noexcept {
   if (closed_) return;
   closed_ = true;
+  const bool ours = pid_ == platform::process_id();
   for (std::size_t q = 0; q < queue_count_; ++q) {
     // Going away armed and claimed: pass the ring on, as a withdrawn wait does.
-    if (release_slot(*queues_[q], slots_[q], doorbell_id_, armed_[q])) notify_one(*queues_[q]);
+    if (ours && release_slot(*queues_[q], slots_[q], doorbell_id_, armed_[q]))
+      notify_one(*queues_[q]);
     hub_[q].reset();  // withdraws and leaves its group (which forwards alike)
     armed_[q] = false;
     slots_[q] = no_slot;

@@ -85,14 +85,33 @@ class shard {
   // Signalled (under the mutex) when the hub thread has let a group go.
   std::condition_variable retired_;
 
-  // A group's queue rang (or was found claimed): its members look again. Under the mutex.
-  static void wake_members(wait_hub_group& g, const wait_hub_member* except) {
+  // A group's queue rang (or was found claimed): its members look again. Under the mutex;
+  // the caller calls the wake functions gathered in `wakes` once it has dropped it.
+  static void wake_members(wait_hub_group& g, const wait_hub_member* except,
+                           std::vector<wait_hub_member::wake_fn>& wakes) {
     for (wait_hub_member* m : g.members)
       if (m != except) {
         m->rang();
-        m->wake_now();
+        wakes.push_back(m->wake());
       }
   }
+  // Calls the wakes gathered under the mutex, after the caller dropped it. A member's
+  // destructor waits for the calls in flight (calling_): the executor a wake posts to may go
+  // once the member is gone.
+  void call_wakes(std::vector<wait_hub_member::wake_fn>& wakes) noexcept {
+    if (wakes.empty()) return;
+    for (const auto& w : wakes)
+      (*w)();
+    wakes.clear();
+    std::lock_guard lock(mutex_);
+    if (--calling_ == 0) wakes_done_.notify_all();
+  }
+  // Counts the gathered wakes' calls in flight. Under the mutex, after gathering.
+  void calling(const std::vector<wait_hub_member::wake_fn>& wakes) noexcept {
+    if (!wakes.empty()) ++calling_;
+  }
+  unsigned calling_ = 0;  // under the mutex
+  std::condition_variable wakes_done_;
 
   // A futex_seq wake the hub thread took while the group wanted none (its last member left
   // while the thread still slept on the word): it was meant for a counted sleeper of the queue,
@@ -132,11 +151,11 @@ class shard {
   // whose last member left, and adds the word to sleep on to `watch`. False if the group is
   // gone.
   bool pass(wait_hub_group& g, std::vector<platform::futex_watch>& watch,
-            std::vector<wait_hub_group*>& watched) {
+            std::vector<wait_hub_group*>& watched, std::vector<wait_hub_member::wake_fn>& wakes) {
     const bool woken = std::exchange(g.seq_woken, false) && g.watched_seq;
     if (g.wanting != 0 && !g.taken && (woken || rang(g))) {
       g.taken = true;  // left down until a member arms, right before it looks (F1)
-      wake_members(g, nullptr);
+      wake_members(g, nullptr, wakes);
     } else {
       forward_unwanted_wake(g, woken);
     }
@@ -174,6 +193,7 @@ class shard {
     started_.notify_all();
     std::vector<platform::futex_watch> watch;
     std::vector<wait_hub_group*> watched;  // the group of watch[i + 1]
+    std::vector<wait_hub_member::wake_fn> wakes;
     int woken = -1;
     for (;;) {
       {
@@ -191,9 +211,13 @@ class shard {
         seen_control_ = control_.load(std::memory_order_acquire);
         watch.push_back({&control_, seen_control_, true});
         for (std::size_t i = 0; i < groups_.size();)
-          i += pass(*groups_[i], watch, watched) ? 1 : 0;
+          i += pass(*groups_[i], watch, watched, wakes) ? 1 : 0;
         ++passes_;
+        calling(wakes);
       }
+      // Outside the mutex: a wake posts to the member's executor, the user's code. A ring
+      // between the pass and the futex_waitv below is kept by the words themselves.
+      call_wakes(wakes);
       woken = platform::futex_wait_any(watch.data(), watch.size());
     }
   }
@@ -261,7 +285,7 @@ std::unique_ptr<wait_hub_member> wait_hub::join(layout::wait_queue& q, std::func
     hs.shards.push_back(target);
   }
   std::unique_ptr<wait_hub_member> m(new wait_hub_member);
-  m->wake_ = std::move(wake);
+  m->wake_ = std::make_shared<const std::function<void()>>(std::move(wake));
   std::lock_guard lock(target->mutex_);
   // Found under a lock since dropped: its last member's destructor (which takes only the
   // shard's mutex) may have retired it, and the hub thread deleted it, meanwhile.
@@ -312,7 +336,8 @@ std::uint64_t wait_hub::passes() noexcept {
 void wait_hub_member::arm() noexcept {
   wait_hub_group& g = *group_;
   auto& s = *g.owner;
-  std::lock_guard lock(s.mutex_);
+  std::vector<wake_fn> wakes;  // called after the mutex (empty unless a ring is found here)
+  std::unique_lock lock(s.mutex_);
   if (!wanting_) {
     wanting_ = true;
     if (g.wanting++ == 0) {
@@ -336,10 +361,13 @@ void wait_hub_member::arm() noexcept {
   const bool unseen = !g.taken && shard::rang(g);
   if (g.taken || unseen) {
     shard::rearm(g);
-    if (unseen) shard::wake_members(g, this);
+    if (unseen) shard::wake_members(g, this, wakes);
     s.poke();
   }
   rang_ = false;  // our caller looks next
+  s.calling(wakes);
+  lock.unlock();
+  s.call_wakes(wakes);
 }
 
 void wait_hub_member::withdraw() noexcept {
@@ -380,6 +408,9 @@ wait_hub_member::~wait_hub_member() {
   withdraw();
   std::unique_lock lock(s.mutex_);
   std::erase(g->members, this);
+  // A wake gathered for us before may still be being called: what it posts to may go once we
+  // return.
+  s.wakes_done_.wait(lock, [&] { return s.calling_ == 0; });
   if (!g->members.empty()) return;
   // The last member. The hub thread may sleep on the group's word, or have taken a wake on
   // futex_seq that was meant for another sleeper: it lets the group go (and its slot) in its

@@ -174,8 +174,7 @@ void waiter::park(std::unique_lock<std::mutex>& lock, wait_op* o, bool in_initia
   watch();
   lock.unlock();
   if (done.empty()) return;
-  deliver_all(done, !in_initiation);
-  settle();
+  deliver_and_settle(done, !in_initiation);
 }
 
 void waiter::complete(std::unique_lock<std::mutex>& lock, wait_op* o, std::error_code ec,
@@ -186,8 +185,7 @@ void waiter::complete(std::unique_lock<std::mutex>& lock, wait_op* o, std::error
   // Before the upcall: the handler may destroy the object and with it the shared memory.
   withdraw_idle(1u << q);
   lock.unlock();
-  deliver_all(one, may_dispatch, ec);
-  settle();
+  deliver_and_settle(one, may_dispatch, ec);
 }
 
 void waiter::cancel(std::uint64_t id) {
@@ -257,8 +255,7 @@ std::size_t waiter::recheck(std::unique_lock<std::mutex>& lock) {
   watch();
   lock.unlock();
   const std::size_t count = done.size();
-  deliver_all(done, true);  // we run on the I/O executor, outside any initiating function
-  settle();
+  deliver_and_settle(done, true);  // we run on the I/O executor, outside any initiating function
   return count;
 }
 
@@ -351,7 +348,7 @@ void waiter::shutdown() noexcept {
       ops_[q].take(o, done);
   reactor_.close();  // passes on rings claimed for us, as a cancelled wait does
   lock.unlock();
-  deliver_all(done, false, asio::error::operation_aborted);
+  done.deliver(ops_, false, asio::error::operation_aborted);  // posted: nothing runs here
 }
 
 }  // namespace shmio::detail

@@ -71,12 +71,17 @@ class reactor_wait {
   /// ring goes on to another waiter, or it would be swallowed (found by
   /// models/wake_protocol.pml).
   void withdraw(std::size_t q) noexcept;
-  /// Neither a slot nor the hub: a parked wait on q has to look again on the timer.
-  bool slotless(std::size_t q) const noexcept { return slots_[q] == no_slot && !hub_[q]; }
+  /// Neither a slot nor the hub: a parked wait on q has to look again on the timer. Not before
+  /// the first arming tried the hub: a wait parked unarmed (the op queue's gate held it) is
+  /// looked at again when the gate opens, and needs no timer.
+  bool slotless(std::size_t q) const noexcept {
+    return slots_[q] == no_slot && hub_tried_[q] && !hub_[q];
+  }
 
   /// Gives back the slots and hub memberships (passing on rings claimed for us) and closes the
   /// doorbell and the timer, whose pending waits complete with operation_aborted. Nothing here
-  /// touches the queues afterwards.
+  /// touches the queues afterwards. In a child forked without exec it leaves the queues alone
+  /// (the slots are the parent's) and only closes its copies.
   void close() noexcept;
 
   // ---- the doorbell ----
@@ -151,6 +156,9 @@ class reactor_wait {
   // so a wait that only spun needs no disarm and forwards no ring.
   std::array<bool, max_queues> armed_{};
   std::uint64_t doorbell_id_ = 0;
+  // Who took the slots: a child forked without exec has a copy of this object, and the slots it
+  // names (by the same doorbell id) are still the parent's.
+  std::uint32_t pid_ = 0;
   asio::posix::stream_descriptor bell_;
   asio::steady_timer timer_;
   bool closed_ = false;

@@ -42,8 +42,11 @@ class wait_hub_member {
   /// The member no longer has a parked wait on the queue.
   void withdraw() noexcept;
 
-  /// Calls the wake function (the hub does, under its mutex).
-  void wake_now() { wake_(); }
+  /// The wake function, shared so that the hub can call it after dropping its mutex (the
+  /// member may be gone by then; the function only posts to the member's executor, which is
+  /// the user's code and must not run under the hub's lock).
+  using wake_fn = std::shared_ptr<const std::function<void()>>;
+  const wake_fn& wake() const noexcept { return wake_; }
   /// The group took a ring in (under the hub's mutex).
   void rang() noexcept { rang_ = true; }
 
@@ -51,7 +54,7 @@ class wait_hub_member {
   friend class wait_hub;
   wait_hub_member() = default;
   wait_hub_group* group_ = nullptr;  // owned by the hub; lives while it has members
-  std::function<void()> wake_;
+  wake_fn wake_;
   bool wanting_ = false;  // under the hub's mutex
   // The group took a ring in since this member last armed (under the hub's mutex).
   bool rang_ = false;
@@ -61,8 +64,9 @@ class wait_hub {
  public:
   /// Joins the group for `q` (a queue mapped in this process; the group is found by the
   /// queue's address, so members must share the mapping or accept their own group). `wake`
-  /// is called from the hub thread when the queue rings while the member wants it; it must be
-  /// quick and must not call back into the membership. Empty if the hub cannot run here.
+  /// is called when the queue rings while the member wants it, from the hub thread (or from a
+  /// member's arm() that finds the ring first), under no lock of the hub's; it must be quick.
+  /// Empty if the hub cannot run here.
   static std::unique_ptr<wait_hub_member> join(layout::wait_queue& q, std::function<void()> wake);
   /// True if every hub thread of the process has made its pass after the latest poke (for
   /// tests that count an idle process's wake-ups: the members' first armings poke).
