@@ -495,35 +495,40 @@ TEST_CASE("a pending operation's state comes from the handler's associated alloc
 TEST_CASE("a handler that throws leaves the handle's other operations working",
           "[contract][ring][async]") {
   // Asio passes a handler's exception out of io_context::run(), and the user may run again:
-  // the operations delivered with the throwing one, and those started later, still complete.
+  // the operations delivered with the throwing one, one the handler started before it threw,
+  // and those started later, all still complete.
   // On a strand: the re-check runs in the strand, so the handler runs inline and its exception
   // unwinds through the delivery (an io_context's own executor would catch it there).
   asio::io_context io;
   scoped_name name("ring");
   auto strand = asio::make_strand(io);
-  circular_buffer ring(strand, shmio::create_only, name, 8, 16,
-                       shmio::wait_strategy::park_only());
+  circular_buffer ring(strand, shmio::create_only, name, 8, 16, shmio::wait_strategy::park_only());
   circular_buffer writer(io.get_executor(), shmio::open_only, name);
-  std::vector<std::string> bufs(3, std::string(16, '\0'));
+  std::vector<std::string> bufs(4, std::string(16, '\0'));
   std::vector<std::string> got;
+  auto read_into = [&](std::size_t i) {
+    ring.async_read(asio::buffer(bufs[i]), [&, i](std::error_code ec, std::size_t n) {
+      got.push_back(ec ? "error" : bufs[i].substr(0, n));
+    });
+  };
   ring.async_read(asio::buffer(bufs[0]), [&](std::error_code, std::size_t) {
     got.push_back("thrower");
+    // Started while the batch is out being delivered: it parks unarmed behind the gate, and
+    // only the re-check that the gate's opening posts arms it.
+    read_into(2);
     throw std::runtime_error("handler failed");
   });
-  ring.async_read(asio::buffer(bufs[1]), [&](std::error_code ec, std::size_t n) {
-    got.push_back(ec ? "error" : bufs[1].substr(0, n));
-  });
+  read_into(1);
   REQUIRE(io.poll() == 0);  // park_only: both parked
   // Both messages are there before the re-check runs: one batch delivers both reads.
   REQUIRE(writer.write(asio::buffer("a", 1), bound) == 1);
   REQUIRE(writer.write(asio::buffer("b", 1), bound) == 1);
-  CHECK_THROWS_AS(shmio::test::run_until(io, [&] { return got.size() == 2; }),
-                  std::runtime_error);
+  CHECK_THROWS_AS(shmio::test::run_until(io, [&] { return got.size() == 2; }), std::runtime_error);
   REQUIRE(shmio::test::run_until(io, [&] { return got.size() == 2; }));
-  ring.async_read(asio::buffer(bufs[2]), [&](std::error_code ec, std::size_t n) {
-    got.push_back(ec ? "error" : bufs[2].substr(0, n));
-  });
   REQUIRE(writer.write(asio::buffer("c", 1), bound) == 1);
   REQUIRE(shmio::test::run_until(io, [&] { return got.size() == 3; }));
-  CHECK(got == std::vector<std::string>{"thrower", "b", "c"});
+  read_into(3);
+  REQUIRE(writer.write(asio::buffer("d", 1), bound) == 1);
+  REQUIRE(shmio::test::run_until(io, [&] { return got.size() == 4; }));
+  CHECK(got == std::vector<std::string>{"thrower", "b", "c", "d"});
 }

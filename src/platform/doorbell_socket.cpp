@@ -2,6 +2,7 @@
 // namespace. Any process of the machine that knows the id can ring it; the kernel removes the
 // name when the owner closes the socket or dies, and a ring to it then fails with ECONNREFUSED,
 // which is how a signaller learns that a waiter is gone. No file is left behind.
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -98,6 +99,13 @@ std::size_t drain_doorbell(int fd) noexcept {
     total += static_cast<std::size_t>(n);
     if (static_cast<unsigned>(n) < batch) return total;
   }
+}
+
+void orphan_inherited(int fd) noexcept {
+  const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null < 0) return;
+  ::dup3(null, fd, O_CLOEXEC);
+  ::close(null);
 }
 
 bool wait_readable(int fd, std::chrono::nanoseconds timeout) noexcept {

@@ -57,6 +57,11 @@ void reactor_wait::close() noexcept {
     armed_[q] = false;
     slots_[q] = no_slot;
   }
+  // The child's doorbell is the parent's socket, and unless the child gave Asio notify_fork,
+  // the parent's epoll set too: Asio deregisters an assigned descriptor by number when it
+  // closes it, which would take the parent's registration out (its parked waits then hear no
+  // ring).
+  if (!ours && bell_.is_open()) platform::orphan_inherited(bell_.native_handle());
   std::error_code ignored;
   bell_.close(ignored);
   timer_.cancel();

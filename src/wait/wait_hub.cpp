@@ -77,7 +77,7 @@ class shard {
   std::uint64_t passes() const noexcept { return passes_; }
   bool settled() const noexcept {
     // relaxed: a test's look; the mutex orders it with the pass that stored seen_control_.
-    return seen_control_ == control_.load(std::memory_order_relaxed);
+    return seen_control_ == control_.load(std::memory_order_relaxed) && calling_ == 0;
   }
   /// False in a child forked from the process that made the shard: no thread runs it there.
   bool runs_here() const noexcept { return pid_ == platform::process_id(); }
@@ -86,31 +86,30 @@ class shard {
   std::condition_variable retired_;
 
   // A group's queue rang (or was found claimed): its members look again. Under the mutex;
-  // the caller calls the wake functions gathered in `wakes` once it has dropped it.
+  // the caller calls the wakes gathered on `wakes` once it has dropped it (call_wakes).
   static void wake_members(wait_hub_group& g, const wait_hub_member* except,
-                           std::vector<wait_hub_member::wake_fn>& wakes) {
+                           wait_hub_member*& wakes) noexcept {
     for (wait_hub_member* m : g.members)
       if (m != except) {
         m->rang();
-        wakes.push_back(m->wake());
+        m->add_to(wakes);
       }
   }
-  // Calls the wakes gathered under the mutex, after the caller dropped it. A member's
-  // destructor waits for the calls in flight (calling_): the executor a wake posts to may go
-  // once the member is gone.
-  void call_wakes(std::vector<wait_hub_member::wake_fn>& wakes) noexcept {
-    if (wakes.empty()) return;
-    for (const auto& w : wakes)
-      (*w)();
-    wakes.clear();
+  // Calls the wakes gathered on `wakes` (the mutex not held), then takes the members off the
+  // list, under the mutex, for their destructors (wakes_done_) and settled().
+  void call_wakes(wait_hub_member* wakes) noexcept {
+    if (!wakes) return;
+    wait_hub_member::call_wakes(wakes);  // a post that throws (no memory) ends the process
     std::lock_guard lock(mutex_);
-    if (--calling_ == 0) wakes_done_.notify_all();
+    wait_hub_member::clear_wakes(wakes);
+    --calling_;
+    wakes_done_.notify_all();
   }
-  // Counts the gathered wakes' calls in flight. Under the mutex, after gathering.
-  void calling(const std::vector<wait_hub_member::wake_fn>& wakes) noexcept {
-    if (!wakes.empty()) ++calling_;
+  // Counts a list of wakes in flight. Under the mutex, after gathering.
+  void calling(const wait_hub_member* wakes) noexcept {
+    if (wakes) ++calling_;
   }
-  unsigned calling_ = 0;  // under the mutex
+  unsigned calling_ = 0;  // lists of wakes gathered and not yet called (under the mutex)
   std::condition_variable wakes_done_;
 
   // A futex_seq wake the hub thread took while the group wanted none (its last member left
@@ -151,7 +150,7 @@ class shard {
   // whose last member left, and adds the word to sleep on to `watch`. False if the group is
   // gone.
   bool pass(wait_hub_group& g, std::vector<platform::futex_watch>& watch,
-            std::vector<wait_hub_group*>& watched, std::vector<wait_hub_member::wake_fn>& wakes) {
+            std::vector<wait_hub_group*>& watched, wait_hub_member*& wakes) {
     const bool woken = std::exchange(g.seq_woken, false) && g.watched_seq;
     if (g.wanting != 0 && !g.taken && (woken || rang(g))) {
       g.taken = true;  // left down until a member arms, right before it looks (F1)
@@ -193,9 +192,9 @@ class shard {
     started_.notify_all();
     std::vector<platform::futex_watch> watch;
     std::vector<wait_hub_group*> watched;  // the group of watch[i + 1]
-    std::vector<wait_hub_member::wake_fn> wakes;
     int woken = -1;
     for (;;) {
+      wait_hub_member* wakes = nullptr;
       {
         std::lock_guard lock(mutex_);
         // Every entry up to the index futex_waitv returned may have been woken (it reports the
@@ -285,7 +284,7 @@ std::unique_ptr<wait_hub_member> wait_hub::join(layout::wait_queue& q, std::func
     hs.shards.push_back(target);
   }
   std::unique_ptr<wait_hub_member> m(new wait_hub_member);
-  m->wake_ = std::make_shared<const std::function<void()>>(std::move(wake));
+  m->wake_ = std::move(wake);
   std::lock_guard lock(target->mutex_);
   // Found under a lock since dropped: its last member's destructor (which takes only the
   // shard's mutex) may have retired it, and the hub thread deleted it, meanwhile.
@@ -336,7 +335,7 @@ std::uint64_t wait_hub::passes() noexcept {
 void wait_hub_member::arm() noexcept {
   wait_hub_group& g = *group_;
   auto& s = *g.owner;
-  std::vector<wake_fn> wakes;  // called after the mutex (empty unless a ring is found here)
+  wait_hub_member* wakes = nullptr;  // called after the mutex (none unless a ring is found here)
   std::unique_lock lock(s.mutex_);
   if (!wanting_) {
     wanting_ = true;
@@ -410,7 +409,7 @@ wait_hub_member::~wait_hub_member() {
   std::erase(g->members, this);
   // A wake gathered for us before may still be being called: what it posts to may go once we
   // return.
-  s.wakes_done_.wait(lock, [&] { return s.calling_ == 0; });
+  s.wakes_done_.wait(lock, [&] { return !pending_wake(); });
   if (!g->members.empty()) return;
   // The last member. The hub thread may sleep on the group's word, or have taken a wake on
   // futex_seq that was meant for another sleeper: it lets the group go (and its slot) in its

@@ -259,6 +259,16 @@ std::size_t waiter::recheck(std::unique_lock<std::mutex>& lock) {
   return count;
 }
 
+void waiter::deliver_and_settle(op_batch& done, bool may_dispatch, std::error_code ec) {
+  try {
+    done.deliver(ops_, may_dispatch, ec);
+  } catch (...) {
+    settle();
+    throw;
+  }
+  settle();
+}
+
 void waiter::watch() {
   // Only a parked operation needs the doorbell or a timer: a spinning one re-checks through
   // the executor, and a watch started for it alone would mostly be cancelled unused.

@@ -107,6 +107,11 @@ enum class ring_result { rung, already_pending, gone };
 ring_result ring_doorbell(std::uint64_t id) noexcept;
 /// Reads and discards every datagram waiting on `fd`; returns how many there were.
 std::size_t drain_doorbell(int fd) noexcept;
+/// In a child forked without exec, makes the number `fd` name /dev/null instead of the file it
+/// shares with the parent, so that a reactor's deregistration of `fd` by number, in an epoll
+/// set the two processes may share, finds nothing of the parent's (as when a socket the
+/// reactor opened itself is closed). Does nothing if /dev/null cannot be opened.
+void orphan_inherited(int fd) noexcept;
 /// Waits up to `timeout` for `fd` to become readable (negative: no limit).
 bool wait_readable(int fd, std::chrono::nanoseconds timeout) noexcept;
 

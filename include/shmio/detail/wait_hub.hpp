@@ -42,22 +42,48 @@ class wait_hub_member {
   /// The member no longer has a parked wait on the queue.
   void withdraw() noexcept;
 
-  /// The wake function, shared so that the hub can call it after dropping its mutex (the
-  /// member may be gone by then; the function only posts to the member's executor, which is
-  /// the user's code and must not run under the hub's lock).
-  using wake_fn = std::shared_ptr<const std::function<void()>>;
-  const wake_fn& wake() const noexcept { return wake_; }
   /// The group took a ring in (under the hub's mutex).
   void rang() noexcept { rang_ = true; }
+
+  /// Wakes are gathered under the hub's mutex and called once it is dropped (a wake posts to
+  /// the member's executor, the user's code), on a list threaded through the members: no
+  /// allocation. A member already on a list is not added again: its wake, still to be called,
+  /// posts a re-check that runs after this ring. The member's destructor waits until it is off
+  /// every list (the executor a wake posts to may go once the member is gone).
+  bool pending_wake() const noexcept { return wake_pending_; }
+  void add_to(wait_hub_member*& list) noexcept {
+    if (wake_pending_) return;
+    wake_pending_ = true;
+    next_wake_ = list;
+    list = this;
+  }
+  /// Calls the wake of every member on `list` (no mutex held).
+  static void call_wakes(wait_hub_member* list) {
+    for (wait_hub_member* m = list; m; m = m->next_wake_)
+      m->wake_();
+  }
+  /// Takes every member off `list` (under the hub's mutex). True if there were any.
+  static bool clear_wakes(wait_hub_member* list) noexcept {
+    const bool any = list != nullptr;
+    while (wait_hub_member* m = list) {
+      list = m->next_wake_;
+      m->next_wake_ = nullptr;
+      m->wake_pending_ = false;
+    }
+    return any;
+  }
 
  private:
   friend class wait_hub;
   wait_hub_member() = default;
   wait_hub_group* group_ = nullptr;  // owned by the hub; lives while it has members
-  wake_fn wake_;
+  std::function<void()> wake_;
   bool wanting_ = false;  // under the hub's mutex
   // The group took a ring in since this member last armed (under the hub's mutex).
   bool rang_ = false;
+  // On a list of wakes to call (under the hub's mutex; the link is stable while it is set).
+  bool wake_pending_ = false;
+  wait_hub_member* next_wake_ = nullptr;
 };
 
 class wait_hub {

@@ -136,15 +136,7 @@ class waiter : public std::enable_shared_from_this<waiter> {
   void take_ready(op_batch& done, unsigned mask);
   // Delivers `done` (the lock dropped), with `ec` if set (an abort), then settles, also when a
   // handler run inline throws (the exception goes on to the caller of run()).
-  void deliver_and_settle(op_batch& done, bool may_dispatch, std::error_code ec = {}) {
-    try {
-      done.deliver(ops_, may_dispatch, ec);
-    } catch (...) {
-      settle();
-      throw;
-    }
-    settle();
-  }
+  void deliver_and_settle(op_batch& done, bool may_dispatch, std::error_code ec = {});
   // Arms queue q's slot for the parked operations in its list.
   void arm_for(std::size_t q, std::uint32_t taken = 0) noexcept;
   // Withdraws the arming of the queues in `mask` that no longer have a parked operation,
