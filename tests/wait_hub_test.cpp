@@ -16,6 +16,7 @@
 #include "shmio/circular_buffer.hpp"
 #include "shmio/detail/layout.hpp"
 #include "shmio/detail/wait_hub.hpp"
+#include "shmio/detail/wait_queue.hpp"
 #include "shmio/wait_strategy.hpp"
 #include "support.hpp"
 
@@ -198,4 +199,42 @@ TEST_CASE(
   REQUIRE(writer.write(asio::buffer("after", 5), 1s) == 5);
   REQUIRE(shmio::test::run_until(io, [&] { return calls == 1; }));
   CHECK(buf.substr(0, got) == "after");
+}
+
+TEST_CASE("a ring found while a member's earlier wake is still being called wakes it again",
+          "[wait][hub]") {
+  // The hub calls wakes with its mutex dropped. A member whose wake is being called has had
+  // its re-check posted already (here: the call is held inside, as a slow post would be): a
+  // second ring, found meanwhile by another member's arm(), must wake it once more, or its
+  // re-check, made before that ring, is its last look (a broadcast's reader would hang).
+  auto q = std::make_unique<layout::wait_queue>();
+  std::atomic<int> m_calls{0};
+  std::atomic<bool> m_entered{false};
+  std::atomic<bool> release{false};
+  auto m = shmio::detail::wait_hub::join(*q, [&] {
+    if (m_calls.fetch_add(1) == 0) {
+      m_entered = true;
+      while (!release)
+        std::this_thread::yield();
+    }
+  });
+  std::atomic<int> b_calls{0};
+  auto b = shmio::detail::wait_hub::join(*q, [&] { b_calls.fetch_add(1); });
+  REQUIRE(m);
+  REQUIRE(b);
+  m->arm();
+  b->arm();
+  shmio::detail::notify_all(*q);  // the group's ring: the hub thread wakes both members
+  const bool entered = eventually([&] { return m_entered.load(); });
+  if (!entered) release = true;
+  REQUIRE(entered);               // the hub thread is inside M's first wake
+  m->arm();                       // M's re-check (its look comes before the next ring)
+  shmio::detail::notify_all(*q);  // a second ring, which the busy hub thread does not see
+  b->arm();                       // B finds it and wakes the others
+  CHECK(m_calls.load() == 2);
+  release = true;
+  m->withdraw();
+  b->withdraw();
+  m.reset();  // waits for any wake of theirs still being called
+  b.reset();
 }

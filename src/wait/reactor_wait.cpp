@@ -1,14 +1,44 @@
 #include "shmio/detail/reactor_wait.hpp"
 
 #include <algorithm>
+#include <atomic>
+
+#include <asio/execution/context.hpp>
+#include <asio/execution_context.hpp>
+#include <asio/query.hpp>
 
 #include "shmio/detail/platform.hpp"
 
 namespace shmio::detail {
 
+/// Records, in an execution context, the process in which it was last told of a fork as the
+/// child (io_context::notify_fork(fork_child)), so that a forked child's close knows whether
+/// its reactor still shares the parent's epoll set.
+class fork_record final : public asio::execution_context::service {
+ public:
+  using key_type = fork_record;
+  static inline asio::execution_context::id id;
+  explicit fork_record(asio::execution_context& ctx) : service(ctx) {}
+  bool notified_here() const noexcept {
+    // relaxed: written by the child's own notify_fork call, which happens before its closes.
+    return child_pid_.load(std::memory_order_relaxed) == platform::process_id();
+  }
+
+ private:
+  void shutdown() override {}
+  void notify_fork(asio::execution_context::fork_event event) override {
+    if (event == asio::execution_context::fork_child)
+      child_pid_.store(platform::process_id(), std::memory_order_relaxed);  // as above
+  }
+  std::atomic<std::uint32_t> child_pid_{0};
+};
+
 reactor_wait::reactor_wait(const asio::any_io_executor& ex,
                            std::span<layout::wait_queue* const> queues, std::error_code& ec)
-    : pid_(platform::process_id()), bell_(ex), timer_(ex) {
+    : pid_(platform::process_id()),
+      forks_(&asio::use_service<fork_record>(asio::query(ex, asio::execution::context))),
+      bell_(ex),
+      timer_(ex) {
   queue_count_ = std::min(queues.size(), max_queues);
   for (std::size_t i = 0; i < queue_count_; ++i)
     queues_[i] = queues[i];
@@ -60,8 +90,9 @@ void reactor_wait::close() noexcept {
   // The child's doorbell is the parent's socket, and unless the child gave Asio notify_fork,
   // the parent's epoll set too: Asio deregisters an assigned descriptor by number when it
   // closes it, which would take the parent's registration out (its parked waits then hear no
-  // ring).
-  if (!ours && bell_.is_open()) platform::orphan_inherited(bell_.native_handle());
+  // ring). After notify_fork the set is the child's own, and the deregistration is wanted.
+  if (!ours && !forks_->notified_here() && bell_.is_open())
+    platform::orphan_inherited(bell_.native_handle());
   std::error_code ignored;
   bell_.close(ignored);
   timer_.cancel();

@@ -86,7 +86,7 @@ class shard {
   std::condition_variable retired_;
 
   // A group's queue rang (or was found claimed): its members look again. Under the mutex;
-  // the caller calls the wakes gathered on `wakes` once it has dropped it (call_wakes).
+  // the caller then calls the wakes gathered on `wakes` (call_wakes).
   static void wake_members(wait_hub_group& g, const wait_hub_member* except,
                            wait_hub_member*& wakes) noexcept {
     for (wait_hub_member* m : g.members)
@@ -95,21 +95,22 @@ class shard {
         m->add_to(wakes);
       }
   }
-  // Calls the wakes gathered on `wakes` (the mutex not held), then takes the members off the
-  // list, under the mutex, for their destructors (wakes_done_) and settled().
-  void call_wakes(wait_hub_member* wakes) noexcept {
+  // Calls the wakes gathered on `wakes`, each with the mutex (held by `lock` on entry and on
+  // return) dropped, and wakes the destructors waiting for them (wakes_done_).
+  void call_wakes(std::unique_lock<std::mutex>& lock, wait_hub_member*& wakes) noexcept {
     if (!wakes) return;
-    wait_hub_member::call_wakes(wakes);  // a post that throws (no memory) ends the process
-    std::lock_guard lock(mutex_);
-    wait_hub_member::clear_wakes(wakes);
+    ++calling_;
+    while (wakes) {
+      wait_hub_member* m = wait_hub_member::pop_wake(wakes);
+      lock.unlock();
+      m->call_wake();  // a post that throws (no memory) ends the process
+      lock.lock();
+      m->wake_called();
+    }
     --calling_;
     wakes_done_.notify_all();
   }
-  // Counts a list of wakes in flight. Under the mutex, after gathering.
-  void calling(const wait_hub_member* wakes) noexcept {
-    if (wakes) ++calling_;
-  }
-  unsigned calling_ = 0;  // lists of wakes gathered and not yet called (under the mutex)
+  unsigned calling_ = 0;  // call_wakes running (under the mutex): for settled()
   std::condition_variable wakes_done_;
 
   // A futex_seq wake the hub thread took while the group wanted none (its last member left
@@ -194,9 +195,8 @@ class shard {
     std::vector<wait_hub_group*> watched;  // the group of watch[i + 1]
     int woken = -1;
     for (;;) {
-      wait_hub_member* wakes = nullptr;
       {
-        std::lock_guard lock(mutex_);
+        std::unique_lock lock(mutex_);
         // Every entry up to the index futex_waitv returned may have been woken (it reports the
         // highest): a group's futex_seq wake there counts as a ring. The groups are still
         // there: only this thread deletes them, in pass().
@@ -209,14 +209,14 @@ class shard {
         // FUTEX_PRIVATE, and a private wait would never match it.
         seen_control_ = control_.load(std::memory_order_acquire);
         watch.push_back({&control_, seen_control_, true});
+        wait_hub_member* wakes = nullptr;
         for (std::size_t i = 0; i < groups_.size();)
           i += pass(*groups_[i], watch, watched, wakes) ? 1 : 0;
         ++passes_;
-        calling(wakes);
+        // A wake posts to the member's executor, the user's code: not under the mutex. A ring
+        // from here to the futex_waitv below is kept by the words themselves.
+        call_wakes(lock, wakes);
       }
-      // Outside the mutex: a wake posts to the member's executor, the user's code. A ring
-      // between the pass and the futex_waitv below is kept by the words themselves.
-      call_wakes(wakes);
       woken = platform::futex_wait_any(watch.data(), watch.size());
     }
   }
@@ -335,7 +335,7 @@ std::uint64_t wait_hub::passes() noexcept {
 void wait_hub_member::arm() noexcept {
   wait_hub_group& g = *group_;
   auto& s = *g.owner;
-  wait_hub_member* wakes = nullptr;  // called after the mutex (none unless a ring is found here)
+  wait_hub_member* wakes = nullptr;  // called with the mutex dropped (none unless a ring is found)
   std::unique_lock lock(s.mutex_);
   if (!wanting_) {
     wanting_ = true;
@@ -364,9 +364,7 @@ void wait_hub_member::arm() noexcept {
     s.poke();
   }
   rang_ = false;  // our caller looks next
-  s.calling(wakes);
-  lock.unlock();
-  s.call_wakes(wakes);
+  s.call_wakes(lock, wakes);
 }
 
 void wait_hub_member::withdraw() noexcept {
@@ -407,17 +405,22 @@ wait_hub_member::~wait_hub_member() {
   withdraw();
   std::unique_lock lock(s.mutex_);
   std::erase(g->members, this);
-  // A wake gathered for us before may still be being called: what it posts to may go once we
-  // return.
-  s.wakes_done_.wait(lock, [&] { return !pending_wake(); });
-  if (!g->members.empty()) return;
-  // The last member. The hub thread may sleep on the group's word, or have taken a wake on
-  // futex_seq that was meant for another sleeper: it lets the group go (and its slot) in its
-  // next pass, which passes such a wake on, and the queue's memory stays until then (F2).
+  // Decided now, under the mutex that the erase took: another member may leave while we wait
+  // below, and only one may retire the group.
   bool gone = false;
-  g->gone = &gone;
-  s.poke();
-  s.retired_.wait(lock, [&] { return gone; });
+  const bool last = g->members.empty();
+  if (last) {
+    // The hub thread may sleep on the group's word, or have taken a wake on futex_seq that was
+    // meant for another sleeper: it lets the group go (and its slot) in its next pass, which
+    // passes such a wake on, and the queue's memory stays until then (F2). join() skips it
+    // from now on.
+    g->gone = &gone;
+    s.poke();
+  }
+  // A wake gathered for us may still be on a list or being called: what it posts to may go
+  // once we return. (The group may be gone by then: the lists link members, not groups.)
+  s.wakes_done_.wait(lock, [&] { return !wake_outstanding(); });
+  if (last) s.retired_.wait(lock, [&] { return gone; });
 }
 
 }  // namespace shmio::detail

@@ -33,6 +33,8 @@
 
 namespace shmio::detail {
 
+class fork_record;
+
 class reactor_wait {
  public:
   static constexpr std::size_t max_queues = 2;
@@ -159,6 +161,7 @@ class reactor_wait {
   // Who took the slots: a child forked without exec has a copy of this object, and the slots it
   // names (by the same doorbell id) are still the parent's.
   std::uint32_t pid_ = 0;
+  fork_record* forks_ = nullptr;  // in the executor's context: did a child call notify_fork?
   asio::posix::stream_descriptor bell_;
   asio::steady_timer timer_;
   bool closed_ = false;

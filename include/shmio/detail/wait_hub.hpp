@@ -45,33 +45,32 @@ class wait_hub_member {
   /// The group took a ring in (under the hub's mutex).
   void rang() noexcept { rang_ = true; }
 
-  /// Wakes are gathered under the hub's mutex and called once it is dropped (a wake posts to
-  /// the member's executor, the user's code), on a list threaded through the members: no
-  /// allocation. A member already on a list is not added again: its wake, still to be called,
-  /// posts a re-check that runs after this ring. The member's destructor waits until it is off
-  /// every list (the executor a wake posts to may go once the member is gone).
-  bool pending_wake() const noexcept { return wake_pending_; }
+  /// Wakes are gathered under the hub's mutex and called with it dropped (a wake posts to the
+  /// member's executor, the user's code), from a list threaded through the members: no
+  /// allocation. A member still on a list is not added again: it comes off the list, under the
+  /// mutex, only right before its wake is called, so that call comes after this ring. Its
+  /// destructor waits until it is on no list and no call of its wake is running (the executor
+  /// a wake posts to may go once the member is gone).
+  bool wake_outstanding() const noexcept { return wake_pending_ || wake_calls_ != 0; }
   void add_to(wait_hub_member*& list) noexcept {
     if (wake_pending_) return;
     wake_pending_ = true;
     next_wake_ = list;
     list = this;
   }
-  /// Calls the wake of every member on `list` (no mutex held).
-  static void call_wakes(wait_hub_member* list) {
-    for (wait_hub_member* m = list; m; m = m->next_wake_)
-      m->wake_();
+  /// Takes the first member off `list` to call its wake (under the hub's mutex).
+  static wait_hub_member* pop_wake(wait_hub_member*& list) noexcept {
+    wait_hub_member* m = list;
+    list = m->next_wake_;
+    m->next_wake_ = nullptr;
+    m->wake_pending_ = false;
+    ++m->wake_calls_;
+    return m;
   }
-  /// Takes every member off `list` (under the hub's mutex). True if there were any.
-  static bool clear_wakes(wait_hub_member* list) noexcept {
-    const bool any = list != nullptr;
-    while (wait_hub_member* m = list) {
-      list = m->next_wake_;
-      m->next_wake_ = nullptr;
-      m->wake_pending_ = false;
-    }
-    return any;
-  }
+  /// Calls the wake of a member popped off a list (no mutex held).
+  void call_wake() { wake_(); }
+  /// The call is over (under the hub's mutex).
+  void wake_called() noexcept { --wake_calls_; }
 
  private:
   friend class wait_hub;
@@ -84,6 +83,7 @@ class wait_hub_member {
   // On a list of wakes to call (under the hub's mutex; the link is stable while it is set).
   bool wake_pending_ = false;
   wait_hub_member* next_wake_ = nullptr;
+  unsigned wake_calls_ = 0;  // calls of the wake running (under the hub's mutex)
 };
 
 class wait_hub {
