@@ -91,7 +91,8 @@ class wait_hub {
   /// Joins the group for `q` (a queue mapped in this process; the group is found by the
   /// queue's address, so members must share the mapping or accept their own group). `wake`
   /// is called when the queue rings while the member wants it, from the hub thread (or from a
-  /// member's arm() that finds the ring first), under no lock of the hub's; it must be quick.
+  /// member's arm() that finds the ring first), under no lock of the hub's, possibly on two
+  /// threads at once; it must be quick and safe to call concurrently with itself.
   /// Empty if the hub cannot run here.
   static std::unique_ptr<wait_hub_member> join(layout::wait_queue& q, std::function<void()> wake);
   /// True if every hub thread of the process has made its pass after the latest poke (for
