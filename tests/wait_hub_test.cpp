@@ -66,6 +66,22 @@ class blocking_reader {
   std::thread thread_;
 };
 
+// One async read whose completions are counted: the message it got, and how many times its
+// handler ran (once, and without an error, where the tests expect it).
+struct counted_read {
+  std::string buf = std::string(16, '\0');
+  std::size_t got = 0;
+  int calls = 0;
+  void start(circular_buffer& ring) {
+    ring.async_read(asio::buffer(buf), [this](std::error_code ec, std::size_t n) {
+      CHECK_FALSE(ec);
+      got = n;
+      ++calls;
+    });
+  }
+  std::string message() const { return buf.substr(0, got); }
+};
+
 }  // namespace
 
 TEST_CASE("a ring the hub took in for its group is one message: the next goes to another waiter",
@@ -90,16 +106,10 @@ TEST_CASE("a ring the hub took in for its group is one message: the next goes to
   // reader's sleeper.
   constexpr std::size_t group_slot = 5, sleeper_slot = 9;
   holders[group_slot].reset();
-  std::string member_buf(16, '\0');
-  std::size_t member_got = 0;
-  int member_calls = 0;
-  member.async_read(asio::buffer(member_buf), [&](std::error_code ec, std::size_t n) {
-    CHECK_FALSE(ec);
-    member_got = n;
-    ++member_calls;
-  });
+  counted_read member_read;
+  member_read.start(member);
   io.poll();  // park_only: parked inside the initiation, through the hub
-  REQUIRE(member_calls == 0);
+  REQUIRE(member_read.calls == 0);
   REQUIRE(eventually([&] { return q.held(group_slot) && q.armed(group_slot); }));
   holders[sleeper_slot].reset();
 
@@ -125,16 +135,16 @@ TEST_CASE("a ring the hub took in for its group is one message: the next goes to
     }
   }
   REQUIRE(rang_group);
-  CHECK(member_calls == 0);  // its re-check waits for io to run
+  CHECK(member_read.calls == 0);  // its re-check waits for io to run
   // Once the hub thread has taken the ring in for the member, which has not looked yet: were
   // the group armed again now, a second write could ring it as well, and the member's one look
   // would leave one of the two messages behind with the blocking reader asleep.
   REQUIRE(eventually([&] { return shmio::detail::wait_hub::passes() > passes; }));
   REQUIRE(writer.write(asio::buffer("two", 3), 1s) == 3);
   CHECK(eventually([&] { return sleeper->done(); }));
-  REQUIRE(shmio::test::run_until(io, [&] { return member_calls == 1; }));
+  REQUIRE(shmio::test::run_until(io, [&] { return member_read.calls == 1; }));
   sleeper->join();  // by its own timeout at worst
-  std::vector<std::string> got{member_buf.substr(0, member_got), sleeper->got()};
+  std::vector<std::string> got{member_read.message(), sleeper->got()};
   std::sort(got.begin(), got.end());
   CHECK(got == std::vector<std::string>{"one", "two"});
 }
@@ -166,16 +176,10 @@ TEST_CASE(
       REQUIRE(q.held(i));
     holders[3].reset();  // its slot goes to the hub's group at the reader's park
   }
-  std::string buf(16, '\0');
-  std::size_t got = 0;
-  int calls = 0;
-  reader.async_read(asio::buffer(buf), [&](std::error_code ec, std::size_t n) {
-    CHECK_FALSE(ec);
-    got = n;
-    ++calls;
-  });
+  counted_read read;
+  read.start(reader);
   io.poll();  // park_only: parked inside the initiation
-  REQUIRE(calls == 0);
+  REQUIRE(read.calls == 0);
   // Nothing else waits: the one armed slot is the reader's (or its group's).
   std::size_t slot = layout::wait_slot_count;
   REQUIRE(eventually([&] {
@@ -197,8 +201,8 @@ TEST_CASE(
   CHECK(q.held(slot));
   CHECK(q.armed(slot));
   REQUIRE(writer.write(asio::buffer("after", 5), 1s) == 5);
-  REQUIRE(shmio::test::run_until(io, [&] { return calls == 1; }));
-  CHECK(buf.substr(0, got) == "after");
+  REQUIRE(shmio::test::run_until(io, [&] { return read.calls == 1; }));
+  CHECK(read.message() == "after");
 }
 
 TEST_CASE("a ring found while a member's earlier wake is still being called wakes it again",
@@ -218,8 +222,7 @@ TEST_CASE("a ring found while a member's earlier wake is still being called wake
         std::this_thread::yield();
     }
   });
-  std::atomic<int> b_calls{0};
-  auto b = shmio::detail::wait_hub::join(*q, [&] { b_calls.fetch_add(1); });
+  auto b = shmio::detail::wait_hub::join(*q, [] {});
   REQUIRE(m);
   REQUIRE(b);
   m->arm();
