@@ -3,18 +3,23 @@
 // touches the object's shared memory or its freed state afterwards (ASan and the mapping's
 // removal catch any access). Run under ASan in CI.
 
+#include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "shmio/broadcast_buffer.hpp"
 #include "shmio/circular_buffer.hpp"
 #include "shmio/named_event.hpp"
 #include "support.hpp"
@@ -150,4 +155,76 @@ TEST_CASE("a waiter destroying its event from the handler, while another process
   work.reset();
   for (auto& t : threads)
     t.join();
+}
+
+TEST_CASE("an in-place callback may close its own object", "[lifetime][ring][broadcast]") {
+  asio::io_context io;
+  scoped_name name("own");
+  auto bytes = [](const char* text) { return asio::buffer(text, std::strlen(text)); };
+  SECTION("ring: read_in_place, blocking") {
+    circular_buffer w(io.get_executor(), shmio::create_only, name, 4, 16);
+    circular_buffer r(io.get_executor(), shmio::open_only, name);
+    REQUIRE(w.write(bytes("a"), 1s) == 1);
+    std::error_code ec;
+    // The handle unmaps its segment when it closes: the node must be released before that.
+    const std::size_t n = r.read_in_place([&](std::span<const std::byte>) { r.close(); }, 1s, ec);
+    CHECK_FALSE(ec);
+    CHECK(n == 1);
+    CHECK_FALSE(r.is_open());
+    circular_buffer again(io.get_executor(), shmio::open_only, name);
+    std::string buf(16, '\0');
+    again.read(asio::buffer(buf), 0ms, ec);
+    CHECK(ec == shmio::errc::timed_out);  // the message counted as read
+  }
+  SECTION("ring: co_write_in_place and co_read_in_place") {
+    circular_buffer r(io.get_executor(), shmio::create_only, name, 4, 16);
+    circular_buffer w(io.get_executor(), shmio::open_only, name);
+    std::size_t wrote = 0, read = 0;
+    std::exception_ptr failure;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          wrote = co_await w.co_write_in_place([&](std::span<std::byte> node) {
+            node[0] = std::byte{'b'};
+            w.close();
+            return std::size_t{1};
+          });
+          read = co_await r.co_read_in_place([&](std::span<const std::byte> m) {
+            CHECK(m.size() == 1);
+            r.close();
+          });
+        },
+        [&](std::exception_ptr e) { failure = e; });
+    io.run();
+    if (failure) std::rethrow_exception(failure);
+    CHECK(wrote == 1);
+    CHECK(read == 1);
+    CHECK_FALSE(w.is_open());
+    CHECK_FALSE(r.is_open());
+  }
+  SECTION("broadcast: read_in_place, blocking, and an async one closed before it completes") {
+    using shmio::broadcast_buffer;
+    using shmio::broadcast_role;
+    broadcast_buffer pub(io.get_executor(), shmio::create_only, name, broadcast_role::publisher);
+    broadcast_buffer sub(io.get_executor(), shmio::open_only, name, broadcast_role::subscriber);
+    REQUIRE(pub.write(bytes("x"), 1s) == 1);
+    std::error_code ec;
+    const std::size_t n =
+        sub.read_in_place([&](std::span<const std::byte>) { sub.close(); }, 1s, ec);
+    // It left while the message was out, and the message it saw is reported as read.
+    CHECK_FALSE(ec);
+    CHECK(n == 1);
+    CHECK_FALSE(sub.is_open());
+
+    broadcast_buffer late(io.get_executor(), shmio::open_only, name, broadcast_role::subscriber);
+    REQUIRE(pub.write(bytes("y"), 1s) == 1);
+    bool used = false;
+    std::error_code late_ec = asio::error::would_block;
+    late.async_read_in_place([&](std::span<const std::byte>) { used = true; },
+                             [&](std::error_code e, std::size_t) { late_ec = e; });
+    late.close();  // its completion is on its way, holding the message
+    io.run();
+    CHECK_FALSE(late_ec);  // it had its message before the close
+    CHECK(used);           // and what it held was still mapped for it
+  }
 }

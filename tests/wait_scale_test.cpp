@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -134,6 +135,57 @@ TEST_CASE("waits past a queue's slots are woken one message at a time", "[wait][
     REQUIRE(shmio::test::run_until(io, [&] { return readers.done == i; }));
   }
   CHECK(readers.failed == 0);
+}
+
+TEST_CASE("a wait the gate holds back before its object tried the hub does not poll",
+          "[wait][hub]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  const auto strategy = shmio::wait_strategy::park_only();
+  circular_buffer owner(io.get_executor(), shmio::create_only, name, 8, 16, strategy);
+  // With the owner, 32 handles: every slot of both queues is taken at open.
+  std::vector<std::unique_ptr<circular_buffer>> holders;
+  for (int i = 0; i < 31; ++i)
+    holders.push_back(
+        std::make_unique<circular_buffer>(io.get_executor(), shmio::open_only, name, strategy));
+  circular_buffer c(io.get_executor(), shmio::open_only, name, strategy);
+  REQUIRE(owner.write(asio::buffer("a", 1), bound) == 1);
+
+  const auto before = shmio::wait_statistics();
+  std::string buf(16, '\0');
+  bool first_done = false;
+  std::error_code second_ec = asio::error::would_block;
+  std::size_t second_n = 0;
+  c.async_read_in_place(
+      [&](std::span<const std::byte>) {
+        // The message's node is still claimed: this read is held back by the gate and parks
+        // unarmed, before `c` ever tried the hub. A wait without a slot or the hub polls every
+        // millisecond; spend longer than that here, so that such a timer would be due.
+        c.async_read(asio::buffer(buf), [&](std::error_code ec, std::size_t n) {
+          second_ec = ec;
+          second_n = n;
+        });
+        const auto until = std::chrono::steady_clock::now() + 5ms;
+        while (std::chrono::steady_clock::now() < until) {
+        }
+      },
+      [&](std::error_code ec, std::size_t) {
+        CHECK_FALSE(ec);
+        first_done = true;
+      });
+  REQUIRE(shmio::test::run_until(io, [&] { return first_done; }));
+  // Whatever timer the park set is due by now, and the reactor is polled here.
+  for (int i = 0; i < 4; ++i)
+    io.poll();
+  CHECK(shmio::wait_statistics().slotless_rechecks == before.slotless_rechecks);
+  CHECK(second_ec == asio::error::would_block);  // still parked: nothing was written
+  // The gate's opening armed it through the hub: a write wakes it.
+  REQUIRE(owner.write(asio::buffer("b", 1), bound) == 1);
+  REQUIRE(shmio::test::run_until(io, [&] { return second_ec != asio::error::would_block; }));
+  CHECK_FALSE(second_ec);
+  CHECK(second_n == 1);
+  CHECK(buf[0] == 'b');
+  CHECK(shmio::wait_statistics().slotless_rechecks == before.slotless_rechecks);
 }
 
 TEST_CASE("256 parked async readers spread over 4 processes all complete",

@@ -48,6 +48,10 @@ struct wait_counters {
   std::uint64_t safety_rechecks = 0;
   /// Re-checks of waits held up by another participant (a stall; see wait_strategy).
   std::uint64_t stall_rechecks = 0;
+  /// Re-checks of parked waits that have neither a wait slot nor the wait hub to be woken
+  /// through (a kernel without futex_waitv, no hub thread, or no memory for the membership):
+  /// they poll every millisecond.
+  std::uint64_t slotless_rechecks = 0;
 };
 wait_counters wait_statistics() noexcept;
 

@@ -8,12 +8,14 @@ namespace {
 std::atomic<std::uint64_t> safety_rechecks{0};
 std::atomic<std::uint64_t> safety_finds{0};
 std::atomic<std::uint64_t> stall_rechecks{0};
+std::atomic<std::uint64_t> slotless_rechecks{0};
 }  // namespace
 
 wait_counters wait_statistics() noexcept {
   return {safety_finds.load(std::memory_order_relaxed),
           safety_rechecks.load(std::memory_order_relaxed),
-          stall_rechecks.load(std::memory_order_relaxed)};
+          stall_rechecks.load(std::memory_order_relaxed),
+          slotless_rechecks.load(std::memory_order_relaxed)};
 }
 
 }  // namespace shmio
@@ -222,6 +224,7 @@ void waiter::on_timer(const std::error_code& ec, std::uint64_t generation) {
     stall_rechecks.fetch_add(1, std::memory_order_relaxed);
     stall_backoff_ = std::min(stall_backoff_ * 2, std::chrono::milliseconds(stall_backoff::max));
   }
+  if (reason == timer_reason::slotless) slotless_rechecks.fetch_add(1, std::memory_order_relaxed);
   // A ring already in the doorbell is a wake-up on its way, not one the re-check rescued.
   const bool ring_pending = reason == timer_reason::safety && reactor_.ring_waiting();
   const std::size_t completed = recheck(lock);

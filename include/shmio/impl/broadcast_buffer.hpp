@@ -118,7 +118,9 @@ template <class Fill>
 std::size_t broadcast_buffer::write_in_place(Fill&& fill, std::chrono::milliseconds timeout,
                                              std::error_code& ec) {
   if (!impl_) return ec = asio::error::bad_descriptor, 0;
-  impl& im = *impl_;
+  // Held for the call: the user's callback may close the handle.
+  const std::shared_ptr<impl> keep = impl_;
+  impl& im = *keep;
   return im.blocking(
       broadcast_role::publisher, [&] { return im.publisher->attempt_write(fill); }, timeout, ec);
 }
@@ -134,7 +136,9 @@ template <class Use>
 std::size_t broadcast_buffer::read_in_place(Use&& use, std::chrono::milliseconds timeout,
                                             std::error_code& ec) {
   if (!impl_) return ec = asio::error::bad_descriptor, 0;
-  impl& im = *impl_;
+  // Held for the call: the user's callback may close the handle.
+  const std::shared_ptr<impl> keep = impl_;
+  impl& im = *keep;
   return im.blocking(
       broadcast_role::subscriber,
       [&] { return im.subscriber->attempt_read(use, std::numeric_limits<std::size_t>::max()); },

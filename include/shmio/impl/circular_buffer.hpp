@@ -92,7 +92,9 @@ template <class Fill>
 std::size_t circular_buffer::write_in_place(Fill&& fill, std::chrono::milliseconds timeout,
                                             std::error_code& ec) {
   if (!impl_) return ec = asio::error::bad_descriptor, 0;
-  impl& im = *impl_;
+  // Held for the call: the user's callback may close the handle.
+  const std::shared_ptr<impl> keep = impl_;
+  impl& im = *keep;
   auto r = im.waiter->wait(
       detail::writers_queue, [&] { return detail::attempt_write(im.ring, fill); },
       detail::wait_limit(timeout));
@@ -110,7 +112,9 @@ template <class Use>
 std::size_t circular_buffer::read_in_place(Use&& use, std::chrono::milliseconds timeout,
                                            std::error_code& ec) {
   if (!impl_) return ec = asio::error::bad_descriptor, 0;
-  impl& im = *impl_;
+  // Held for the call: the user's callback may close the handle.
+  const std::shared_ptr<impl> keep = impl_;
+  impl& im = *keep;
   auto r = im.waiter->wait(
       detail::readers_queue,
       [&] { return detail::attempt_read(im.ring, use, std::numeric_limits<std::size_t>::max()); },
@@ -130,7 +134,9 @@ std::size_t circular_buffer::read_batch_in_place(Use&& use, std::size_t max_mess
                                                  std::chrono::milliseconds timeout,
                                                  std::error_code& ec) {
   if (!impl_) return ec = asio::error::bad_descriptor, 0;
-  impl& im = *impl_;
+  // Held for the call: the user's callback may close the handle.
+  const std::shared_ptr<impl> keep = impl_;
+  impl& im = *keep;
   std::size_t done = 0;
   auto r = im.waiter->wait(
       detail::readers_queue,
@@ -346,11 +352,12 @@ inline asio::awaitable<std::size_t> circular_buffer::co_write(asio::const_buffer
 
 template <class Use>
 asio::awaitable<std::size_t> circular_buffer::co_read_in_place(Use use) {
-  if (impl_) {
+  // Held while `use` may run here: it may close the handle.
+  if (const std::shared_ptr<impl> im = impl_) {
     auto attempt = [&] {
-      return detail::attempt_read(impl_->ring, use, std::numeric_limits<std::size_t>::max());
+      return detail::attempt_read(im->ring, use, std::numeric_limits<std::size_t>::max());
     };
-    if (auto r = impl_->waiter->try_linger(detail::readers_queue, attempt))
+    if (auto r = im->waiter->try_linger(detail::readers_queue, attempt))
       co_return detail::value_or_throw(*r);
   }
   co_return co_await detail::rethrowing(
@@ -359,9 +366,10 @@ asio::awaitable<std::size_t> circular_buffer::co_read_in_place(Use use) {
 
 template <class Fill>
 asio::awaitable<std::size_t> circular_buffer::co_write_in_place(Fill fill) {
-  if (impl_) {
-    auto attempt = [&] { return detail::attempt_write(impl_->ring, fill); };
-    if (auto r = impl_->waiter->try_linger(detail::writers_queue, attempt))
+  // Held while `fill` may run here: it may close the handle.
+  if (const std::shared_ptr<impl> im = impl_) {
+    auto attempt = [&] { return detail::attempt_write(im->ring, fill); };
+    if (auto r = im->waiter->try_linger(detail::writers_queue, attempt))
       co_return detail::value_or_throw(*r);
   }
   co_return co_await detail::rethrowing(
