@@ -445,20 +445,17 @@ outcome<std::size_t> broadcast_subscriber::finish_read(const broadcast_read& r) 
 }
 
 outcome<std::size_t> broadcast_subscriber::finish(const broadcast_read& r) noexcept {
-  // The handle closed while the message was out (a callback that closed it, or an in-place
-  // read whose completion was on its way): the slot is still mapped for the reader, but the
-  // entry is no longer ours, so nothing is advanced. What was read is reported as read unless
-  // a writer overtook it meanwhile; then it may be torn, and the handle is closed.
-  if (!entry_) {
-    std::atomic_thread_fence(std::memory_order_acquire);  // as below
-    if (r.slot->seq.load(std::memory_order_relaxed) != r.version)
-      return {std::error_code(EBADF, std::system_category()), 0};
-    return {{}, r.data.size()};
-  }
   // The seqlock check: if the version moved while we read, a writer overtook us and what we
   // read may be torn. It is never reported as a message.
   std::atomic_thread_fence(std::memory_order_acquire);
-  if (r.slot->seq.load(std::memory_order_relaxed) != r.version) return overtaken();
+  const bool intact = r.slot->seq.load(std::memory_order_relaxed) == r.version;
+  // The handle closed while the message was out (a callback that closed it, or an in-place
+  // read whose completion was on its way): the slot is still mapped for the reader, but the
+  // entry is no longer ours, so nothing is advanced.
+  if (!entry_)
+    return intact ? outcome<std::size_t>{{}, r.data.size()}
+                  : outcome<std::size_t>{std::error_code(EBADF, std::system_category()), 0};
+  if (!intact) return overtaken();
   advance(cursor_ + 1);
   return {{}, r.data.size()};
 }
