@@ -4,6 +4,7 @@
 // the coroutine fast forms (co_read, co_wait, ...) that take a ready result without a trip
 // through the scheduler.
 
+#include <array>
 #include <asio/bind_allocator.hpp>
 #include <asio/bind_executor.hpp>
 #include <asio/co_spawn.hpp>
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -234,6 +236,96 @@ TEST_CASE("async reads of one handle take messages in the order they were starte
   REQUIRE(
       shmio::test::run_until(io, [&] { return got.size() == static_cast<std::size_t>(reads); }));
   CHECK(got == expected);
+}
+
+TEST_CASE("a result on its way to its handler is not overtaken by a later operation",
+          "[contract][ring][async]") {
+  asio::io_context io;
+  asio::io_context elsewhere;  // runs the first handler only when the test says so
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 4, 16);
+  circular_buffer writer(io.get_executor(), shmio::open_only, name);
+  REQUIRE(writer.write(asio::buffer("1", 1), bound) == 1);
+  std::vector<std::string> order;
+  std::string first(16, '\0');
+  std::string second(16, '\0');
+  auto record = [&](const char* what, std::string& buf) {
+    return [&, what](std::error_code ec, std::size_t n) {
+      order.push_back(ec ? "error" : what + buf.substr(0, n));
+    };
+  };
+  SECTION("async operations") {
+    // Ready at once: its result is posted to `elsewhere`, and waits there.
+    ring.async_read(asio::buffer(first), asio::bind_executor(elsewhere, record("first:", first)));
+    ring.async_read(asio::buffer(second), record("second:", second));
+    REQUIRE(writer.write(asio::buffer("2", 1), bound) == 1);
+    // The second read's re-checks find message 2, and must leave it until the first handler ran.
+    for (int i = 0; i < 50; ++i)
+      io.poll_one();
+    CHECK(order.empty());
+    elsewhere.poll();
+    REQUIRE(shmio::test::run_until(io, [&] { return order.size() == 2; }));
+    CHECK(order == std::vector<std::string>{"first:1", "second:2"});
+  }
+  SECTION("a fast form started while an earlier result is posted") {
+    REQUIRE(writer.write(asio::buffer("2", 1), bound) == 1);
+    run_coroutine(io, io.get_executor(), [&]() -> asio::awaitable<void> {
+      ring.async_read(asio::buffer(first), record("async:", first));  // posted
+      const std::size_t n = co_await ring.co_read(asio::buffer(second));
+      order.push_back("co:" + second.substr(0, n));
+    });
+    CHECK(order == std::vector<std::string>{"async:1", "co:2"});
+  }
+}
+
+TEST_CASE("handlers on a strand of a multi-threaded io_context run in the order started",
+          "[contract][ring][async][strand]") {
+  asio::io_context io(4);
+  auto strand = asio::make_strand(io);
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 64, 16);
+  circular_buffer writer(io.get_executor(), shmio::open_only, name);
+  constexpr std::uint32_t messages = 20000;
+  constexpr std::uint32_t in_flight = 8;
+  std::array<std::uint32_t, in_flight> bufs{};
+  std::uint32_t started = 0;  // on the strand
+  std::uint32_t handled = 0;  // on the strand
+  std::uint32_t out_of_order = 0;
+  std::atomic<bool> finished{false};
+  std::function<void()> start_one = [&] {
+    const std::uint32_t index = started++;
+    std::uint32_t& buf = bufs[index % in_flight];
+    ring.async_read(asio::buffer(&buf, sizeof buf),
+                    asio::bind_executor(strand, [&, index](std::error_code ec, std::size_t) {
+                      // The i-th handler to run must be the i-th read started, holding message i.
+                      if (ec || index != handled || buf != index) ++out_of_order;
+                      if (++handled == messages) {
+                        finished = true;
+                        io.stop();
+                      }
+                      if (started < messages) start_one();
+                    }));
+  };
+  asio::post(strand, [&] {
+    for (std::uint32_t i = 0; i < in_flight; ++i)
+      start_one();
+  });
+  std::thread producer([&] {
+    for (std::uint32_t i = 0; i < messages; ++i)
+      if (writer.write(asio::buffer(&i, sizeof i), bound) != sizeof i) return;
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      while (!finished.load() && io.run_one_for(bound) != 0) {
+      }
+    });
+  producer.join();
+  for (auto& t : threads)
+    t.join();
+  CHECK(finished);
+  CHECK(handled == messages);
+  CHECK(out_of_order == 0);
 }
 
 TEST_CASE("in-place callbacks run on the handler's strand and under no lock of shmio's",

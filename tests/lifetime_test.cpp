@@ -228,3 +228,39 @@ TEST_CASE("an in-place callback may close its own object", "[lifetime][ring][bro
     CHECK(used);           // and what it held was still mapped for it
   }
 }
+
+TEST_CASE("a batch read whose callback closes its handle takes no more messages",
+          "[lifetime][ring]") {
+  asio::io_context io;
+  scoped_name name("batch");
+  circular_buffer r(io.get_executor(), shmio::create_only, name, 8, 16);
+  circular_buffer w(io.get_executor(), shmio::open_only, name);
+  for (const char* m : {"a", "b", "c"})
+    REQUIRE(w.write(asio::buffer(m, 1), 1s) == 1);
+  std::size_t used = 0;
+  auto use_then_close = [&](std::span<const std::byte>) {
+    ++used;
+    r.close();
+  };
+  std::size_t n = 0;
+  std::error_code ec = asio::error::would_block;
+  SECTION("blocking") {
+    n = r.read_batch_in_place(use_then_close, 10, 1s, ec);
+  }
+  SECTION("async") {
+    r.async_read_batch_in_place(use_then_close, 10, [&](std::error_code e, std::size_t k) {
+      ec = e;
+      n = k;
+    });
+    io.run();
+  }
+  CHECK_FALSE(ec);
+  CHECK(n == 1);
+  CHECK(used == 1);
+  // The rest were left to the ring's other readers.
+  std::string buf(16, '\0');
+  CHECK(w.read(asio::buffer(buf), 1s) == 1);
+  CHECK(buf[0] == 'b');
+  CHECK(w.read(asio::buffer(buf), 1s) == 1);
+  CHECK(buf[0] == 'c');
+}

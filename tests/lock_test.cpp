@@ -12,6 +12,7 @@
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
 #include <asio/use_awaitable.hpp>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
@@ -426,6 +427,40 @@ TEST_CASE("closing a handle aborts its pending lock operations", "[lock][async]"
   holder.unlock();
   CHECK(holder.try_lock());
   holder.unlock();
+}
+
+TEST_CASE("a cancelled exclusive async_lock racing close() on another thread withdraws its claim",
+          "[lock][async][lifetime]") {
+  // The claim goes back while the handle's state is certain to be mapped: under the waiter's
+  // lock, as the operation leaves its list, whichever of the two takes it out.
+  for (int round = 0; round < 100; ++round) {
+    asio::io_context io;
+    scoped_name name("lock");
+    auto holder = make_buffer(io, name);
+    auto waiting = open_buffer(io, name);
+    holder.lock_shared();
+    asio::cancellation_signal cancel;
+    lock_completion done;
+    waiting.async_lock(asio::bind_cancellation_slot(cancel.slot(), done.handler()));
+    lock_probe probe(name);
+    // Claimed, and waiting for the holder's share to go.
+    REQUIRE(run_until(io, [&] { return probe.parked_writers() != 0; }));
+    std::atomic<bool> go{false};
+    std::thread closer([&] {
+      while (!go.load()) {
+      }
+      waiting.close();
+    });
+    go = true;
+    cancel.emit(asio::cancellation_type::terminal);
+    closer.join();
+    REQUIRE(run_until(io, [&] { return done.calls == 1; }));
+    CHECK(done.ec == asio::error::operation_aborted);
+    holder.unlock_shared();
+    auto third = open_buffer(io, name);
+    REQUIRE(third.try_lock());  // no claim was left behind
+    third.unlock();
+  }
 }
 
 // ---- guarded access -----------------------------------------------------------------------

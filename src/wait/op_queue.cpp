@@ -1,5 +1,6 @@
 #include "shmio/detail/op_queue.hpp"
 
+#include <array>
 #include <exception>
 
 namespace shmio::detail {
@@ -18,25 +19,30 @@ void op_batch::push(wait_op* o) noexcept {
   ++taken_[o->queue];
 }
 
-void op_batch::deliver(std::span<op_queue> queues, bool may_dispatch, std::error_code abort) {
+void op_batch::deliver(std::span<op_queue> queues, const std::shared_ptr<delivery_owner>& owner,
+                       bool may_dispatch, std::error_code abort) {
   const op_queue* const outer = current_delivery;
+  std::array<bool, max_queues> went_posted{};
   // A handler dispatched inline may throw, and io_context::run() passes that on to its caller,
-  // who may run again: every operation still goes out, and every queue's gate still opens.
+  // who may run again: every operation still goes out, and every ticket is still punched.
   std::exception_ptr thrown;
   while (wait_op* o = head_) {
     head_ = o->next;
-    op_queue& q = queues[o->queue];
-    current_delivery = &q;
+    const std::size_t q = o->queue;
+    current_delivery = &queues[q];
+    const std::uint64_t punches = punches_here;
+    const bool dispatch = may_dispatch && !thrown && !went_posted[q];
     try {
       // After a throw the rest are posted: no more user code runs inside this unwinding call.
-      o->finish(abort, may_dispatch && !thrown);  // frees o
+      o->finish(abort, dispatch, owner ? delivery_ticket(owner, q) : delivery_ticket());
     } catch (...) {
       // A second throw (only a post's allocation can throw here) loses that one completion,
       // which is already gone with the operation; the first exception is the one reported.
       if (!thrown) thrown = std::current_exception();
     }
+    // Not run here: the handler waits in its executor's queue, and those behind it must too.
+    if (punches_here == punches) went_posted[q] = true;
     current_delivery = outer;
-    q.delivered();
   }
   tail_ = nullptr;
   if (thrown) std::rethrow_exception(thrown);
@@ -64,6 +70,7 @@ void op_queue::push(wait_op* o) noexcept {
 }
 
 void op_queue::take(wait_op* o, op_batch& done) noexcept {
+  o->drop_attempt();
   (o->prev ? o->prev->next : head_) = o->next;
   (o->next ? o->next->prev : tail_) = o->prev;
   o->next = o->prev = nullptr;
@@ -73,9 +80,15 @@ void op_queue::take(wait_op* o, op_batch& done) noexcept {
   done.push(o);
 }
 
-void op_queue::delivered() noexcept {
-  // relaxed: see may_start_ready.
-  delivering_.fetch_sub(1, std::memory_order_relaxed);
+void op_queue::begin_delivery() noexcept {
+  // relaxed: counted by the starting thread before its result is posted, which publishes it.
+  delivering_.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool op_queue::delivered() noexcept {
+  ++punches_here;
+  // release: pairs with gate_open's acquire (the next head goes after this handler started).
+  return delivering_.fetch_sub(1, std::memory_order_release) == 1;
 }
 
 void op_queue::hold() noexcept {

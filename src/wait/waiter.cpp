@@ -60,6 +60,16 @@ void waiter::unhold(std::size_t q) noexcept {
   post_recheck(weak_from_this(), ex_);
 }
 
+void waiter::delivered(std::size_t q) noexcept {
+  if (!ops_[q].delivered()) return;
+  // Reached inline from a batch of this queue: the batch's settle() looks at the gate.
+  if (current_delivery == &ops_[q]) return;
+  std::lock_guard lock(mutex_);
+  if (closed_ || !ops_[q].gate_open(0) || !ops_[q].take_gated()) return;
+  // Not inline: we run in the handler's context, about to call it.
+  post_recheck(weak_from_this(), ex_);
+}
+
 void waiter::post_recheck(std::weak_ptr<waiter> w, const asio::any_io_executor& ex) {
   asio::post(ex, [w = std::move(w)] {
     if (auto self = w.lock()) {
@@ -109,7 +119,7 @@ void waiter::enqueue(wait_op* o, std::chrono::nanoseconds spin) {
   std::unique_lock lock(mutex_);
   if (closed_) {
     lock.unlock();
-    return o->finish(asio::error::operation_aborted, false);
+    return o->finish(asio::error::operation_aborted, false, {});
   }
   const std::size_t q = o->queue;
   const bool first = ops_[q].empty();
@@ -264,7 +274,7 @@ std::size_t waiter::recheck(std::unique_lock<std::mutex>& lock) {
 
 void waiter::deliver_and_settle(op_batch& done, bool may_dispatch, std::error_code ec) {
   try {
-    done.deliver(ops_, may_dispatch, ec);
+    done.deliver(ops_, shared_from_this(), may_dispatch, ec);
   } catch (...) {
     settle();
     throw;
@@ -361,7 +371,9 @@ void waiter::shutdown() noexcept {
       ops_[q].take(o, done);
   reactor_.close();  // passes on rings claimed for us, as a cancelled wait does
   lock.unlock();
-  done.deliver(ops_, false, asio::error::operation_aborted);  // posted: nothing runs here
+  // Posted: nothing runs here. No owner while the waiter is being destroyed: its gates no
+  // longer matter, and nothing may keep it.
+  done.deliver(ops_, weak_from_this().lock(), false, asio::error::operation_aborted);
 }
 
 }  // namespace shmio::detail

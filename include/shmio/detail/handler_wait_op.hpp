@@ -4,10 +4,12 @@
 // executor, posted when the result is known inside the initiating function and dispatched
 // otherwise; the operation's state lives in memory from the handler's associated allocator and
 // is freed before the upcall; the handler's executor has work counted while the wait is parked
-// outside it.
+// outside it; the result counts in its queue's gate until the handler is reached
+// (delivery_ticket, op_queue.hpp).
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -15,6 +17,7 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/associated_allocator.hpp>
 #include <asio/associated_executor.hpp>
+#include <asio/associator.hpp>
 #include <asio/dispatch.hpp>
 #include <asio/execution.hpp>
 #include <asio/experimental/append.hpp>
@@ -22,20 +25,43 @@
 #include <asio/prefer.hpp>
 #include <asio/recycling_allocator.hpp>
 
+#include "shmio/detail/op_queue.hpp"
 #include "shmio/detail/outcome.hpp"
 #include "shmio/detail/wait_op.hpp"
 
 namespace shmio::detail {
 
+/// The handler as its executor runs it: punches the delivery's ticket, then makes the upcall.
+/// It has the handler's executor, allocator and cancellation slot (the associator below).
+template <class Handler>
+class counted_handler {
+ public:
+  counted_handler(Handler h, delivery_ticket t) : handler_(std::move(h)), ticket_(std::move(t)) {}
+
+  template <class... Args>
+  void operator()(Args&&... args) {
+    ticket_.punch();  // before the upcall: the handler may start the queue's next operation
+    std::move(handler_)(std::forward<Args>(args)...);
+  }
+
+  const Handler& handler() const noexcept { return handler_; }
+
+ private:
+  Handler handler_;
+  delivery_ticket ticket_;
+};
+
 /// Invokes `h` with (ec) or (ec, value), through `ex`: posted, or dispatched when allowed (only
-/// outside any initiating function).
+/// outside any initiating function). The result counts in its queue until `h` is reached.
 template <class R, class Handler, class Executor>
-void deliver(Handler&& h, const Executor& ex, outcome<R>&& r, bool may_dispatch) {
+void deliver(Handler&& h, const Executor& ex, outcome<R>&& r, bool may_dispatch,
+             delivery_ticket ticket = {}) {
+  counted_handler<std::decay_t<Handler>> counted(std::forward<Handler>(h), std::move(ticket));
   auto bound = [&] {
     if constexpr (std::is_same_v<R, no_value>)
-      return asio::experimental::append(std::forward<Handler>(h), r.ec);
+      return asio::experimental::append(std::move(counted), r.ec);
     else
-      return asio::experimental::append(std::forward<Handler>(h), r.ec, std::move(r.value));
+      return asio::experimental::append(std::move(counted), r.ec, std::move(r.value));
   }();
   if (may_dispatch)
     asio::dispatch(ex, std::move(bound));
@@ -46,9 +72,10 @@ void deliver(Handler&& h, const Executor& ex, outcome<R>&& r, bool may_dispatch)
 /// deliver() for a result known inside the initiating function: posted to the handler's
 /// associated executor (`fallback` if it has none), as Asio's own operations do.
 template <class R, class Handler, class Executor>
-void post_result(Handler&& h, const Executor& fallback, outcome<R>&& r) {
+void post_result(Handler&& h, const Executor& fallback, outcome<R>&& r,
+                 delivery_ticket ticket = {}) {
   auto ex = asio::get_associated_executor(h, fallback);
-  deliver<R>(std::forward<Handler>(h), ex, std::move(r), false);
+  deliver<R>(std::forward<Handler>(h), ex, std::move(r), false, std::move(ticket));
 }
 
 /// A wait_op for a handler taking (error_code) (R = no_value) or (error_code, R); `Attempt`
@@ -75,14 +102,16 @@ class handler_wait_op final : public wait_op {
   }
 
   bool attempt() override {
-    if (auto r = attempt_()) {
+    if (auto r = (*attempt_)()) {
       result_ = std::move(*r);
       return true;
     }
     return false;
   }
 
-  void finish(std::error_code abort, bool may_dispatch) override {
+  void drop_attempt() noexcept override { attempt_.reset(); }
+
+  void finish(std::error_code abort, bool may_dispatch, delivery_ticket ticket) override {
     // The allocator before the handler moves: a moved-from handler may not still have it.
     alloc_type alloc(asio::get_associated_allocator(handler_, default_alloc()));
     Handler h(std::move(handler_));
@@ -91,22 +120,33 @@ class handler_wait_op final : public wait_op {
     // Our memory goes back before the upcall, which may start the next operation.
     this->~handler_wait_op();
     std::allocator_traits<alloc_type>::deallocate(alloc, this, 1);
-    deliver<R>(std::move(h), work, std::move(r), may_dispatch);
+    deliver<R>(std::move(h), work, std::move(r), may_dispatch, std::move(ticket));
   }
 
  private:
   handler_wait_op(Handler&& h, Attempt&& a, const asio::any_io_executor& ex)
       : handler_(std::move(h)),
-        attempt_(std::move(a)),
+        attempt_(std::in_place, std::move(a)),
         // Keeps the handler's execution context running while we are parked outside it.
         work_(asio::prefer(asio::get_associated_executor(handler_, ex),
                            asio::execution::outstanding_work.tracked)) {}
   ~handler_wait_op() = default;
 
   Handler handler_;
-  Attempt attempt_;
+  std::optional<Attempt> attempt_;  // dropped as the operation leaves its list
   outcome<R> result_;
   work_type work_;
 };
 
 }  // namespace shmio::detail
+
+// The handler's associated executor, allocator and cancellation slot are the wrapper's.
+template <template <class, class> class Associator, class Handler, class DefaultCandidate>
+struct asio::associator<Associator, shmio::detail::counted_handler<Handler>, DefaultCandidate>
+    : Associator<Handler, DefaultCandidate> {
+  static typename Associator<Handler, DefaultCandidate>::type get(
+      const shmio::detail::counted_handler<Handler>& h,
+      const DefaultCandidate& c = DefaultCandidate()) noexcept {
+    return Associator<Handler, DefaultCandidate>::get(h.handler(), c);
+  }
+};

@@ -59,6 +59,8 @@ class held_claim {
   View& view() const noexcept { return *view_; }
   const Claim& claim() const noexcept { return claim_; }
   std::size_t error_value() const noexcept { return error_value_; }
+  /// The object was closed since the claim was taken (a callback closed it).
+  bool closed() const noexcept { return hold_.closed(); }
 
   /// The claim was published, released or given back by the callback's side: nothing to drop.
   /// The queue stays held until reset().

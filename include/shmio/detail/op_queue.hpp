@@ -4,9 +4,12 @@
 // they were started).
 //
 // A new operation may take the ready path, and the head of the list may be tried, only when
-// nothing started before it is still out of the list undelivered and no claim that an earlier
-// one took is still in use (gate_open). A head the gate held back is noted, so that the waiter
-// looks again once the gate opens.
+// nothing started before it is still on its way to its handler and no claim that an earlier one
+// took is still in use (gate_open). An operation is on its way from the moment it leaves the
+// list (or its ready result is known) until its handler is invoked: a completion posted to the
+// handler's executor still counts while it sits in that executor's queue (delivery_ticket), so
+// that a later operation, completed by a re-check, cannot overtake it. A head the gate held back
+// is noted, so that the waiter looks again once the gate opens.
 //
 // Not thread-safe: the waiter's mutex guards the list. The counters are also read without it,
 // by the ready path of a new operation (may_start_ready).
@@ -14,8 +17,10 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <system_error>
+#include <utility>
 
 #include "shmio/detail/wait_op.hpp"
 
@@ -23,9 +28,51 @@ namespace shmio::detail {
 
 class op_queue;
 
-/// The op queue whose completion this thread is delivering: a handler that this delivery runs
-/// inline may start the queue's next operation on the ready path.
+/// The op queue whose batch this thread is delivering: a delivery that reaches its handler
+/// inline leaves the look at the queue's gate to the batch's end (waiter::settle).
 inline thread_local const op_queue* current_delivery = nullptr;
+
+/// What a delivery reports to when its handler is about to run (the waiter).
+class delivery_owner {
+ public:
+  /// One delivery of queue `q` reached its handler, or was destroyed unrun.
+  virtual void delivered(std::size_t q) noexcept = 0;
+
+ protected:
+  ~delivery_owner() = default;
+};
+
+/// An operation on its way to its handler: it counts in its queue's gate until punch(), which
+/// the handler's wrapper calls just before the upcall (or its destructor, if the handler is
+/// destroyed unrun). Keeps its owner alive until then. Empty: counts nowhere.
+class delivery_ticket {
+ public:
+  delivery_ticket() = default;
+  delivery_ticket(std::shared_ptr<delivery_owner> owner, std::size_t q) noexcept
+      : owner_(std::move(owner)), q_(q) {}
+  delivery_ticket(delivery_ticket&& o) noexcept = default;
+  delivery_ticket& operator=(delivery_ticket&& o) noexcept {
+    if (this != &o) {
+      punch();
+      owner_ = std::move(o.owner_);
+      q_ = o.q_;
+    }
+    return *this;
+  }
+  ~delivery_ticket() { punch(); }
+
+  void punch() noexcept {
+    if (std::shared_ptr<delivery_owner> o = std::move(owner_)) o->delivered(q_);
+  }
+
+ private:
+  std::shared_ptr<delivery_owner> owner_;
+  std::size_t q_ = 0;
+};
+
+/// How many deliveries reached their handler on this thread: a delivery whose count did not move
+/// across its dispatch went out posted.
+inline thread_local std::uint64_t punches_here = 0;
 
 /// Operations taken out of their lists under the mutex, to be delivered once it is dropped, in
 /// the order they were taken.
@@ -42,9 +89,13 @@ class op_batch {
   std::uint32_t taken(std::size_t q) const noexcept { return taken_[q]; }
   std::size_t size() const noexcept;
   void push(wait_op* o) noexcept;
-  /// Delivers every operation, with `abort` if set, and counts each out of its queue (one of
-  /// `queues`, by wait_op::queue).
-  void deliver(std::span<op_queue> queues, bool may_dispatch, std::error_code abort = {});
+  /// Delivers every operation, with `abort` if set; each counts in its queue (one of `queues`,
+  /// by wait_op::queue) until its handler runs, reported to `owner` (empty: the owner is going
+  /// away, and its gates no longer matter). Once a delivery of a queue went out posted (its
+  /// handler's executor did not run it inline), the rest of that queue's are posted too, behind
+  /// it.
+  void deliver(std::span<op_queue> queues, const std::shared_ptr<delivery_owner>& owner,
+               bool may_dispatch, std::error_code abort = {});
 
  private:
   wait_op* head_ = nullptr;
@@ -61,8 +112,13 @@ class op_queue {
 
   /// Appends a started operation.
   void push(wait_op* o) noexcept;
-  /// Takes `o` out of the list into `done`; it counts as being delivered until done delivers it.
+  /// Takes `o` out of the list into `done` (under the waiter's mutex), dropping its attempt; it
+  /// counts as being delivered until its ticket is punched.
   void take(wait_op* o, op_batch& done) noexcept;
+  /// A ready result, known without the list, starts its way to the handler.
+  void begin_delivery() noexcept;
+  /// A delivery reached its handler (delivery_ticket::punch); true if it was the last one.
+  bool delivered() noexcept;
   /// Moves to `done` the operations at the head that may go and whose `try_op(o)` succeeds;
   /// stops at the first that cannot (if the first cannot proceed, neither can the rest).
   template <class Try>
@@ -77,10 +133,10 @@ class op_queue {
   }
   /// The head may be tried, `taken` of the operations before it being in the caller's batch.
   bool gate_open(std::uint32_t taken) const noexcept {
-    // relaxed: as in may_start_ready; otherwise under the mutex.
-    const std::uint32_t here = current_delivery == this ? 1 : 0;
+    // acquire: pairs with the release in delivered(): a head let go because an earlier
+    // delivery's handler was reached is ordered after that handler's start.
     return holds_.load(std::memory_order_relaxed) == 0 &&
-           delivering_.load(std::memory_order_relaxed) == taken + here;
+           delivering_.load(std::memory_order_acquire) == taken;
   }
   /// Notes that the gate held back a head.
   void note_gated() noexcept { gated_ = true; }
@@ -97,13 +153,10 @@ class op_queue {
   bool unhold() noexcept;
 
  private:
-  friend class op_batch;
-  void delivered() noexcept;
-
   wait_op* head_ = nullptr;
   wait_op* tail_ = nullptr;
   std::atomic<std::uint32_t> queued_{0};      // in the list
-  std::atomic<std::uint32_t> delivering_{0};  // taken, not yet delivered
+  std::atomic<std::uint32_t> delivering_{0};  // on the way to the handler
   std::atomic<std::uint32_t> holds_{0};       // claims in use
   // A head was held back, or its queue left unarmed (waiter::arm_for), since take_gated: only
   // that re-check clears it, not a look, which may come without the arming (another thread's

@@ -126,13 +126,17 @@ inline size_outcome attempt_write_batch(ring_view& ring,
 /// The first message is reported as a single read reports it (message_too_large, left in
 /// place; corrupted, skipped). After it, a message that does not fit, a corrupted one or a
 /// damaged head ends the batch with what was read, no error, and the message left in place for
-/// the next call to report.
-template <class Capacity, class Use>
+/// the next call to report. So does `more()` returning false before a message after the first
+/// is claimed (a callback closed the handle: the rest belong to the ring's other readers).
+struct always_more {
+  bool operator()() const noexcept { return true; }
+};
+template <class Capacity, class Use, class More = always_more>
 size_outcome attempt_read_batch(ring_view& ring, std::size_t max_messages, Capacity& capacity,
-                                Use& use, std::size_t& done) {
+                                Use& use, std::size_t& done, More more = {}) {
   done = 0;
   read_claim c;
-  while (done < max_messages) {
+  while (done < max_messages && (done == 0 || more())) {
     const bool first = done == 0;
     const claim_status s = ring.try_claim_read(c, capacity(done), first);
     if (s != claim_status::claimed) {
@@ -159,12 +163,12 @@ size_outcome attempt_read_batch(ring_view& ring, std::size_t max_messages, Capac
 }
 
 /// attempt_read_batch for a zero-copy reader: any message size, `use(bytes)` for each.
-template <class Use>
+template <class Use, class More>
 size_outcome attempt_read_batch_in_place(ring_view& ring, std::size_t max_messages, Use& use,
-                                         std::size_t& done) {
+                                         std::size_t& done, More more) {
   auto any_size = [](std::size_t) { return std::numeric_limits<std::size_t>::max(); };
   auto each = [&use](std::size_t, std::span<const std::byte> m) { use(m); };
-  return attempt_read_batch(ring, max_messages, any_size, each, done);
+  return attempt_read_batch(ring, max_messages, any_size, each, done, more);
 }
 
 /// Wraps an attempt so that an exception from a user callback completes the operation with

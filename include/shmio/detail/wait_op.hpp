@@ -8,6 +8,8 @@
 
 namespace shmio::detail {
 
+class delivery_ticket;
+
 /// One pending async wait, as its list sees it.
 struct wait_op {
   wait_op* next = nullptr;
@@ -16,8 +18,13 @@ struct wait_op {
   std::size_t queue = 0;       // the wait queue it waits on
   bool parked = false;         // false while it spins through the executor: nothing armed for it
   virtual bool attempt() = 0;  // under the waiter's mutex; runs no user code
-  // Delivers the result (or `abort`, if set) and frees the operation.
-  virtual void finish(std::error_code abort, bool may_dispatch) = 0;
+  // Destroys the attempt, under the waiter's mutex as it leaves its list: an attempt that gives
+  // back a claim on destruction touches shared memory, which close() may unmap once the mutex
+  // is dropped.
+  virtual void drop_attempt() noexcept = 0;
+  // Delivers the result (or `abort`, if set) and frees the operation; the result counts in its
+  // queue's gate until `ticket` is punched, just before the handler runs.
+  virtual void finish(std::error_code abort, bool may_dispatch, delivery_ticket ticket) = 0;
 
  protected:
   ~wait_op() = default;

@@ -22,7 +22,9 @@
 // - No handler runs inside the initiating function: a result ready there is posted to the
 //   handler's associated executor. Completions found later (a wake-up, a spin trip) run on the
 //   object's executor and are dispatched to the handler's.
-// - Operations of one queue complete in the order they were started (op_queue's gate).
+// - Operations of one queue complete in the order they were started (op_queue's gate): an
+//   operation is not tried while an earlier one's handler has not been reached, even if that
+//   handler waits in its executor's queue.
 // - No user code runs under the mutex: attempts only claim (a node, a lock, a message); a user
 //   callback that works on the claim runs in the handler's context (queue_hold, in_place.hpp).
 // - Nothing touches shared memory after shutdown(): every touch happens under the mutex, which
@@ -56,7 +58,7 @@
 
 namespace shmio::detail {
 
-class waiter : public std::enable_shared_from_this<waiter> {
+class waiter : public std::enable_shared_from_this<waiter>, public delivery_owner {
  public:
   static constexpr std::size_t max_queues = reactor_wait::max_queues;
   static_assert(max_queues <= op_batch::max_queues);
@@ -106,6 +108,13 @@ class waiter : public std::enable_shared_from_this<waiter> {
   /// Holds back queue `q` while a claimed result is used outside the waiter (see queue_hold).
   void hold(std::size_t q) noexcept { ops_[q].hold(); }
   void unhold(std::size_t q) noexcept;
+
+  /// shutdown() has run (a callback closed the object, say): claim nothing more for it.
+  bool closed() const noexcept { return closed_flag_.load(std::memory_order_acquire); }
+
+  /// A delivery of queue `q` reached its handler (delivery_ticket): if it was the last one out
+  /// and a head waits behind it, looks again.
+  void delivered(std::size_t q) noexcept override;
 
  private:
   struct cancel_handler {
@@ -204,6 +213,8 @@ class queue_hold {
     return *this;
   }
   ~queue_hold() { release(); }
+  /// The waiter was shut down (the object closed) while the claim was out.
+  bool closed() const noexcept { return w_ && w_->closed(); }
   /// Lets the queue's next operation go.
   void release() noexcept {
     if (auto* w = std::exchange(w_, nullptr)) w->unhold(q_);
@@ -245,7 +256,13 @@ void waiter::async_wait(std::size_t q, Attempt attempt, Handler&& handler) {
   // posted all the same, the trip through the scheduler that the spin below costs, after the
   // spin's own time; docs/performance.md.)
   if (ops_[q].may_start_ready())
-    if (auto r = attempt()) return post_result<R>(std::move(handler), ex_, std::move(*r));
+    if (auto r = attempt()) {
+      // The result counts in the gate until its handler runs (a later operation of the queue,
+      // completed by a re-check, must not overtake it).
+      delivery_ticket ticket(shared_from_this(), q);
+      ops_[q].begin_delivery();
+      return post_result<R>(std::move(handler), ex_, std::move(*r), std::move(ticket));
+    }
 
   auto slot = asio::get_associated_cancellation_slot(handler);
   wait_op* o = handler_wait_op<R, Attempt, std::decay_t<Handler>>::make(std::move(handler),

@@ -127,9 +127,13 @@ std::size_t broadcast_buffer::write_in_place(Fill&& fill, std::chrono::milliseco
 
 template <class Fill>
 std::size_t broadcast_buffer::write_in_place(Fill&& fill, std::chrono::milliseconds timeout) {
+  // Its segment's name, for the error, outlives the call: the callback may close or destroy
+  // this handle.
+  const std::shared_ptr<impl> keep = impl_;
   std::error_code ec;
   const std::size_t n = write_in_place(std::forward<Fill>(fill), timeout, ec);
-  return detail::size_or_throw(n, ec, "write to broadcast buffer", name());
+  return detail::size_or_throw(n, ec, "write to broadcast buffer",
+                               keep ? std::string_view(keep->seg.name()) : std::string_view());
 }
 
 template <class Use>
@@ -147,9 +151,13 @@ std::size_t broadcast_buffer::read_in_place(Use&& use, std::chrono::milliseconds
 
 template <class Use>
 std::size_t broadcast_buffer::read_in_place(Use&& use, std::chrono::milliseconds timeout) {
+  // Its segment's name, for the error, outlives the call: the callback may close or destroy
+  // this handle.
+  const std::shared_ptr<impl> keep = impl_;
   std::error_code ec;
   const std::size_t n = read_in_place(std::forward<Use>(use), timeout, ec);
-  return detail::size_or_throw(n, ec, "read from broadcast buffer", name());
+  return detail::size_or_throw(n, ec, "read from broadcast buffer",
+                               keep ? std::string_view(keep->seg.name()) : std::string_view());
 }
 
 template <class CompletionToken>

@@ -103,9 +103,13 @@ std::size_t circular_buffer::write_in_place(Fill&& fill, std::chrono::millisecon
 
 template <class Fill>
 std::size_t circular_buffer::write_in_place(Fill&& fill, std::chrono::milliseconds timeout) {
+  // Its segment's name, for the error, outlives the call: the callback may close or destroy
+  // this handle.
+  const std::shared_ptr<impl> keep = impl_;
   std::error_code ec;
   const std::size_t n = write_in_place(std::forward<Fill>(fill), timeout, ec);
-  return detail::size_or_throw(n, ec, "write to circular buffer", name());
+  return detail::size_or_throw(n, ec, "write to circular buffer",
+                               keep ? std::string_view(keep->seg.name()) : std::string_view());
 }
 
 template <class Use>
@@ -124,9 +128,13 @@ std::size_t circular_buffer::read_in_place(Use&& use, std::chrono::milliseconds 
 
 template <class Use>
 std::size_t circular_buffer::read_in_place(Use&& use, std::chrono::milliseconds timeout) {
+  // Its segment's name, for the error, outlives the call: the callback may close or destroy
+  // this handle.
+  const std::shared_ptr<impl> keep = impl_;
   std::error_code ec;
   const std::size_t n = read_in_place(std::forward<Use>(use), timeout, ec);
-  return detail::size_or_throw(n, ec, "read from circular buffer", name());
+  return detail::size_or_throw(n, ec, "read from circular buffer",
+                               keep ? std::string_view(keep->seg.name()) : std::string_view());
 }
 
 template <class Use>
@@ -140,7 +148,10 @@ std::size_t circular_buffer::read_batch_in_place(Use&& use, std::size_t max_mess
   std::size_t done = 0;
   auto r = im.waiter->wait(
       detail::readers_queue,
-      [&] { return detail::attempt_read_batch_in_place(im.ring, max_messages, use, done); },
+      [&] {
+        return detail::attempt_read_batch_in_place(im.ring, max_messages, use, done,
+                                                   [&] { return !im.waiter->closed(); });
+      },
       detail::wait_limit(timeout));
   return detail::finish_blocking(r, ec);
 }
@@ -148,9 +159,13 @@ std::size_t circular_buffer::read_batch_in_place(Use&& use, std::size_t max_mess
 template <class Use>
 std::size_t circular_buffer::read_batch_in_place(Use&& use, std::size_t max_messages,
                                                  std::chrono::milliseconds timeout) {
+  // Its segment's name, for the error, outlives the call: the callback may close or destroy
+  // this handle.
+  const std::shared_ptr<impl> keep = impl_;
   std::error_code ec;
   const std::size_t n = read_batch_in_place(std::forward<Use>(use), max_messages, timeout, ec);
-  return detail::size_or_throw(n, ec, "read from circular buffer", name());
+  return detail::size_or_throw(n, ec, "read from circular buffer",
+                               keep ? std::string_view(keep->seg.name()) : std::string_view());
 }
 
 template <class CompletionToken>
@@ -279,8 +294,10 @@ auto circular_buffer::async_read_batch_in_place(Use use, std::size_t max_message
             if (max > 1) ring.prefetch(h.claim().position + 1);
             use_one(h.claim());
             detail::read_claim c;
-            while (done < max && ring.try_claim_read(c, std::numeric_limits<std::size_t>::max(),
-                                                     false) == detail::claim_status::claimed) {
+            // A `use` that closed the handle ends the batch: the rest are the other readers'.
+            while (done < max && !h.closed() &&
+                   ring.try_claim_read(c, std::numeric_limits<std::size_t>::max(), false) ==
+                       detail::claim_status::claimed) {
               if (done + 1 < max) ring.prefetch(c.position + 1);
               use_one(c);
             }
