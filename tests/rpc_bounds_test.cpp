@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "rpc_service_support.hpp"
+#include "rpc_test_support.hpp"
 #include "shmio/rpc_buffer.hpp"
 #include "support.hpp"
 
@@ -299,4 +300,97 @@ TEST_CASE("rpc bounds: waiting calls that keep giving up behind a call that neve
   owner.close();
   opener.close();
   io.poll();
+}
+
+TEST_CASE("rpc bounds: answers a peer never reads stop this end reading, not its memory growing",
+          "[rpc][bounds]") {
+  namespace raw = shmio::test::rpc;
+  scoped_name name("rpc");
+  asio::io_context io;
+  std::size_t served = 0;
+  auto echo = [&](std::uint64_t, std::span<const std::byte> in) {
+    ++served;
+    return bytes_t(in.begin(), in.end());
+  };
+  constexpr std::size_t handlers = 4;  // the bound on answers waiting in the outbox
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_sync_handler(echo),
+                   bounded(1024, handlers));
+  // Open, and calling nothing: its reader does not run, so nobody reads the owner's answers.
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  raw::ring_injector injector(name);
+  constexpr std::uint64_t offered = 200;
+  std::uint64_t injected = 0;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        for (std::uint64_t i = 0; i < offered; ++i) {
+          const auto request =
+              static_cast<std::uint8_t>(shmio::detail::layout::packet_type::request);
+          co_await injector.publish(raw::node(raw::header(request, 1, 1000 + i, 4, 1), 4));
+          ++injected;
+        }
+      },
+      asio::detached);
+  for (int i = 0; i < 20000 && injected < offered; ++i)
+    io.poll_one();
+  // The answers filled the ring (8 nodes), the writer holds one, the outbox `handlers`: then the
+  // owner stopped taking requests, and the injector waits for room in its full ring.
+  CHECK(served <= 8 + 1 + handlers + 1);
+  CHECK(injected < offered);
+  // Once the answers are read, the owner reads on: every request is served.
+  outcome call;
+  opener.async_request(asio::buffer(bytes("last")), 10s, call.handler());
+  REQUIRE(run_until(io, [&] { return call.ec.has_value() && injected == offered; }));
+  CHECK_FALSE(*call.ec);
+  REQUIRE(run_until(io, [&] { return served == offered + 1; }));
+  CHECK(opener.statistics().discarded_replies == offered);  // answers to calls it never made
+  owner.close();
+  opener.close();
+  io.poll();
+}
+
+TEST_CASE("rpc bounds: a call the writer holds, waiting for room, is dropped if it ends unsent",
+          "[rpc][bounds]") {
+  const std::string how = GENERATE("timeout", "total cancellation");
+  CAPTURE(how);
+  scoped_name name("rpc");
+  asio::io_context owner_io, opener_io;  // the opener reads only when the test runs it
+  std::vector<std::string> received;
+  auto record = [&](std::uint64_t, std::span<const std::byte> in) {
+    received.emplace_back(reinterpret_cast<const char*>(in.data()), in.size());
+    return bytes_t(in.begin(), in.end());
+  };
+  rpc_options o = bounded(1024);
+  o.node_count = 2;
+  rpc_buffer owner(owner_io.get_executor(), shmio::create_only, name, {}, o);
+  rpc_buffer opener(opener_io.get_executor(), shmio::open_only, name,
+                    shmio::rpc_sync_handler(record));
+  outcome a, b, c, d;
+  asio::cancellation_signal cancel;
+  owner.async_request(asio::buffer(bytes("a")), 1h, a.handler());
+  owner.async_request(asio::buffer(bytes("b")), 1h, b.handler());  // the ring is full
+  // The writer takes this one and waits for room for it.
+  if (how == "timeout")
+    owner.async_request(asio::buffer(bytes("c")), 30ms, c.handler());
+  else
+    owner.async_request(asio::buffer(bytes("c")), 1h,
+                        asio::bind_cancellation_slot(cancel.slot(), c.handler()));
+  owner.async_request(asio::buffer(bytes("d")), 1h, d.handler());  // in the outbox
+  for (int i = 0; i < 50; ++i)
+    owner_io.poll_one();
+  if (how != "timeout") cancel.emit(asio::cancellation_type::total);
+  REQUIRE(run_until(owner_io, [&] { return c.ec.has_value(); }));
+  CHECK(*c.ec == (how == "timeout" ? std::error_code(errc::timed_out)
+                                   : std::error_code(asio::error::operation_aborted)));
+  CHECK(owner.statistics().requests_withdrawn == 1);
+  // Now the opener reads: room frees, and the writer drops c and sends d.
+  REQUIRE(run_until(opener_io, [&] {
+    owner_io.poll();
+    return a.ec && b.ec && d.ec;
+  }));
+  CHECK(received == std::vector<std::string>{"a", "b", "d"});
+  owner.close();
+  opener.close();
+  owner_io.poll();
+  opener_io.poll();
 }

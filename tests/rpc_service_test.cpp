@@ -428,6 +428,40 @@ TEST_CASE("rpc_buffer: each end of a connection learns that the other closed", "
   acceptor.close();
 }
 
+TEST_CASE("rpc_buffer: async_wait_closed is cancelled through its slot", "[rpc][service]") {
+  scoped_name name("svc");
+  asio::io_context io;
+  service::hold_counts counts;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  const auto type = GENERATE(asio::cancellation_type::terminal, asio::cancellation_type::partial,
+                             asio::cancellation_type::total);
+  run_body(io, [&]() -> asio::awaitable<void> {
+    rpc_buffer client(io.get_executor());
+    rpc_buffer end = co_await connect_pair(acceptor, client, service::handler(counts));
+    std::optional<std::error_code> first, second;
+    asio::cancellation_signal cancel;
+    client.async_wait_closed(
+        asio::bind_cancellation_slot(cancel.slot(), [&](std::error_code ec) { first = ec; }));
+    co_await asio::post(io, asio::use_awaitable);  // it is waiting
+    cancel.emit(type);
+    {
+      const bool waited = co_await wait_until([&] { return first.has_value(); });
+      REQUIRE(waited);
+    }
+    CHECK(*first == asio::error::operation_aborted);
+    // Another wait still hears the other end close.
+    client.async_wait_closed([&](std::error_code ec) { second = ec; });
+    end.close();
+    {
+      const bool waited = co_await wait_until([&] { return second.has_value(); });
+      REQUIRE(waited);
+    }
+    CHECK_FALSE(*second);
+    client.close();
+  });
+  acceptor.close();
+}
+
 TEST_CASE("rpc_buffer: a blocking connect from a thread that does not run the io_context",
           "[rpc][service]") {
   scoped_name name("svc");
@@ -735,6 +769,29 @@ TEST_CASE("rpc_acceptor: a damaged connect ring fails the accept with corrupted,
   CHECK(io.stopped());
   REQUIRE(result);
   CHECK(*result == errc::corrupted);
+}
+
+TEST_CASE("rpc_server: a damaged connect ring stops its accepting, says why, and looks closed",
+          "[rpc][service]") {
+  scoped_name name("svc");
+  asio::io_context io;
+  service::hold_counts counts;
+  rpc_server server(io.get_executor(), shmio::create_only, name, service::handler(counts),
+                    small_rings());
+  CHECK_FALSE(server.accept_error());
+  connect_ring ring(name);
+  ring.state().head.position.store((std::uint64_t{1} << 48) -
+                                   3 * std::uint64_t{detail::listener_backlog});
+  ring.publish(bytes_t(sizeof(layout::connect_request)));  // wakes the server's accept
+  REQUIRE(shmio::test::run_until(io, [&] { return static_cast<bool>(server.accept_error()); }));
+  CHECK(server.accept_error() == errc::corrupted);
+  // A new client is told at once that nobody accepts, rather than timing out.
+  rpc_buffer client(io.get_executor());
+  std::error_code ec;
+  client.connect(name.str(), 5s, ec);
+  CHECK(ec == errc::not_found);
+  server.close();
+  CHECK(server.accept_error() == errc::corrupted);  // kept after close
 }
 
 // ---- named methods ---------------------------------------------------------------------------

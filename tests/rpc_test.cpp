@@ -918,6 +918,49 @@ TEST_CASE("rpc_buffer: closing an end while its handler runs ends the call and t
   });
 }
 
+TEST_CASE("rpc_buffer: a handler that closes its own end is the last to run there", "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  int served = 0;
+  std::optional<rpc_buffer> owner;
+  auto closing_handler = [&](std::uint64_t id, std::span<const std::byte> in) {
+    ++served;
+    owner->close();  // the requests already in its ring are not served after this
+    return add_two(id, in);
+  };
+  owner.emplace(io.get_executor(), shmio::create_only, name,
+                shmio::rpc_sync_handler(closing_handler));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  int done = 0;
+  for (int i = 0; i < 3; ++i)
+    opener.async_request(asio::buffer(bytes("x")), 5s, [&](std::error_code, bytes_t) { ++done; });
+  REQUIRE(shmio::test::run_until(io, [&] { return done == 3; }));
+  CHECK(served == 1);
+  opener.close();
+}
+
+TEST_CASE("rpc_buffer: an end whose close packet found the ring full is still seen to close",
+          "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context owner_io, opener_io;
+  rpc_buffer owner(owner_io.get_executor(), shmio::create_only, name,
+                   shmio::rpc_sync_handler(add_two), small_nodes(4, 1024));
+  rpc_buffer opener(opener_io.get_executor(), shmio::open_only, name);
+  std::optional<std::error_code> closed;
+  owner.async_wait_closed([&](std::error_code ec) { closed = ec; });
+  owner_io.poll();  // it watches: both ends live in this process, so no pidfd will tell
+  int done = 0;
+  for (int i = 0; i < 8; ++i)
+    opener.async_request(asio::buffer(bytes("x")), 5s, [&](std::error_code, bytes_t) { ++done; });
+  opener_io.poll();  // four fill the owner's ring; the rest wait in the opener's outbox
+  opener.close();    // its close packet finds no room
+  REQUIRE(shmio::test::run_until(opener_io, [&] { return done == 8; }));
+  REQUIRE(shmio::test::run_until(owner_io, [&] { return closed.has_value(); }));
+  CHECK_FALSE(*closed);
+  owner.close();
+  owner_io.poll();
+}
+
 TEST_CASE("rpc_buffer: closing the calling end aborts its calls and cancels the remote handler",
           "[rpc]") {
   scoped_name name("rpc");

@@ -176,7 +176,8 @@ class rpc_buffer {
   /// through the other process's pidfd, at no cost while nothing happens.
   ///
   /// Completion signature: `void(std::error_code)`: no error when the other end went;
-  /// errc::corrupted if this end failed; asio::error::operation_aborted if this end was closed.
+  /// errc::corrupted if this end failed; asio::error::operation_aborted if this end was closed
+  /// or the wait was cancelled (every cancellation type: the wait has no side effect).
   template <class CompletionToken>
   auto async_wait_closed(CompletionToken&& token);
 

@@ -69,6 +69,12 @@ class rpc_server {
   /// Kept after close().
   rpc_acceptor_statistics statistics() const noexcept;
 
+  /// Clear while the server takes new clients. Set if accepting stopped on its own:
+  /// errc::corrupted when a process damaged the service's connect ring. The server then takes
+  /// no new clients (they get errc::not_found, as from a closed service) and goes on serving
+  /// those connected; create it again to take new ones. Kept after close().
+  std::error_code accept_error() const noexcept;
+
   /// Stops accepting and closes every connection: their clients' calls fail with
   /// errc::peer_gone, the handlers running for them are cancelled.
   void close() noexcept;
@@ -78,6 +84,7 @@ class rpc_server {
   std::string name_;
   std::shared_ptr<detail::rpc_server_impl> impl_;
   rpc_acceptor_statistics last_statistics_;
+  std::error_code last_accept_error_;
 };
 
 }  // namespace shmio

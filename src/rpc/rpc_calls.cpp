@@ -113,6 +113,13 @@ bool rpc_channel::withdraw(std::uint64_t id) {
       stats_.requests_withdrawn.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
+  // The writer holds it, waiting for room for its first packet: it drops it when it looks.
+  if (current_ && !current_started_ && !current_withdrawn_ &&
+      current_->type == packet_type::request && current_->id == id) {
+    current_withdrawn_ = true;
+    stats_.requests_withdrawn.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
   return false;
 }
 
@@ -135,6 +142,15 @@ void rpc_channel::apply_limits(const rpc_options& o) {
 }
 
 void rpc_channel::admit_waiting() {
+  // Not re-entered: send() may fail a call at once (a damaged ring), whose finish_call frees
+  // its credit and comes here again; this loop takes that credit on its next turn instead, so
+  // a long queue of waiting calls never becomes a deep recursion.
+  if (admitting_) return;
+  admitting_ = true;
+  struct done_admitting {
+    bool& flag;
+    ~done_admitting() { flag = false; }
+  } guard{admitting_};
   while (in_flight_ < max_in_flight_ && !credit_queue_.empty() && !closed_) {
     const std::uint64_t id = credit_queue_.front();
     credit_queue_.pop_front();
@@ -240,7 +256,7 @@ asio::awaitable<void> rpc_channel::housekeeping_loop(
       if (connecting() && tick % ticks_per_peer_check == 0 && !link_->server_alive())
         connect_failed(errc::peer_gone);
     }
-    const bool watched = !calls_.empty() || !serving_.empty() || poll_peer_;
+    const bool watched = !calls_.empty() || !serving_.empty() || poll_peer_ || reader_held_;
     if (tick % ticks_per_peer_check == 0 && watched) {
       // The lock tells of a death; the generation of a death already followed by a new
       // opener (whose lock hides the old one's absence).

@@ -277,7 +277,7 @@ void rpc_channel::start_loops() {
 }
 
 void rpc_channel::ensure_reader() {
-  if (reader_running_ || closed_) return;
+  if (reader_running_ || reader_held_ || closed_) return;
   reader_running_ = true;
   // Started from a posted handler, never inline: co_spawn would run the reader at once, inside
   // whatever called this (a call's start, a connect), which could see a packet end the session
@@ -329,6 +329,12 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
     // A packet that is there already is taken without a trip through the strand's scheduler.
     std::error_code ec;
     std::size_t n = 0;
+    // Our answers pile up unread: take no more requests until the other end reads them.
+    if (answers_backlogged()) {
+      reader_held_ = true;
+      wake_housekeeping();  // the other end's lock is watched meanwhile
+      co_return;
+    }
     if (auto ready = waiter_->try_now(in_queue, take)) {
       ec = ready->ec;
       n = ready->value;
@@ -346,7 +352,8 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
         continue;
     }
     for (std::uint32_t taken = 1;; ++taken) {
-      if (closed_) co_return;
+      // close() may come from another thread: no handler runs for a packet after it.
+      if (closing()) co_return;
       if (ec == errc::corrupted) {
         stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
         // The ring skips a bad node and says so; a damaged head says so for ever, without a
@@ -377,9 +384,15 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
       // Drain what is already there without another trip through the executor. An answer
       // comes microseconds after a request (and the next request soon after an answer), and
       // waiting for it through the executor costs a trip at least: look a little first.
+      ++taken_since_empty_;
+      if (answers_backlogged()) break;  // the outer loop holds the reader
       auto more = take();
       if (!more) more = waiter_->spin().tight_spin_for(take, linger_for_packets);
-      if (!more) break;
+      if (!more) {
+        if (taken_since_empty_ >= in_.node_count()) check_peer_after_full_ring();
+        taken_since_empty_ = 0;
+        break;
+      }
       ec = more->ec;
       n = more->value;
     }
@@ -481,7 +494,8 @@ void rpc_channel::on_message(incoming_message m) {
 // ---- writing -----------------------------------------------------------------------------
 
 void rpc_channel::send(outgoing_message m) {
-  if (closed_) return;
+  // After close() began, the other end has had our close packet: nothing follows it.
+  if (closing()) return;
   m.generation = generation_;
   // Fast path: nothing queued and the writer idle, so write now, packet by packet, as far as
   // the ring has room. Order is kept: the writer only ever starts on the outbox's front.
@@ -500,10 +514,19 @@ void rpc_channel::send(outgoing_message m) {
     if (m.next_packet > count) return;
   }
   m.own();  // what waits in the outbox owns its bytes: a borrower may be gone before it goes
+  if (is_answer(m)) ++queued_answers_;  // bounded: see reader_held_
   outbox_.push_back(std::move(m));
   if (!writer_running_) {
     writer_running_ = true;
     asio::co_spawn(strand_, writer_loop(shared_from_this()), asio::detached);
+  }
+}
+
+void rpc_channel::answers_gone(std::size_t n) {
+  queued_answers_ -= std::min(n, queued_answers_);
+  if (reader_held_ && queued_answers_ <= max_handlers_ / 2) {
+    reader_held_ = false;
+    ensure_reader();
   }
 }
 
@@ -533,21 +556,36 @@ asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<
   // It runs while the outbox holds something (send starts it), and parks no wait otherwise: an
   // idle end holds no work.
   struct running_flag {
-    bool& running;
-    ~running_flag() { running = false; }
-  } flag{writer_running_};
+    rpc_channel& ch;
+    ~running_flag() {
+      ch.writer_running_ = false;
+      ch.current_ = nullptr;
+    }
+  } flag{*this};
   while (!outbox_.empty()) {
     if (closed_) co_return;
     writer_busy_ = true;
     const std::uint64_t session = session_;
     outgoing_message m = std::move(outbox_.front());
     outbox_.pop_front();
+    if (is_answer(m)) answers_gone(1);
+    // Until its first packet is in the ring, withdraw() may still drop it (a call that timed
+    // out or was cancelled meanwhile is not sent).
+    current_ = &m;
+    current_started_ = m.next_packet > 1;
+    current_withdrawn_ = false;
     const std::uint32_t count = packets_for(m.size(), payload_per_packet(out_.node_size()));
     for (; m.next_packet <= count; ++m.next_packet) {
       auto fill = [&m, this](std::span<std::byte> node) {
         return encode_packet(m, m.next_packet, out_.node_size(), node);
       };
-      auto write_packet = [&] { return attempt_write(out_, fill); };
+      // On the strand (the waiter's executor), as withdraw() is: the two never overlap.
+      auto write_packet = [&]() -> size_outcome {
+        if (current_withdrawn_) return outcome<std::size_t>{asio::error::operation_aborted, 0};
+        auto r = attempt_write(out_, fill);
+        if (r && !r->ec) current_started_ = true;
+        return r;
+      };
       // A free node is taken without a trip through the strand's scheduler.
       std::error_code ec;
       if (auto ready = waiter_->try_now(out_queue, write_packet))
@@ -556,19 +594,22 @@ asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<
         std::tie(ec, std::ignore) = co_await async_attempt(
             waiter_, out_queue, write_packet,
             asio::bind_cancellation_slot(writer_cancel_.slot(), as_tuple_awaitable));
-      if (!ec) stats_.packets_sent.fetch_add(1, std::memory_order_relaxed);
       if (closed_) co_return;
+      if (current_withdrawn_) break;  // dropped unsent; its call has completed
+      if (!ec) stats_.packets_sent.fetch_add(1, std::memory_order_relaxed);
       // Its reader is gone (the wait may have been cut short for that): drop the rest, so the
       // next opener is not fed a message it would only drop.
       if (session != session_) break;
       // The ring's own errors come in shmio's category; anything else is the wait aborted
       // because this end is closing.
       if (ec && ec.category() == shmio::error_category()) {
+        current_ = nullptr;  // send_failed may start other sends
         send_failed(m, ec);
         break;  // the next message may still go (and fail at once if the ring stays damaged)
       }
       if (ec) co_return;
     }
+    current_ = nullptr;
     writer_busy_ = false;
   }
 }

@@ -1,6 +1,7 @@
 // The connection half of rpc_channel: a client's connect through a service's listener, the
 // acceptor's end of it, and the watch for the other end's close or death.
 
+#include <algorithm>
 #include <asio/dispatch.hpp>
 #include <asio/post.hpp>
 
@@ -200,15 +201,33 @@ void rpc_channel::connect_failed(std::error_code ec) {
   if (op) complete(std::move(op), ec, false);
 }
 
-void rpc_channel::async_wait_closed(pending_signal_ptr op) {
-  asio::dispatch(strand_, [self = shared_from_this(), op = std::move(op)]() mutable {
+void rpc_channel::async_wait_closed(std::uint64_t id, pending_signal_ptr op) {
+  asio::dispatch(strand_, [self = shared_from_this(), id, op = std::move(op)]() mutable {
     if (self->closed_)
       return complete(std::move(op),
                       self->failure_ ? self->failure_ : asio::error::operation_aborted, false);
     if (self->peer_lost_) return complete(std::move(op), {}, false);
-    self->closed_waiters_.push_back(std::move(op));
+    self->closed_waiters_.emplace_back(id, std::move(op));
     self->ensure_reader();  // a close packet comes through it
     self->watch_peer_death();
+  });
+}
+
+void rpc_channel::cancel_wait_closed(std::uint64_t id) {
+  // Posted, as a call's cancellation is: the slot's handler runs on the emitter's thread.
+  asio::post(strand_, [self = shared_from_this(), id] {
+    auto& waiters = self->closed_waiters_;
+    auto it = std::find_if(waiters.begin(), waiters.end(), [id](auto& w) { return w.first == id; });
+    if (it == waiters.end()) return;  // it completed first
+    auto op = std::move(it->second);
+    waiters.erase(it);
+    complete(std::move(op), asio::error::operation_aborted, false);
+    // The last thing this end waited for may have gone with it: an idle end holds no work.
+    if (waiters.empty()) {
+      self->death_watch_.reset();
+      self->poll_peer_ = false;
+    }
+    self->stop_reader_if_idle();
   });
 }
 
@@ -216,7 +235,7 @@ void rpc_channel::complete_closed_waiters(std::error_code ec) {
   auto waiters = std::move(closed_waiters_);
   closed_waiters_.clear();
   for (auto& w : waiters)
-    complete(std::move(w), ec, false);
+    complete(std::move(w.second), ec, false);
   stop_reader_if_idle();
 }
 

@@ -36,6 +36,10 @@ class rpc_server_impl : public std::enable_shared_from_this<rpc_server_impl> {
     std::lock_guard lock(mutex_);
     return acceptor_.statistics();
   }
+  std::error_code accept_error() const {
+    std::lock_guard lock(mutex_);
+    return accept_error_;
+  }
 
   void close() {
     std::unordered_map<std::uint64_t, rpc_buffer> connections;
@@ -53,8 +57,15 @@ class rpc_server_impl : public std::enable_shared_from_this<rpc_server_impl> {
     if (closed_) return;
     auto on_accept = [self = shared_from_this()](std::error_code ec, rpc_buffer connection) {
       std::lock_guard lock(self->mutex_);
-      // Only a damaged connect ring fails an accept (it would fail again at once), or close.
-      if (self->closed_ || ec) return;
+      if (self->closed_) return;
+      if (ec) {
+        // Only a damaged connect ring fails an accept, and it would fail again at once: stop
+        // taking clients, say why, and look like a closed service to new ones (not_found at
+        // once, rather than a connect that times out). The connected go on.
+        self->accept_error_ = ec;
+        self->acceptor_.close();
+        return;
+      }
       self->add(std::move(connection));
       self->accept_next();
     };
@@ -83,6 +94,7 @@ class rpc_server_impl : public std::enable_shared_from_this<rpc_server_impl> {
   rpc_methods methods_;  // shared by every connection
   std::unordered_map<std::uint64_t, rpc_buffer> connections_;
   std::uint64_t next_id_ = 0;
+  std::error_code accept_error_;
   bool closed_ = false;
 };
 
@@ -129,6 +141,7 @@ rpc_server& rpc_server::operator=(rpc_server&& other) noexcept {
     name_ = std::move(other.name_);
     impl_ = std::move(other.impl_);
     last_statistics_ = other.last_statistics_;
+    last_accept_error_ = other.last_accept_error_;
   }
   return *this;
 }
@@ -145,9 +158,14 @@ rpc_acceptor_statistics rpc_server::statistics() const noexcept {
   return impl_ ? impl_->statistics() : last_statistics_;
 }
 
+std::error_code rpc_server::accept_error() const noexcept {
+  return impl_ ? impl_->accept_error() : last_accept_error_;
+}
+
 void rpc_server::close() noexcept {
   if (auto im = std::exchange(impl_, nullptr)) {
     last_statistics_ = im->statistics();
+    last_accept_error_ = im->accept_error();
     im->close();
   }
 }

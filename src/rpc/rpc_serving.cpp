@@ -135,7 +135,7 @@ void rpc_channel::spawn_handler(std::uint64_t id, serving_call* call, asio::awai
 }
 
 void rpc_channel::start_deferred() {
-  while (!deferred_.empty() && serving_.size() < max_handlers_ && !closed_) {
+  while (!deferred_.empty() && serving_.size() < max_handlers_ && !closing()) {
     incoming_message m = std::move(deferred_.front());
     deferred_.pop_front();
     start_request(std::move(m));
@@ -146,7 +146,7 @@ asio::awaitable<void> rpc_channel::serve_stream(std::shared_ptr<rpc_channel> sel
                                                 incoming_message request, std::size_t skip,
                                                 const rpc_stream_handler* handler,
                                                 std::uint64_t session) {
-  if (closed_ || session != session_) co_return;  // its caller went before it started
+  if (closing() || session != session_) co_return;  // its caller went before it started
   std::error_code failure;
   std::string text;
   try {
@@ -171,7 +171,7 @@ asio::awaitable<void> rpc_channel::serve_stream(std::shared_ptr<rpc_channel> sel
 asio::awaitable<void> rpc_channel::serve([[maybe_unused]] std::shared_ptr<rpc_channel> self,
                                          incoming_message request, std::size_t skip,
                                          const rpc_handler* handler, std::uint64_t session) {
-  if (closed_ || session != session_) co_return;  // its caller went before it started
+  if (closing() || session != session_) co_return;  // its caller went before it started
   std::vector<std::byte> reply;
   std::error_code failure;
   std::string text;

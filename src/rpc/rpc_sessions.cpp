@@ -32,6 +32,17 @@ bool rpc_channel::peer_attached() {
   return peer_present_;
 }
 
+void rpc_channel::check_peer_after_full_ring() {
+  // A death is seen anyway (pidfd or the tick); this is for an end that closed while its
+  // process lives on, its close packet having found our ring full. As the tick looks: the
+  // generation tells of an opener already replaced, the lock of one gone.
+  if (peer_lost_) return;
+  if (owner_) follow_opener();
+  std::error_code ec;
+  if (!platform::byte_locked_by_other(seg_.native_handle(), peer_lock_byte_, ec) && !ec)
+    end_session();
+}
+
 bool rpc_channel::from_peer(std::uint64_t generation) {
   if (owner_) follow_opener();  // a packet of a newer opener ends the session with the older
   return generation == generation_;
@@ -53,7 +64,8 @@ void rpc_channel::end_session() {
   ++session_;
   peer_present_ = false;
   reassembler_.clear();
-  outbox_.clear();        // nobody to read them
+  outbox_.clear();  // nobody to read them
+  answers_gone(queued_answers_);
   credit_queue_.clear();  // nor the calls waiting to be sent: they fail below, unsent
   deferred_.clear();
   if (writer_busy_) writer_cancel_.emit(asio::cancellation_type::terminal);
@@ -122,6 +134,8 @@ void rpc_channel::shutdown_on_strand() {
     finish_call(calls_.begin()->first, why, {});
   cancel_serving(asio::error::operation_aborted);
   outbox_.clear();
+  queued_answers_ = 0;
+  reader_held_ = false;
   credit_queue_.clear();
   deferred_.clear();
   tick_.cancel();

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <asio/any_io_executor.hpp>
@@ -127,7 +128,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void cancel_connect();
   /// Completes `op` with no error when the other end closes or dies (a connection's other end
   /// for good; an owner's current opener), or with this end's failure or operation_aborted.
-  void async_wait_closed(pending_signal_ptr op);
+  /// `id` (next_id()) names it to cancel_wait_closed.
+  void async_wait_closed(std::uint64_t id, pending_signal_ptr op);
+  /// Completes the wait `id` with operation_aborted (cancellation through its slot).
+  void cancel_wait_closed(std::uint64_t id);
 
   static std::shared_ptr<rpc_channel> create(const asio::any_io_executor& ex, std::string_view name,
                                              rpc_service service, const rpc_options& options,
@@ -218,6 +222,15 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   bool may_hold_stale_claims(int fd, bool owner) const noexcept;
   void on_accepted();
   void connect_failed(std::error_code ec);
+  /// Closing: close() (from any thread) or a failure has begun. No request handler starts and
+  /// no packet is taken after it.
+  bool closing() const noexcept {
+    // acquire: pairs with release()'s exchange; a reader that sees it stops.
+    return closed_ || released_.load(std::memory_order_acquire);
+  }
+  /// The reader found its ring empty after taking a ringful or more: the other end's close
+  /// packet may have found no room, and a pidfd only tells of a death. Its lock tells.
+  void check_peer_after_full_ring();
   void forget_name() noexcept;
   void complete_closed_waiters(std::error_code ec);
   void watch_peer_death();
@@ -231,13 +244,19 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
            serving_.empty();
   }
   void ensure_reader();
+  static bool is_answer(const outgoing_message& m) noexcept {
+    return m.type == layout::packet_type::response || m.type == layout::packet_type::error;
+  }
+  bool answers_backlogged() const noexcept { return queued_answers_ >= max_handlers_; }
+  /// An answer left the outbox (n: how many); the held reader may go on.
+  void answers_gone(std::size_t n);
   /// Stops a parked reader once this end is idle (after a completion that may have made it so),
   /// and the housekeeping tick once it has nothing to watch.
   void stop_reader_if_idle();
   /// Whatever the housekeeping tick watches: calls (their deadlines), handlers serving (their
   /// caller's life), close waiters without a pidfd, a connect.
   bool housekeeping_due() const noexcept {
-    return !calls_.empty() || !serving_.empty() || poll_peer_ || connecting();
+    return !calls_.empty() || !serving_.empty() || poll_peer_ || connecting() || reader_held_;
   }
   void stop_ticking_if_quiet(int passes = 2);
   asio::awaitable<void> reader_loop(std::shared_ptr<rpc_channel> self);
@@ -363,12 +382,27 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   bool ticking_ = false;
   bool tick_stop_posted_ = false;  // stop_ticking_if_quiet's look is on its way
   bool writer_busy_ = false;       // the writer loop is part-way through a message
-  bool writer_running_ = false;    // the writer loop runs: the outbox holds something
-  bool reader_running_ = false;    // the reader loop runs (see idle())
-  bool reader_parked_ = false;     // ... and waits for a packet
-  bool reader_stop_ = false;       // its wait was cut short because this end became idle
-  bool serves_ = false;            // this end has a handler (and holds its serves byte)
-  bool peer_serves_ = false;       // the other end's serves byte, as seen when it came
+  // The message the writer loop holds while it waits for room for its first packet: until that
+  // packet is written (current_started_), withdraw() may still drop it (current_withdrawn_).
+  const outgoing_message* current_ = nullptr;
+  bool current_started_ = false;
+  bool current_withdrawn_ = false;
+  bool admitting_ = false;  // admit_waiting() runs (it is not re-entered)
+  // Packets taken since the reader last found its ring empty: a ring that was full may have had
+  // no room for the other end's close packet (see check_peer_after_full_ring).
+  std::size_t taken_since_empty_ = 0;
+  // Answers (responses, errors) waiting in the outbox for room in a ring the other end does
+  // not read. At max_concurrent_handlers the reader stops taking packets (reader_held_): the
+  // other end's requests then wait in its ring, as its writes wait for room, rather than ours
+  // grow without bound. It reads again once half have gone.
+  std::size_t queued_answers_ = 0;
+  bool reader_held_ = false;
+  bool writer_running_ = false;  // the writer loop runs: the outbox holds something
+  bool reader_running_ = false;  // the reader loop runs (see idle())
+  bool reader_parked_ = false;   // ... and waits for a packet
+  bool reader_stop_ = false;     // its wait was cut short because this end became idle
+  bool serves_ = false;          // this end has a handler (and holds its serves byte)
+  bool peer_serves_ = false;     // the other end's serves byte, as seen when it came
   bool peer_present_ = false;
   bool closed_ = false;
   // A connection (rpc_acceptor, async_connect) has one other end, once: when it goes, the
@@ -384,7 +418,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::unique_ptr<listener_link> link_;  // a connecting owner's listener, until the outcome
   pending_signal_ptr connect_op_;
   std::chrono::steady_clock::time_point connect_deadline_;
-  std::vector<pending_signal_ptr> closed_waiters_;
+  std::vector<std::pair<std::uint64_t, pending_signal_ptr>> closed_waiters_;
   // Becomes readable when the other end's process exits; without one (no pidfd, or its pid
   // was not the holder's), the housekeeping tick watches the other end for closed_waiters_.
   std::unique_ptr<asio::posix::stream_descriptor> death_watch_;

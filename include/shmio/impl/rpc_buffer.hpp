@@ -57,6 +57,16 @@ struct rpc_connect_cancel {
   }
 };
 
+// Every kind of cancellation is honoured: waiting for a close has no side effect to undo.
+struct rpc_wait_closed_cancel {
+  std::weak_ptr<rpc_channel> channel;
+  std::uint64_t id;
+  void operator()(asio::cancellation_type type) const {
+    if (type == asio::cancellation_type::none) return;
+    if (auto c = channel.lock()) c->cancel_wait_closed(id);
+  }
+};
+
 /// Makes connected ends (for rpc_acceptor).
 struct rpc_buffer_access {
   static rpc_buffer make(const asio::any_io_executor& ex, std::shared_ptr<rpc_channel> channel) {
@@ -370,9 +380,14 @@ template <class CompletionToken>
 auto rpc_buffer::async_wait_closed(CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::error_code)>(
       [](auto handler, const std::shared_ptr<detail::rpc_channel>& ch, const executor_type& ex) {
+        auto slot = asio::get_associated_cancellation_slot(handler);
         auto op = detail::make_pending<detail::rpc_signal>(std::move(handler), ex);
         if (!ch) return detail::complete(std::move(op), asio::error::operation_aborted, false);
-        ch->async_wait_closed(std::move(op));
+        const std::uint64_t id = ch->next_id();
+        if (slot.is_connected())
+          slot.template emplace<detail::rpc_wait_closed_cancel>(
+              detail::rpc_wait_closed_cancel{ch, id});
+        ch->async_wait_closed(id, std::move(op));
       },
       token, channel_, ex_);
 }
