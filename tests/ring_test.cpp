@@ -630,6 +630,28 @@ TEST_CASE(
     CHECK(take(ring, 0ms) == numbered(i));
 }
 
+TEST_CASE("a head or tail moved far ahead of every node is corrupted, not empty or full",
+          "[ring][hostile]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 4, 64);
+  REQUIRE(ring.write(asio::buffer("m", 1), 1s) == 1);
+  raw_map raw(name);
+  // Just under half the 2^48 position space ahead: every node's turn looks far behind it.
+  const std::uint64_t far = (std::uint64_t{1} << 47) - 100;
+  std::string buf(64, '\0');
+  std::error_code ec;
+  SECTION("head") {
+    raw.state().head.position.store(far);
+    ring.read(asio::buffer(buf), 0ms, ec);
+  }
+  SECTION("tail") {
+    raw.state().tail.position.store(far);
+    ring.write(asio::buffer("n", 1), 0ms, ec);
+  }
+  CHECK(ec == shmio::errc::corrupted);
+}
+
 TEST_CASE("opening a ring whose header is corrupted fails with corrupted", "[ring]") {
   const std::string damage = GENERATE("node_count 0", "node_count too large", "node_size 0",
                                       "stride mismatch", "nodes_offset moved");

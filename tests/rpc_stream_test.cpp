@@ -459,6 +459,44 @@ TEST_CASE("rpc_stream: writes after the handler returned fail; the stream had en
   });
 }
 
+TEST_CASE("rpc_stream: a write too large to send completes in its turn, after earlier writes",
+          "[rpc][stream]") {
+  scoped_name name("stream");
+  asio::io_context io;
+  std::vector<std::string> completions;
+  rpc_methods methods;
+  methods.add("",
+              [&](std::uint64_t, std::span<const std::byte>,
+                  rpc_stream_writer out) -> asio::awaitable<void> {
+                // The window's one credit goes to "a"; "b" waits for the next.
+                co_await out.async_write(asio::buffer(bytes("a")), asio::use_awaitable);
+                const bytes_t big(100);
+                out.async_write(asio::buffer(bytes("b")), [&](std::error_code ec) {
+                  completions.push_back(ec ? "b failed" : "b");
+                });
+                out.async_write(asio::buffer(big), [&](std::error_code ec) {
+                  completions.push_back(ec == errc::message_too_large ? "big refused" : "big?");
+                });
+                CO_REQUIRE(co_await wait_until([&] { return completions.size() == 2; }));
+              });
+  rpc_options o = options(1);
+  o.max_message_size = 64;
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, o);
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, methods);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    rpc_stream s = co_await caller.async_request_stream({}, asio::use_awaitable);
+    auto [ec1, a] = co_await s.async_read(tuple_awaitable);
+    CHECK(text(a) == "a");
+    auto [ec2, b] = co_await s.async_read(tuple_awaitable);
+    CHECK(text(b) == "b");
+    auto [ec3, end] = co_await s.async_read(tuple_awaitable);
+    CHECK(ec3 == asio::error::eof);
+    CHECK(completions == std::vector<std::string>{"b", "big refused"});
+    caller.close();
+    server.close();
+  });
+}
+
 TEST_CASE("rpc_stream: items past the credit granted end the stream as corrupted",
           "[rpc][stream]") {
   // The handler's end never sends past its credit, so a third party does: the caller takes

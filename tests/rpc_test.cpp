@@ -920,7 +920,7 @@ TEST_CASE("rpc_buffer: closing an end while its handler runs ends the call and t
 
 TEST_CASE("rpc_buffer: a handler that closes its own end is the last to run there", "[rpc]") {
   scoped_name name("rpc");
-  asio::io_context io;
+  asio::io_context owner_io, opener_io;
   int served = 0;
   std::optional<rpc_buffer> owner;
   auto closing_handler = [&](std::uint64_t id, std::span<const std::byte> in) {
@@ -928,15 +928,19 @@ TEST_CASE("rpc_buffer: a handler that closes its own end is the last to run ther
     owner->close();  // the requests already in its ring are not served after this
     return add_two(id, in);
   };
-  owner.emplace(io.get_executor(), shmio::create_only, name,
+  owner.emplace(owner_io.get_executor(), shmio::create_only, name,
                 shmio::rpc_sync_handler(closing_handler));
-  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  rpc_buffer opener(opener_io.get_executor(), shmio::open_only, name);
   int done = 0;
   for (int i = 0; i < 3; ++i)
     opener.async_request(asio::buffer(bytes("x")), 5s, [&](std::error_code, bytes_t) { ++done; });
-  REQUIRE(shmio::test::run_until(io, [&] { return done == 3; }));
+  opener_io.poll();  // all three are in the owner's ring before it reads any
+  REQUIRE(shmio::test::run_until(owner_io, [&] { return served != 0; }));
+  owner_io.poll();
+  REQUIRE(shmio::test::run_until(opener_io, [&] { return done == 3; }));
   CHECK(served == 1);
   opener.close();
+  opener_io.poll();
 }
 
 TEST_CASE("rpc_buffer: an end whose close packet found the ring full is still seen to close",

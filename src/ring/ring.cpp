@@ -105,6 +105,12 @@ claim_status ring_view::try_claim_write(write_claim& out) noexcept {
       n.word.compare_exchange_strong(w, make_word(pos, i, 0), std::memory_order_acq_rel);
       continue;
     } else if (d < 0) {
+      // A node is never more than a lap behind the tail (its writer of the lap before claimed
+      // it before the tail passed): far behind, with the tail still there, the tail was moved
+      // ahead of every node, and "full" would leave the writer waiting for ever.
+      if (d < -2 * static_cast<std::int64_t>(count_) &&
+          tail.position.load(std::memory_order_relaxed) == pos)
+        return claim_status::corrupted;
       return claim_status::would_block;  // a stale position from a lap ago: the ring is full
     } else if (d > 2 * static_cast<std::int64_t>(count_) &&
                tail.position.load(std::memory_order_relaxed) == pos) {
@@ -202,6 +208,12 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
     } else if (d > 1) {
       help_advance(head, pos);  // skipped (abandoned or recovered) for this lap: move on
     } else {
+      // A node is never more than a lap behind the head (its reader of the lap before claimed
+      // it before the head passed): far behind, with the head still there, the head was moved
+      // ahead of every node, and "empty" would leave the reader waiting for ever.
+      if (d < -2 * static_cast<std::int64_t>(count_) &&
+          head.position.load(std::memory_order_relaxed) == pos)
+        return claim_status::corrupted;
       return claim_status::would_block;  // a stale position: nothing new
     }
     pos = head.position.load(std::memory_order_relaxed);

@@ -165,7 +165,8 @@ void rpc_channel::write_stream(std::uint64_t request_id, std::uint64_t session,
     auto it = self->serving_.find(request_id);
     if (it == self->serving_.end() || !it->second.stream.active || it->second.stream.ended)
       return complete(std::move(op), asio::error::operation_aborted, false);
-    if (item.size() > self->reassembler_max())
+    // Too large: refused in its turn, after the writes queued before it (flush_stream_writes).
+    if (item.size() > self->reassembler_max() && it->second.stream.writes.empty())
       return complete(std::move(op), errc::message_too_large, false);
     it->second.stream.writes.push_back({write_id, std::move(item), std::move(op)});
     self->flush_stream_writes(request_id, it->second.stream);
@@ -202,7 +203,14 @@ void rpc_channel::on_stream_credit(const incoming_message& m) {
 }
 
 void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_state& w) {
-  while (w.credit > 0 && !w.writes.empty() && !closed_) {
+  while (!w.writes.empty() && !closed_) {
+    if (w.writes.front().item.size() > reassembler_max()) {  // refused, using no credit
+      auto op = std::move(w.writes.front().op);
+      w.writes.pop_front();
+      complete(std::move(op), errc::message_too_large, false);
+      continue;
+    }
+    if (w.credit == 0) break;
     auto next = std::move(w.writes.front());
     w.writes.pop_front();
     --w.credit;

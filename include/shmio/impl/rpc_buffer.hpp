@@ -309,16 +309,20 @@ auto rpc_buffer::start_stream(bool named, std::string_view method, asio::const_b
                               CompletionToken&& token) {
   // Encoded now (the payload is copied before this returns: see async_request).
   const bool valid = !named || (!method.empty() && method.size() <= rpc_methods::max_name);
+  // Read once: the window the request announces is the one the stream keeps (set_limits may
+  // change it before a lazy token launches the operation).
+  const std::uint32_t window = channel_ ? channel_->stream_window() : 0;
   std::vector<std::byte> message;
   if (channel_ && valid)
     message =
-        detail::encode_request(channel_->stream_window(), named ? method : std::string_view(),
+        detail::encode_request(window, named ? method : std::string_view(),
                                {static_cast<const std::byte*>(payload.data()), payload.size()});
   const std::uint16_t flags = static_cast<std::uint16_t>(
       detail::layout::packet_flag_stream | (named ? detail::layout::packet_flag_method : 0));
   return asio::async_initiate<CompletionToken, void(std::error_code, rpc_stream)>(
       [](auto handler, const std::shared_ptr<detail::rpc_channel>& ch, const executor_type& ex,
-         std::vector<std::byte> data, std::uint16_t packet_flags, bool name_valid) {
+         std::vector<std::byte> data, std::uint16_t packet_flags, bool name_valid,
+         std::uint32_t announced) {
         if (!ch || !name_valid) {  // completes on the handler's executor, never in here
           auto hex = asio::get_associated_executor(handler, ex);
           const std::error_code ec = ch ? std::error_code(errc::invalid_argument)
@@ -330,7 +334,7 @@ auto rpc_buffer::start_stream(bool named, std::string_view method, asio::const_b
         const std::uint64_t id = ch->next_id();
         auto st = std::make_shared<detail::stream_state>();
         st->id = id;
-        st->window = ch->stream_window();
+        st->window = announced;
         st->allowed = st->window;
         auto slot = asio::get_associated_cancellation_slot(handler);
         if (slot.is_connected())
@@ -342,7 +346,7 @@ auto rpc_buffer::start_stream(bool named, std::string_view method, asio::const_b
         ch->start_call(id, std::move(op), std::move(m), std::chrono::milliseconds(-1),
                        std::move(st));
       },
-      token, channel_, ex_, std::move(message), flags, valid);
+      token, channel_, ex_, std::move(message), flags, valid, window);
 }
 
 template <class CompletionToken>
