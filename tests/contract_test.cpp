@@ -278,6 +278,37 @@ TEST_CASE("a result on its way to its handler is not overtaken by a later operat
   }
 }
 
+TEST_CASE("operations completed together keep their order across executors",
+          "[contract][ring][async]") {
+  asio::io_context io;
+  asio::io_context elsewhere;  // runs the first handler only when the test says so
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 4, 16);
+  circular_buffer writer(io.get_executor(), shmio::open_only, name);
+  std::vector<std::string> order;
+  std::string first(16, '\0');
+  std::string second(16, '\0');
+  ring.async_read(asio::buffer(first),
+                  asio::bind_executor(elsewhere, [&](std::error_code ec, std::size_t n) {
+                    order.push_back(ec ? "error" : "first:" + first.substr(0, n));
+                  }));
+  ring.async_read(asio::buffer(second), [&](std::error_code ec, std::size_t n) {
+    order.push_back(ec ? "error" : "second:" + second.substr(0, n));
+  });
+  for (int i = 0; i < 20; ++i)
+    io.poll_one();
+  REQUIRE(order.empty());
+  // Both messages at once: one look can find both waiting reads ready.
+  REQUIRE(writer.write(asio::buffer("1", 1), bound) == 1);
+  REQUIRE(writer.write(asio::buffer("2", 1), bound) == 1);
+  for (int i = 0; i < 50; ++i)
+    io.poll_one();
+  CHECK(order.empty());  // the second waits for the first handler, which waits in `elsewhere`
+  elsewhere.poll();
+  REQUIRE(shmio::test::run_until(io, [&] { return order.size() == 2; }));
+  CHECK(order == std::vector<std::string>{"first:1", "second:2"});
+}
+
 TEST_CASE("handlers on a strand of a multi-threaded io_context run in the order started",
           "[contract][ring][async][strand]") {
   asio::io_context io(4);

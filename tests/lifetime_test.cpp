@@ -3,6 +3,7 @@
 // touches the object's shared memory or its freed state afterwards (ASan and the mapping's
 // removal catch any access). Run under ASan in CI.
 
+#include <asio/bind_executor.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
@@ -263,4 +264,26 @@ TEST_CASE("a batch read whose callback closes its handle takes no more messages"
   CHECK(buf[0] == 'b');
   CHECK(w.read(asio::buffer(buf), 1s) == 1);
   CHECK(buf[0] == 'c');
+}
+
+TEST_CASE("a handler bound to another io_context may run after the object and its own are gone",
+          "[lifetime][ring]") {
+  asio::io_context other;
+  scoped_name name("gone");
+  std::string buf(16, '\0');
+  std::error_code got = asio::error::would_block;
+  {
+    asio::io_context io;
+    circular_buffer r(io.get_executor(), shmio::create_only, name, 4, 16);
+    circular_buffer w(io.get_executor(), shmio::open_only, name);
+    REQUIRE(w.write(asio::buffer("a", 1), 1s) == 1);
+    // Ready: its result waits in `other`'s queue, counted in the object's order gate.
+    r.async_read(asio::buffer(buf),
+                 asio::bind_executor(other, [&](std::error_code ec, std::size_t) { got = ec; }));
+    r.close();
+    w.close();
+  }  // the object's io_context is gone with everything of the object's
+  other.run();
+  CHECK_FALSE(got);
+  CHECK(buf[0] == 'a');
 }

@@ -394,3 +394,31 @@ TEST_CASE("rpc bounds: a call the writer holds, waiting for room, is dropped if 
   owner_io.poll();
   opener_io.poll();
 }
+
+TEST_CASE("rpc bounds: two ends that serve and call each other past their bounds both finish",
+          "[rpc][bounds]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  auto echo = [](std::uint64_t, std::span<const std::byte> in) {
+    return bytes_t(in.begin(), in.end());
+  };
+  // One answer queued is the bound: each end's answers queue behind its own requests.
+  rpc_buffer a(io.get_executor(), shmio::create_only, name, shmio::rpc_sync_handler(echo),
+               bounded(1024, 1));
+  rpc_buffer b(io.get_executor(), shmio::open_only, name, shmio::rpc_sync_handler(echo));
+  rpc_options limits = bounded(1024, 1);
+  b.set_limits(limits);
+  constexpr int calls = 40;  // five ringfuls each way
+  int done = 0, failed = 0;
+  for (int i = 0; i < calls; ++i)
+    for (rpc_buffer* end : {&a, &b})
+      end->async_request(asio::buffer(bytes("x")), 10s, [&](std::error_code ec, bytes_t) {
+        ++done;
+        failed += ec ? 1 : 0;
+      });
+  REQUIRE(run_until(io, [&] { return done == 2 * calls; }));
+  CHECK(failed == 0);
+  a.close();
+  b.close();
+  io.poll();
+}

@@ -277,7 +277,11 @@ void rpc_channel::start_loops() {
 }
 
 void rpc_channel::ensure_reader() {
-  if (reader_running_ || reader_held_ || closed_) return;
+  if (reader_running_ || closed_) return;
+  if (reader_held_) {
+    if (answers_backlogged()) return;
+    reader_held_ = false;  // a call of this end's own: its answer comes through the reader
+  }
   reader_running_ = true;
   // Started from a posted handler, never inline: co_spawn would run the reader at once, inside
   // whatever called this (a call's start, a connect), which could see a packet end the session
@@ -339,6 +343,7 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
       ec = ready->ec;
       n = ready->value;
     } else {
+      ring_found_empty();
       // Nothing to read, and nothing of ours waits for the other end: an idle end parks no
       // wait (it would hold the io_context's work). The next call starts the loop again.
       if (idle()) co_return;
@@ -367,6 +372,7 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
         co_return;  // aborted: this end is closing
       } else {
         corrupt_run = 0;
+        ++taken_since_empty_;
         on_packet({packet_.data(), n});
       }
       if (takes_turns_ && taken >= 2 &&
@@ -384,13 +390,12 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
       // Drain what is already there without another trip through the executor. An answer
       // comes microseconds after a request (and the next request soon after an answer), and
       // waiting for it through the executor costs a trip at least: look a little first.
-      ++taken_since_empty_;
       if (answers_backlogged()) break;  // the outer loop holds the reader
+      if (closing()) co_return;
       auto more = take();
       if (!more) more = waiter_->spin().tight_spin_for(take, linger_for_packets);
       if (!more) {
-        if (taken_since_empty_ >= in_.node_count()) check_peer_after_full_ring();
-        taken_since_empty_ = 0;
+        ring_found_empty();
         break;
       }
       ec = more->ec;
@@ -505,6 +510,7 @@ void rpc_channel::send(outgoing_message m) {
       auto fill = [&](std::span<std::byte> node) {
         return encode_packet(m, m.next_packet, out_.node_size(), node);
       };
+      if (closing()) return;  // close() on another thread: nothing after its close packet
       const auto written = attempt_write(out_, fill);
       if (!written) break;  // full: the writer loop waits for room
       if (written->ec) return send_failed(m, written->ec);
@@ -581,7 +587,9 @@ asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<
       };
       // On the strand (the waiter's executor), as withdraw() is: the two never overlap.
       auto write_packet = [&]() -> size_outcome {
-        if (current_withdrawn_) return outcome<std::size_t>{asio::error::operation_aborted, 0};
+        // Withdrawn, or close() began on another thread (nothing goes after its close packet).
+        if (current_withdrawn_ || closing())
+          return outcome<std::size_t>{asio::error::operation_aborted, 0};
         auto r = attempt_write(out_, fill);
         if (r && !r->ec) current_started_ = true;
         return r;

@@ -32,6 +32,10 @@ bool rpc_channel::peer_attached() {
   return peer_present_;
 }
 
+void rpc_channel::ring_found_empty() {
+  if (std::exchange(taken_since_empty_, 0) >= in_.node_count()) check_peer_after_full_ring();
+}
+
 void rpc_channel::check_peer_after_full_ring() {
   // A death is seen anyway (pidfd or the tick); this is for an end that closed while its
   // process lives on, its close packet having found our ring full. As the tick looks: the
@@ -44,6 +48,8 @@ void rpc_channel::check_peer_after_full_ring() {
 }
 
 bool rpc_channel::from_peer(std::uint64_t generation) {
+  // A connection's other end went (it closed, or died): whatever of its still comes is stale.
+  if (peer_lost_) return false;
   if (owner_) follow_opener();  // a packet of a newer opener ends the session with the older
   return generation == generation_;
 }

@@ -19,7 +19,7 @@ void op_batch::push(wait_op* o) noexcept {
   ++taken_[o->queue];
 }
 
-void op_batch::deliver(std::span<op_queue> queues, const std::shared_ptr<delivery_owner>& owner,
+void op_batch::deliver(std::span<op_queue> queues, const std::weak_ptr<delivery_owner>& owner,
                        bool may_dispatch, std::error_code abort) {
   const op_queue* const outer = current_delivery;
   std::array<bool, max_queues> went_posted{};
@@ -34,7 +34,7 @@ void op_batch::deliver(std::span<op_queue> queues, const std::shared_ptr<deliver
     const bool dispatch = may_dispatch && !thrown && !went_posted[q];
     try {
       // After a throw the rest are posted: no more user code runs inside this unwinding call.
-      o->finish(abort, dispatch, owner ? delivery_ticket(owner, q) : delivery_ticket());
+      o->finish(abort, dispatch, delivery_ticket(owner, q));
     } catch (...) {
       // A second throw (only a post's allocation can throw here) loses that one completion,
       // which is already gone with the operation; the first exception is the one reported.
@@ -74,9 +74,11 @@ void op_queue::take(wait_op* o, op_batch& done) noexcept {
   (o->prev ? o->prev->next : head_) = o->next;
   (o->next ? o->next->prev : tail_) = o->prev;
   o->next = o->prev = nullptr;
-  // relaxed: see may_start_ready.
-  queued_.fetch_sub(1, std::memory_order_relaxed);
+  // On its way before it is out of the list: a start that sees it out also sees it on its way.
+  // relaxed: the release below publishes it.
   delivering_.fetch_add(1, std::memory_order_relaxed);
+  // release: pairs with may_start_ready's acquire.
+  queued_.fetch_sub(1, std::memory_order_release);
   done.push(o);
 }
 

@@ -86,10 +86,10 @@ bool waiter::try_op(wait_op* o) {
   return false;
 }
 
-void waiter::take_ready(op_batch& done, unsigned mask) {
+void waiter::take_ready(op_batch& done, unsigned mask, bool may_dispatch) {
   for (std::size_t q = 0; q < reactor_.queue_count(); ++q)
     if ((mask & (1u << q)) != 0)
-      ops_[q].take_ready(done, q, [this](wait_op* o) { return try_op(o); });
+      ops_[q].take_ready(done, q, may_dispatch, [this](wait_op* o) { return try_op(o); });
 }
 
 void waiter::withdraw_idle(unsigned mask) noexcept {
@@ -181,7 +181,7 @@ void waiter::park(std::unique_lock<std::mutex>& lock, wait_op* o, bool in_initia
   // The re-check after arming: from here on a publication either is seen now or rings us. It
   // tries the queue's head, not `o`: what `o` could take belongs to those before it.
   op_batch done;
-  take_ready(done, 1u << q);
+  take_ready(done, 1u << q, !in_initiation);
   if (!done.empty()) withdraw_idle(1u << q);
   watch();
   lock.unlock();
@@ -253,15 +253,17 @@ std::size_t waiter::recheck(std::unique_lock<std::mutex>& lock) {
   }
   stalled_ = false;  // each parked head that is still held up says so again
   op_batch done;
-  take_ready(done, had_pending);
+  take_ready(done, had_pending, true);  // we run on the I/O executor
   if (reactor_.drain_due() && any_parked()) {
     // Still parked, so the doorbell is about to be watched again: drain it, then arm and look
     // again, as a fresh park does. A ring drained here may have claimed the slot after the
     // first arming, and stand for a publication after the first look (models/README.md, F8).
     reactor_.drain();
+    // A queue whose batch stopped gets no look now, so no arming either (see arm_for): it is
+    // looked at, and armed, once its last handler is reached.
     for (std::size_t q = 0; q < reactor_.queue_count(); ++q)
-      if (ops_[q].any_parked()) arm_for(q, done.taken(q));
-    take_ready(done, had_pending);
+      if (ops_[q].any_parked() && !done.stopped(q)) arm_for(q, done.taken(q));
+    take_ready(done, had_pending, true);
   }
   withdraw_idle(had_pending);
   if (!nothing_pending()) parked_since_ = std::chrono::steady_clock::now();
@@ -274,7 +276,7 @@ std::size_t waiter::recheck(std::unique_lock<std::mutex>& lock) {
 
 void waiter::deliver_and_settle(op_batch& done, bool may_dispatch, std::error_code ec) {
   try {
-    done.deliver(ops_, shared_from_this(), may_dispatch, ec);
+    done.deliver(ops_, weak_from_this(), may_dispatch, ec);
   } catch (...) {
     settle();
     throw;
@@ -371,9 +373,9 @@ void waiter::shutdown() noexcept {
       ops_[q].take(o, done);
   reactor_.close();  // passes on rings claimed for us, as a cancelled wait does
   lock.unlock();
-  // Posted: nothing runs here. No owner while the waiter is being destroyed: its gates no
-  // longer matter, and nothing may keep it.
-  done.deliver(ops_, weak_from_this().lock(), false, asio::error::operation_aborted);
+  // Posted: nothing runs here. (From ~waiter the tickets' owner is already gone: its gates no
+  // longer matter.)
+  done.deliver(ops_, weak_from_this(), false, asio::error::operation_aborted);
 }
 
 }  // namespace shmio::detail

@@ -129,7 +129,14 @@ class handler_wait_op final : public wait_op {
         attempt_(std::in_place, std::move(a)),
         // Keeps the handler's execution context running while we are parked outside it.
         work_(asio::prefer(asio::get_associated_executor(handler_, ex),
-                           asio::execution::outstanding_work.tracked)) {}
+                           asio::execution::outstanding_work.tracked)) {
+    using associated = asio::associated_executor_t<Handler, asio::any_io_executor>;
+    // An executor that is not an I/O executor (use_future's, say) is never the waiter's.
+    if constexpr (std::is_same_v<associated, asio::any_io_executor>)
+      same_executor = asio::get_associated_executor(handler_, ex) == ex;
+    else if constexpr (std::is_constructible_v<asio::any_io_executor, associated>)
+      same_executor = asio::any_io_executor(asio::get_associated_executor(handler_, ex)) == ex;
+  }
   ~handler_wait_op() = default;
 
   Handler handler_;

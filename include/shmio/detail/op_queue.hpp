@@ -44,11 +44,13 @@ class delivery_owner {
 
 /// An operation on its way to its handler: it counts in its queue's gate until punch(), which
 /// the handler's wrapper calls just before the upcall (or its destructor, if the handler is
-/// destroyed unrun). Keeps its owner alive until then. Empty: counts nowhere.
+/// destroyed unrun). It does not keep its owner alive (a handler may wait in another
+/// io_context's queue long after the object and its own io_context are gone): an owner that
+/// went first has no gate left to open. Empty: counts nowhere.
 class delivery_ticket {
  public:
   delivery_ticket() = default;
-  delivery_ticket(std::shared_ptr<delivery_owner> owner, std::size_t q) noexcept
+  delivery_ticket(std::weak_ptr<delivery_owner> owner, std::size_t q) noexcept
       : owner_(std::move(owner)), q_(q) {}
   delivery_ticket(delivery_ticket&& o) noexcept = default;
   delivery_ticket& operator=(delivery_ticket&& o) noexcept {
@@ -62,11 +64,12 @@ class delivery_ticket {
   ~delivery_ticket() { punch(); }
 
   void punch() noexcept {
-    if (std::shared_ptr<delivery_owner> o = std::move(owner_)) o->delivered(q_);
+    std::weak_ptr<delivery_owner> w = std::move(owner_);
+    if (std::shared_ptr<delivery_owner> o = w.lock()) o->delivered(q_);
   }
 
  private:
-  std::shared_ptr<delivery_owner> owner_;
+  std::weak_ptr<delivery_owner> owner_;
   std::size_t q_ = 0;
 };
 
@@ -89,18 +92,22 @@ class op_batch {
   std::uint32_t taken(std::size_t q) const noexcept { return taken_[q]; }
   std::size_t size() const noexcept;
   void push(wait_op* o) noexcept;
+  /// No more of queue `q` in this batch: the last one taken may not reach its handler at once.
+  void stop(std::size_t q) noexcept { stopped_[q] = true; }
+  bool stopped(std::size_t q) const noexcept { return stopped_[q]; }
   /// Delivers every operation, with `abort` if set; each counts in its queue (one of `queues`,
   /// by wait_op::queue) until its handler runs, reported to `owner` (empty: the owner is going
   /// away, and its gates no longer matter). Once a delivery of a queue went out posted (its
   /// handler's executor did not run it inline), the rest of that queue's are posted too, behind
   /// it.
-  void deliver(std::span<op_queue> queues, const std::shared_ptr<delivery_owner>& owner,
+  void deliver(std::span<op_queue> queues, const std::weak_ptr<delivery_owner>& owner,
                bool may_dispatch, std::error_code abort = {});
 
  private:
   wait_op* head_ = nullptr;
   wait_op* tail_ = nullptr;
   std::array<std::uint32_t, max_queues> taken_{};
+  std::array<bool, max_queues> stopped_{};
 };
 
 class op_queue {
@@ -120,16 +127,20 @@ class op_queue {
   /// A delivery reached its handler (delivery_ticket::punch); true if it was the last one.
   bool delivered() noexcept;
   /// Moves to `done` the operations at the head that may go and whose `try_op(o)` succeeds;
-  /// stops at the first that cannot (if the first cannot proceed, neither can the rest).
+  /// stops at the first that cannot (if the first cannot proceed, neither can the rest). Takes
+  /// one behind another only if the other's handler is dispatched inline (`may_dispatch`, and
+  /// its executor is the waiter's): else the next waits until that handler is reached, so that
+  /// two handlers of one queue never run in the wrong order on different executors.
   template <class Try>
-  void take_ready(op_batch& done, std::size_t q, Try&& try_op);
+  void take_ready(op_batch& done, std::size_t q, bool may_dispatch, Try&& try_op);
 
   /// A new operation may take the ready path: nothing started before it still waits or is
   /// being delivered, and no claim is in use. Read without the mutex, on the starting thread.
   bool may_start_ready() const noexcept {
-    // relaxed: the ordering that matters, an operation started after another completed, comes
-    // through the executor's own synchronisation; concurrent starts have no order to keep.
-    return queued_.load(std::memory_order_relaxed) == 0 && gate_open(0);
+    // acquire: pairs with take()'s release, so that an operation seen out of the list is seen
+    // on its way to its handler (gate_open), never in neither count. Otherwise the ordering
+    // that matters comes through the executor's own synchronisation.
+    return queued_.load(std::memory_order_acquire) == 0 && gate_open(0);
   }
   /// The head may be tried, `taken` of the operations before it being in the caller's batch.
   bool gate_open(std::uint32_t taken) const noexcept {
@@ -165,14 +176,19 @@ class op_queue {
 };
 
 template <class Try>
-void op_queue::take_ready(op_batch& done, std::size_t q, Try&& try_op) {
+void op_queue::take_ready(op_batch& done, std::size_t q, bool may_dispatch, Try&& try_op) {
   while (wait_op* o = head_) {
-    if (!gate_open(done.taken(q))) {
+    if (done.stopped(q) || !gate_open(done.taken(q))) {
       gated_ = true;
       return;
     }
     if (!try_op(o)) return;
     take(o, done);
+    if (!may_dispatch || !o->same_executor) {
+      done.stop(q);
+      if (head_) gated_ = true;  // looked at again once that handler is reached
+      return;
+    }
   }
 }
 

@@ -228,8 +228,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
     // acquire: pairs with release()'s exchange; a reader that sees it stops.
     return closed_ || released_.load(std::memory_order_acquire);
   }
-  /// The reader found its ring empty after taking a ringful or more: the other end's close
-  /// packet may have found no room, and a pidfd only tells of a death. Its lock tells.
+  /// The reader found its ring empty (on every path that does): after a ringful or more taken
+  /// since it last did, the other end's close packet may have found no room, and a pidfd only
+  /// tells of a death. Its lock tells (check_peer_after_full_ring).
+  void ring_found_empty();
   void check_peer_after_full_ring();
   void forget_name() noexcept;
   void complete_closed_waiters(std::error_code ec);
@@ -247,7 +249,13 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   static bool is_answer(const outgoing_message& m) noexcept {
     return m.type == layout::packet_type::response || m.type == layout::packet_type::error;
   }
-  bool answers_backlogged() const noexcept { return queued_answers_ >= max_handlers_; }
+  /// Held only while this end makes no call of its own: an end with calls in flight reads on
+  /// (their answers, credits and cancels come through the same ring), so two ends that serve
+  /// and call each other never both stop reading. An end whose peer has calls in flight is
+  /// then never the one held by both.
+  bool answers_backlogged() const noexcept {
+    return queued_answers_ >= max_handlers_ && calls_.empty();
+  }
   /// An answer left the outbox (n: how many); the held reader may go on.
   void answers_gone(std::size_t n);
   /// Stops a parked reader once this end is idle (after a completion that may have made it so),
@@ -392,9 +400,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // no room for the other end's close packet (see check_peer_after_full_ring).
   std::size_t taken_since_empty_ = 0;
   // Answers (responses, errors) waiting in the outbox for room in a ring the other end does
-  // not read. At max_concurrent_handlers the reader stops taking packets (reader_held_): the
-  // other end's requests then wait in its ring, as its writes wait for room, rather than ours
-  // grow without bound. It reads again once half have gone.
+  // not read. At max_concurrent_handlers the reader stops taking packets (reader_held_), unless
+  // this end has calls of its own: the other end's requests then wait in its ring, as its
+  // writes wait for room, rather than ours grow without bound. It reads again once half have
+  // gone, or when this end makes a call.
   std::size_t queued_answers_ = 0;
   bool reader_held_ = false;
   bool writer_running_ = false;  // the writer loop runs: the outbox holds something

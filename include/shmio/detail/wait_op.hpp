@@ -14,9 +14,12 @@ class delivery_ticket;
 struct wait_op {
   wait_op* next = nullptr;
   wait_op* prev = nullptr;
-  std::uint64_t id = 0;        // names it to its cancellation handler
-  std::size_t queue = 0;       // the wait queue it waits on
-  bool parked = false;         // false while it spins through the executor: nothing armed for it
+  std::uint64_t id = 0;   // names it to its cancellation handler
+  std::size_t queue = 0;  // the wait queue it waits on
+  bool parked = false;    // false while it spins through the executor: nothing armed for it
+  // Its handler's associated executor is the waiter's: a completion found on the waiter's
+  // executor reaches it inline.
+  bool same_executor = false;
   virtual bool attempt() = 0;  // under the waiter's mutex; runs no user code
   // Destroys the attempt, under the waiter's mutex as it leaves its list: an attempt that gives
   // back a claim on destruction touches shared memory, which close() may unmap once the mutex

@@ -141,8 +141,8 @@ class waiter : public std::enable_shared_from_this<waiter>, public delivery_owne
   // Tries `o`, noting whether it was held up by another participant.
   bool try_op(wait_op* o);
   // Moves the heads that may go and can proceed, queue by queue, to `done`, for the queues in
-  // `mask` (bit q).
-  void take_ready(op_batch& done, unsigned mask);
+  // `mask` (bit q); `may_dispatch`: `done` is delivered outside any initiating function.
+  void take_ready(op_batch& done, unsigned mask, bool may_dispatch);
   // Delivers `done` (the lock dropped), with `ec` if set (an abort), then settles, also when a
   // handler run inline throws (the exception goes on to the caller of run()).
   void deliver_and_settle(op_batch& done, bool may_dispatch, std::error_code ec = {});
@@ -259,7 +259,7 @@ void waiter::async_wait(std::size_t q, Attempt attempt, Handler&& handler) {
     if (auto r = attempt()) {
       // The result counts in the gate until its handler runs (a later operation of the queue,
       // completed by a re-check, must not overtake it).
-      delivery_ticket ticket(shared_from_this(), q);
+      delivery_ticket ticket(weak_from_this(), q);
       ops_[q].begin_delivery();
       return post_result<R>(std::move(handler), ex_, std::move(*r), std::move(ticket));
     }
