@@ -97,6 +97,10 @@ struct rpc_statistics {
   std::uint64_t requests_withdrawn = 0;
   std::uint64_t stream_items_sent = 0;      ///< items of streams this end's handlers wrote
   std::uint64_t stream_items_received = 0;  ///< items of streams this end's callers read
+  /// Requests not served because max_concurrent_handlers answers already waited for the other
+  /// end to read them: it was not reading, so no answer could reach it, and its caller times
+  /// out. (Serving them would only have grown what this end holds.)
+  std::uint64_t requests_shed = 0;
 };
 
 /// Counters of an rpc_acceptor (and of an rpc_server's).

@@ -256,7 +256,7 @@ asio::awaitable<void> rpc_channel::housekeeping_loop(
       if (connecting() && tick % ticks_per_peer_check == 0 && !link_->server_alive())
         connect_failed(errc::peer_gone);
     }
-    const bool watched = !calls_.empty() || !serving_.empty() || poll_peer_ || reader_held_;
+    const bool watched = !calls_.empty() || !serving_.empty() || poll_peer_;
     if (tick % ticks_per_peer_check == 0 && watched) {
       // The lock tells of a death; the generation of a death already followed by a new
       // opener (whose lock hides the old one's absence).

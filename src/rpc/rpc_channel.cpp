@@ -278,10 +278,6 @@ void rpc_channel::start_loops() {
 
 void rpc_channel::ensure_reader() {
   if (reader_running_ || closed_) return;
-  if (reader_held_) {
-    if (answers_backlogged()) return;
-    reader_held_ = false;  // a call of this end's own: its answer comes through the reader
-  }
   reader_running_ = true;
   // Started from a posted handler, never inline: co_spawn would run the reader at once, inside
   // whatever called this (a call's start, a connect), which could see a packet end the session
@@ -309,7 +305,8 @@ rpc_statistics rpc_channel::statistics() const {
           get(stats_.discarded_replies), get(stats_.timeouts),
           get(stats_.cancellations),     get(stats_.pending),
           get(stats_.send_failures),     get(stats_.requests_withdrawn),
-          get(stats_.stream_items_sent), get(stats_.stream_items_received)};
+          get(stats_.stream_items_sent), get(stats_.stream_items_received),
+          get(stats_.requests_shed)};
 }
 
 // ---- reading -----------------------------------------------------------------------------
@@ -333,12 +330,6 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
     // A packet that is there already is taken without a trip through the strand's scheduler.
     std::error_code ec;
     std::size_t n = 0;
-    // Our answers pile up unread: take no more requests until the other end reads them.
-    if (answers_backlogged()) {
-      reader_held_ = true;
-      wake_housekeeping();  // the other end's lock is watched meanwhile
-      co_return;
-    }
     if (auto ready = waiter_->try_now(in_queue, take)) {
       ec = ready->ec;
       n = ready->value;
@@ -360,6 +351,7 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
       // close() may come from another thread: no handler runs for a packet after it.
       if (closing()) co_return;
       if (ec == errc::corrupted) {
+        ++taken_since_empty_;  // a node taken all the same
         stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
         // The ring skips a bad node and says so; a damaged head says so for ever, without a
         // node to skip. More bad results in a row than the ring has nodes can only be that:
@@ -390,7 +382,6 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
       // Drain what is already there without another trip through the executor. An answer
       // comes microseconds after a request (and the next request soon after an answer), and
       // waiting for it through the executor costs a trip at least: look a little first.
-      if (answers_backlogged()) break;  // the outer loop holds the reader
       if (closing()) co_return;
       auto more = take();
       if (!more) more = waiter_->spin().tight_spin_for(take, linger_for_packets);
@@ -445,6 +436,11 @@ void rpc_channel::on_message(incoming_message m) {
     case packet_type::request:
       stats_.requests_received.fetch_add(1, std::memory_order_relaxed);
       stats_.bytes_received.fetch_add(m.bytes().size(), std::memory_order_relaxed);
+      // The other end is not reading our answers: one more would only wait with them.
+      if (answers_backlogged()) {
+        stats_.requests_shed.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
       return start_request(std::move(m));
     case packet_type::response:
       stats_.responses_received.fetch_add(1, std::memory_order_relaxed);
@@ -510,9 +506,9 @@ void rpc_channel::send(outgoing_message m) {
       auto fill = [&](std::span<std::byte> node) {
         return encode_packet(m, m.next_packet, out_.node_size(), node);
       };
-      if (closing()) return;  // close() on another thread: nothing after its close packet
-      const auto written = attempt_write(out_, fill);
+      const auto written = write_unless_closing(fill);
       if (!written) break;  // full: the writer loop waits for room
+      if (written->ec == asio::error::operation_aborted) return;  // close() began
       if (written->ec) return send_failed(m, written->ec);
       stats_.packets_sent.fetch_add(1, std::memory_order_relaxed);
       ++m.next_packet;
@@ -520,19 +516,11 @@ void rpc_channel::send(outgoing_message m) {
     if (m.next_packet > count) return;
   }
   m.own();  // what waits in the outbox owns its bytes: a borrower may be gone before it goes
-  if (is_answer(m)) ++queued_answers_;  // bounded: see reader_held_
+  if (is_answer(m)) ++queued_answers_;  // bounded: see queued_answers_
   outbox_.push_back(std::move(m));
   if (!writer_running_) {
     writer_running_ = true;
     asio::co_spawn(strand_, writer_loop(shared_from_this()), asio::detached);
-  }
-}
-
-void rpc_channel::answers_gone(std::size_t n) {
-  queued_answers_ -= std::min(n, queued_answers_);
-  if (reader_held_ && queued_answers_ <= max_handlers_ / 2) {
-    reader_held_ = false;
-    ensure_reader();
   }
 }
 
@@ -574,7 +562,7 @@ asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<
     const std::uint64_t session = session_;
     outgoing_message m = std::move(outbox_.front());
     outbox_.pop_front();
-    if (is_answer(m)) answers_gone(1);
+    if (is_answer(m) && queued_answers_ != 0) --queued_answers_;
     // Until its first packet is in the ring, withdraw() may still drop it (a call that timed
     // out or was cancelled meanwhile is not sent).
     current_ = &m;
@@ -587,10 +575,8 @@ asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<
       };
       // On the strand (the waiter's executor), as withdraw() is: the two never overlap.
       auto write_packet = [&]() -> size_outcome {
-        // Withdrawn, or close() began on another thread (nothing goes after its close packet).
-        if (current_withdrawn_ || closing())
-          return outcome<std::size_t>{asio::error::operation_aborted, 0};
-        auto r = attempt_write(out_, fill);
+        if (current_withdrawn_) return outcome<std::size_t>{asio::error::operation_aborted, 0};
+        auto r = write_unless_closing(fill);  // operation_aborted once close() began
         if (r && !r->ec) current_started_ = true;
         return r;
       };

@@ -4,6 +4,7 @@
 
 #include <asio/error.hpp>
 #include <asio/post.hpp>
+#include <thread>
 #include <utility>
 
 #include "shmio/detail/platform.hpp"
@@ -71,7 +72,7 @@ void rpc_channel::end_session() {
   peer_present_ = false;
   reassembler_.clear();
   outbox_.clear();  // nobody to read them
-  answers_gone(queued_answers_);
+  queued_answers_ = 0;
   credit_queue_.clear();  // nor the calls waiting to be sent: they fail below, unsent
   deferred_.clear();
   if (writer_busy_) writer_cancel_.emit(asio::cancellation_type::terminal);
@@ -103,7 +104,11 @@ void rpc_channel::fail(std::error_code why) {
 }
 
 void rpc_channel::release() noexcept {
-  if (released_.exchange(true, std::memory_order_acq_rel)) return;  // closed or failed before
+  // seq_cst: see write_unless_closing.
+  if (released_.exchange(true, std::memory_order_seq_cst)) return;  // closed or failed before
+  // A packet the strand is writing on another thread goes before the close packet, not after.
+  while (writing_.load(std::memory_order_seq_cst))
+    std::this_thread::yield();
   // Tell the other end now, if the ring has room: its calls then fail at once. (If not, it
   // sees our lock go within its next check.)
   // The owner's close is for whichever opener is there now; an opener's generation is fixed.
@@ -141,7 +146,6 @@ void rpc_channel::shutdown_on_strand() {
   cancel_serving(asio::error::operation_aborted);
   outbox_.clear();
   queued_answers_ = 0;
-  reader_held_ = false;
   credit_queue_.clear();
   deferred_.clear();
   tick_.cancel();

@@ -1,7 +1,9 @@
 #include "shmio/detail/op_queue.hpp"
 
 #include <array>
+#include <cerrno>
 #include <exception>
+#include <system_error>
 
 namespace shmio::detail {
 
@@ -19,33 +21,40 @@ void op_batch::push(wait_op* o) noexcept {
   ++taken_[o->queue];
 }
 
+op_batch::~op_batch() {
+  while (wait_op* o = head_) {
+    head_ = o->next;
+    try {
+      // Asio's operation_aborted (ECANCELED in the system category), without Asio here.
+      o->finish(std::error_code(ECANCELED, std::system_category()), false, {});
+    } catch (...) {  // a post's allocation: that completion is lost with its operation
+    }
+  }
+}
+
 void op_batch::deliver(std::span<op_queue> queues, const std::weak_ptr<delivery_owner>& owner,
                        bool may_dispatch, std::error_code abort) {
   const op_queue* const outer = current_delivery;
   std::array<bool, max_queues> went_posted{};
-  // A handler dispatched inline may throw, and io_context::run() passes that on to its caller,
-  // who may run again: every operation still goes out, and every ticket is still punched.
-  std::exception_ptr thrown;
   while (wait_op* o = head_) {
     head_ = o->next;
+    if (!head_) tail_ = nullptr;
     const std::size_t q = o->queue;
     current_delivery = &queues[q];
     const std::uint64_t punches = punches_here;
-    const bool dispatch = may_dispatch && !thrown && !went_posted[q];
     try {
-      // After a throw the rest are posted: no more user code runs inside this unwinding call.
-      o->finish(abort, dispatch, delivery_ticket(owner, q));
+      o->finish(abort, may_dispatch && !went_posted[q], delivery_ticket(owner, q));  // frees o
     } catch (...) {
-      // A second throw (only a post's allocation can throw here) loses that one completion,
-      // which is already gone with the operation; the first exception is the one reported.
-      if (!thrown) thrown = std::current_exception();
+      // A handler run inline threw (io_context::run() passes that on to its caller, who may
+      // run again), or a post's allocation failed (that completion is lost with its
+      // operation). The rest stay here, in order, for the caller to deliver later.
+      current_delivery = outer;
+      throw;
     }
     // Not run here: the handler waits in its executor's queue, and those behind it must too.
     if (punches_here == punches) went_posted[q] = true;
     current_delivery = outer;
   }
-  tail_ = nullptr;
-  if (thrown) std::rethrow_exception(thrown);
 }
 
 bool op_queue::any_parked() const noexcept {

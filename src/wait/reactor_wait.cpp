@@ -37,14 +37,14 @@ reactor_wait::reactor_wait(const asio::any_io_executor& ex,
                            std::span<layout::wait_queue* const> queues, std::error_code& ec)
     : pid_(platform::process_id()),
       forks_(&asio::use_service<fork_record>(asio::query(ex, asio::execution::context))),
-      bell_(ex),
-      timer_(ex) {
+      bell_(std::in_place, ex),
+      timer_(std::in_place, ex) {
   queue_count_ = std::min(queues.size(), max_queues);
   for (std::size_t i = 0; i < queue_count_; ++i)
     queues_[i] = queues[i];
   platform::unique_fd fd = platform::open_doorbell(doorbell_id_, ec);
   if (ec) return;
-  bell_.assign(fd.release(), ec);
+  bell_->assign(fd.release(), ec);
   if (ec) return;
   for (std::size_t i = 0; i < queue_count_; ++i)
     slots_[i] = claim_slot(*queues_[i], doorbell_id_);
@@ -91,20 +91,22 @@ void reactor_wait::close() noexcept {
   // the parent's epoll set too: Asio deregisters an assigned descriptor by number when it
   // closes it, which would take the parent's registration out (its parked waits then hear no
   // ring). After notify_fork the set is the child's own, and the deregistration is wanted.
-  if (!ours && !forks_->notified_here() && bell_.is_open())
-    platform::orphan_inherited(bell_.native_handle());
+  if (!ours && !forks_->notified_here() && bell_->is_open())
+    platform::orphan_inherited(bell_->native_handle());
   std::error_code ignored;
-  bell_.close(ignored);
-  timer_.cancel();
+  bell_->close(ignored);
+  timer_->cancel();
+  bell_.reset();
+  timer_.reset();
 }
 
 void reactor_wait::drain() noexcept {
-  platform::drain_doorbell(bell_.native_handle());
+  platform::drain_doorbell(bell_->native_handle());
   drain_due_ = false;
 }
 
 bool reactor_wait::ring_waiting() noexcept {
-  return !drain_due_ && platform::wait_readable(bell_.native_handle(), {});
+  return !drain_due_ && platform::wait_readable(bell_->native_handle(), {});
 }
 
 bool reactor_wait::timer_done(const std::error_code& ec, std::uint64_t generation,
@@ -119,8 +121,8 @@ bool reactor_wait::timer_done(const std::error_code& ec, std::uint64_t generatio
 void reactor_wait::unwatch() noexcept {
   unwatching_ = true;
   std::error_code ignored;
-  if (bell_waiting_) bell_.cancel(ignored);
-  if (timer_waiting_) timer_.cancel();
+  if (bell_waiting_) bell_->cancel(ignored);
+  if (timer_waiting_) timer_->cancel();
 }
 
 }  // namespace shmio::detail

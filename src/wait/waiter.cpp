@@ -278,6 +278,15 @@ void waiter::deliver_and_settle(op_batch& done, bool may_dispatch, std::error_co
   try {
     done.deliver(ops_, weak_from_this(), may_dispatch, ec);
   } catch (...) {
+    // A handler threw: what is left of the batch goes out from a trip through our executor,
+    // in order and as it would have (delivered at once, each side by side, the handlers of
+    // different executors could run in either order). They still count in their gates.
+    if (!done.empty()) {
+      auto rest = std::make_shared<op_batch>(std::move(done));
+      asio::post(ex_, [self = shared_from_this(), rest, ec] {
+        self->deliver_and_settle(*rest, true, ec);
+      });
+    }
     settle();
     throw;
   }
@@ -375,7 +384,10 @@ void waiter::shutdown() noexcept {
   lock.unlock();
   // Posted: nothing runs here. (From ~waiter the tickets' owner is already gone: its gates no
   // longer matter.)
-  done.deliver(ops_, weak_from_this(), false, asio::error::operation_aborted);
+  try {
+    done.deliver(ops_, weak_from_this(), false, asio::error::operation_aborted);
+  } catch (...) {  // a post's allocation failed: the batch's destructor posts the rest
+  }
 }
 
 }  // namespace shmio::detail

@@ -84,8 +84,15 @@ class op_batch {
   static constexpr std::size_t max_queues = 2;
 
   op_batch() = default;
-  op_batch(const op_batch&) = delete;
-  op_batch& operator=(const op_batch&) = delete;
+  op_batch(op_batch&& o) noexcept
+      : head_(std::exchange(o.head_, nullptr)),
+        tail_(std::exchange(o.tail_, nullptr)),
+        taken_(o.taken_),
+        stopped_(o.stopped_) {}
+  op_batch& operator=(op_batch&&) = delete;
+  /// What was never delivered (a continuation dropped unrun with its io_context) still goes
+  /// out, posted, so that no operation is lost unfreed.
+  ~op_batch();
 
   bool empty() const noexcept { return head_ == nullptr; }
   /// How many operations of queue `q` the batch holds.
@@ -99,7 +106,8 @@ class op_batch {
   /// by wait_op::queue) until its handler runs, reported to `owner` (empty: the owner is going
   /// away, and its gates no longer matter). Once a delivery of a queue went out posted (its
   /// handler's executor did not run it inline), the rest of that queue's are posted too, behind
-  /// it.
+  /// it. A handler run inline that throws stops the delivery there: the exception goes on to
+  /// the caller, and the rest stay in the batch, in order, for it to deliver later.
   void deliver(std::span<op_queue> queues, const std::weak_ptr<delivery_owner>& owner,
                bool may_dispatch, std::error_code abort = {});
 

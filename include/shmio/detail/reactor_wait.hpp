@@ -19,6 +19,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <system_error>
 #include <utility>
@@ -96,7 +97,7 @@ class reactor_wait {
     if (bell_waiting_) return;
     bell_waiting_ = true;
     unwatching_ = false;
-    bell_.async_wait(asio::posix::stream_descriptor::wait_read, make_handler());
+    bell_->async_wait(asio::posix::stream_descriptor::wait_read, make_handler());
   }
   /// The bell watch completed: `ec` clear means it rang, and must be drained before the next
   /// watch (drain_due).
@@ -119,16 +120,16 @@ class reactor_wait {
   template <class MakeHandler>
   void watch_timer(timer_reason reason, std::chrono::nanoseconds interval,
                    MakeHandler&& make_handler) {
-    if (timer_waiting_ && timer_.expiry() <= asio::steady_timer::clock_type::now() + interval) {
+    if (timer_waiting_ && timer_->expiry() <= asio::steady_timer::clock_type::now() + interval) {
       if (reason != timer_reason::safety) timer_reason_ = reason;
       return;
     }
     timer_waiting_ = true;
     timer_reason_ = reason;
     unwatching_ = false;
-    timer_.expires_after(interval);  // aborts a pending wait, which then finds itself replaced
-    timer_.async_wait([h = make_handler(), generation = ++timer_generation_](
-                          const std::error_code& ec) mutable { h(ec, generation); });
+    timer_->expires_after(interval);  // aborts a pending wait, which then finds itself replaced
+    timer_->async_wait([h = make_handler(), generation = ++timer_generation_](
+                           const std::error_code& ec) mutable { h(ec, generation); });
   }
   /// The timer wait of `generation` completed. False if a later watch_timer replaced it (the
   /// newer wait is pending and re-checks). Else `reason` says why it had been set (none if it
@@ -162,8 +163,10 @@ class reactor_wait {
   // names (by the same doorbell id) are still the parent's.
   std::uint32_t pid_ = 0;
   fork_record* forks_ = nullptr;  // in the executor's context: did a child call notify_fork?
-  asio::posix::stream_descriptor bell_;
-  asio::steady_timer timer_;
+  // Destroyed by close(), while the executor's context is certainly alive: the waiter may
+  // outlive it (a posted completion's re-check holds it), and these belong to its services.
+  std::optional<asio::posix::stream_descriptor> bell_;
+  std::optional<asio::steady_timer> timer_;
   bool closed_ = false;
   bool bell_waiting_ = false;
   bool drain_due_ = false;  // the doorbell rang since its last drain

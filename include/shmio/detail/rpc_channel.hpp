@@ -23,11 +23,13 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <asio/error.hpp>
 #include <asio/posix/stream_descriptor.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
 
 #include "shmio/detail/ring.hpp"
+#include "shmio/detail/ring_ops.hpp"
 #include "shmio/detail/rpc_listener.hpp"
 #include "shmio/detail/rpc_packet.hpp"
 #include "shmio/detail/rpc_pending.hpp"
@@ -193,7 +195,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
         responses_received{0}, errors_sent{0}, errors_received{0}, bytes_sent{0}, bytes_received{0},
         packets_sent{0}, packets_received{0}, packets_rejected{0}, packets_stale{0},
         discarded_replies{0}, timeouts{0}, cancellations{0}, pending{0}, send_failures{0},
-        requests_withdrawn{0}, stream_items_sent{0}, stream_items_received{0};
+        requests_withdrawn{0}, stream_items_sent{0}, stream_items_received{0}, requests_shed{0};
   };
 
   // A running handler, in serving_ by request id. Its table node is recycled with the signal in
@@ -233,6 +235,23 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   /// tells of a death. Its lock tells (check_peer_after_full_ring).
   void ring_found_empty();
   void check_peer_after_full_ring();
+  /// attempt_write into the out ring, unless close() began (operation_aborted): nothing is
+  /// written after the close packet, even when close() comes from another thread (release()
+  /// waits for a write in progress before it writes the close).
+  template <class Fill>
+  std::optional<outcome<std::size_t>> write_unless_closing(Fill& fill) {
+    // seq_cst, with release()'s exchange and load: either this sees released_ and writes
+    // nothing, or release() sees writing_ and waits for this write to end first.
+    writing_.store(true, std::memory_order_seq_cst);
+    struct done_writing {
+      std::atomic<bool>& flag;
+      // release: the write is complete before release() sees the flag clear.
+      ~done_writing() { flag.store(false, std::memory_order_release); }
+    } guard{writing_};
+    if (released_.load(std::memory_order_seq_cst))
+      return outcome<std::size_t>{asio::error::operation_aborted, 0};
+    return attempt_write(out_, fill);
+  }
   void forget_name() noexcept;
   void complete_closed_waiters(std::error_code ec);
   void watch_peer_death();
@@ -249,22 +268,15 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   static bool is_answer(const outgoing_message& m) noexcept {
     return m.type == layout::packet_type::response || m.type == layout::packet_type::error;
   }
-  /// Held only while this end makes no call of its own: an end with calls in flight reads on
-  /// (their answers, credits and cancels come through the same ring), so two ends that serve
-  /// and call each other never both stop reading. An end whose peer has calls in flight is
-  /// then never the one held by both.
-  bool answers_backlogged() const noexcept {
-    return queued_answers_ >= max_handlers_ && calls_.empty();
-  }
-  /// An answer left the outbox (n: how many); the held reader may go on.
-  void answers_gone(std::size_t n);
+  /// New requests are shed while this many answers wait (see queued_answers_).
+  bool answers_backlogged() const noexcept { return queued_answers_ >= max_handlers_; }
   /// Stops a parked reader once this end is idle (after a completion that may have made it so),
   /// and the housekeeping tick once it has nothing to watch.
   void stop_reader_if_idle();
   /// Whatever the housekeeping tick watches: calls (their deadlines), handlers serving (their
   /// caller's life), close waiters without a pidfd, a connect.
   bool housekeeping_due() const noexcept {
-    return !calls_.empty() || !serving_.empty() || poll_peer_ || connecting() || reader_held_;
+    return !calls_.empty() || !serving_.empty() || poll_peer_ || connecting();
   }
   void stop_ticking_if_quiet(int passes = 2);
   asio::awaitable<void> reader_loop(std::shared_ptr<rpc_channel> self);
@@ -400,12 +412,11 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // no room for the other end's close packet (see check_peer_after_full_ring).
   std::size_t taken_since_empty_ = 0;
   // Answers (responses, errors) waiting in the outbox for room in a ring the other end does
-  // not read. At max_concurrent_handlers the reader stops taking packets (reader_held_), unless
-  // this end has calls of its own: the other end's requests then wait in its ring, as its
-  // writes wait for room, rather than ours grow without bound. It reads again once half have
-  // gone, or when this end makes a call.
+  // not read. At max_concurrent_handlers, new requests are shed (counted, not served) until
+  // some have gone: the reader itself never stops, since the other end's answers, credits,
+  // cancels and close come through the same ring (two ends that stopped reading while each
+  // waited for the other would wait for ever).
   std::size_t queued_answers_ = 0;
-  bool reader_held_ = false;
   bool writer_running_ = false;  // the writer loop runs: the outbox holds something
   bool reader_running_ = false;  // the reader loop runs (see idle())
   bool reader_parked_ = false;   // ... and waits for a packet
@@ -434,6 +445,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   bool poll_peer_ = false;
   std::error_code failure_;  // why the channel failed, if it did (then closed_ too)
   std::atomic<bool> released_{false};
+  std::atomic<bool> writing_{false};  // the strand is writing a packet (write_unless_closing)
   reassembler reassembler_;
   std::vector<std::byte> packet_;  // the packet being read, copied out of its node
   rpc_reply reply_;                // what in-place handlers write into, one at a time
