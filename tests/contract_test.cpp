@@ -245,7 +245,6 @@ TEST_CASE("a result on its way to its handler is not overtaken by a later operat
   scoped_name name("ring");
   circular_buffer ring(io.get_executor(), shmio::create_only, name, 4, 16);
   circular_buffer writer(io.get_executor(), shmio::open_only, name);
-  REQUIRE(writer.write(asio::buffer("1", 1), bound) == 1);
   std::vector<std::string> order;
   std::string first(16, '\0');
   std::string second(16, '\0');
@@ -254,21 +253,37 @@ TEST_CASE("a result on its way to its handler is not overtaken by a later operat
       order.push_back(ec ? "error" : what + buf.substr(0, n));
     };
   };
-  SECTION("async operations") {
-    // Ready at once: its result is posted to `elsewhere`, and waits there.
-    ring.async_read(asio::buffer(first), asio::bind_executor(elsewhere, record("first:", first)));
-    ring.async_read(asio::buffer(second), record("second:", second));
-    REQUIRE(writer.write(asio::buffer("2", 1), bound) == 1);
-    // The second read's re-checks find message 2, and must leave it until the first handler ran.
+  auto write = [&](const char* m) { REQUIRE(writer.write(asio::buffer(m, 1), bound) == 1); };
+  // The second read finds message 2 and must leave it until the first handler, which waits in
+  // `elsewhere`, has run.
+  auto second_waits_for_first = [&] {
     for (int i = 0; i < 50; ++i)
       io.poll_one();
     CHECK(order.empty());
     elsewhere.poll();
     REQUIRE(shmio::test::run_until(io, [&] { return order.size() == 2; }));
     CHECK(order == std::vector<std::string>{"first:1", "second:2"});
+  };
+  SECTION("a ready result posted to another executor") {
+    write("1");
+    ring.async_read(asio::buffer(first), asio::bind_executor(elsewhere, record("first:", first)));
+    ring.async_read(asio::buffer(second), record("second:", second));
+    write("2");
+    second_waits_for_first();
+  }
+  SECTION("two waiting operations that one look finds ready together") {
+    ring.async_read(asio::buffer(first), asio::bind_executor(elsewhere, record("first:", first)));
+    ring.async_read(asio::buffer(second), record("second:", second));
+    for (int i = 0; i < 20; ++i)
+      io.poll_one();
+    REQUIRE(order.empty());
+    write("1");
+    write("2");
+    second_waits_for_first();
   }
   SECTION("a fast form started while an earlier result is posted") {
-    REQUIRE(writer.write(asio::buffer("2", 1), bound) == 1);
+    write("1");
+    write("2");
     run_coroutine(io, io.get_executor(), [&]() -> asio::awaitable<void> {
       ring.async_read(asio::buffer(first), record("async:", first));  // posted
       const std::size_t n = co_await ring.co_read(asio::buffer(second));
@@ -276,37 +291,6 @@ TEST_CASE("a result on its way to its handler is not overtaken by a later operat
     });
     CHECK(order == std::vector<std::string>{"async:1", "co:2"});
   }
-}
-
-TEST_CASE("operations completed together keep their order across executors",
-          "[contract][ring][async]") {
-  asio::io_context io;
-  asio::io_context elsewhere;  // runs the first handler only when the test says so
-  scoped_name name("ring");
-  circular_buffer ring(io.get_executor(), shmio::create_only, name, 4, 16);
-  circular_buffer writer(io.get_executor(), shmio::open_only, name);
-  std::vector<std::string> order;
-  std::string first(16, '\0');
-  std::string second(16, '\0');
-  ring.async_read(asio::buffer(first),
-                  asio::bind_executor(elsewhere, [&](std::error_code ec, std::size_t n) {
-                    order.push_back(ec ? "error" : "first:" + first.substr(0, n));
-                  }));
-  ring.async_read(asio::buffer(second), [&](std::error_code ec, std::size_t n) {
-    order.push_back(ec ? "error" : "second:" + second.substr(0, n));
-  });
-  for (int i = 0; i < 20; ++i)
-    io.poll_one();
-  REQUIRE(order.empty());
-  // Both messages at once: one look can find both waiting reads ready.
-  REQUIRE(writer.write(asio::buffer("1", 1), bound) == 1);
-  REQUIRE(writer.write(asio::buffer("2", 1), bound) == 1);
-  for (int i = 0; i < 50; ++i)
-    io.poll_one();
-  CHECK(order.empty());  // the second waits for the first handler, which waits in `elsewhere`
-  elsewhere.poll();
-  REQUIRE(shmio::test::run_until(io, [&] { return order.size() == 2; }));
-  CHECK(order == std::vector<std::string>{"first:1", "second:2"});
 }
 
 TEST_CASE("handlers on a strand of a multi-threaded io_context run in the order started",
