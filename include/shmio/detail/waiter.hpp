@@ -58,7 +58,7 @@
 
 namespace shmio::detail {
 
-class waiter : public std::enable_shared_from_this<waiter>, public delivery_owner {
+class waiter final : public std::enable_shared_from_this<waiter>, public delivery_owner {
  public:
   static constexpr std::size_t max_queues = reactor_wait::max_queues;
   static_assert(max_queues <= op_batch::max_queues);
