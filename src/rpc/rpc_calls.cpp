@@ -14,6 +14,8 @@
 #include "shmio/detail/recycled_map.hpp"
 #include "shmio/detail/rpc_channel.hpp"
 
+#include "channel_waits.hpp"
+
 namespace shmio::detail {
 namespace {
 
@@ -23,7 +25,7 @@ using namespace std::chrono_literals;
 
 constexpr auto tick_period = 10ms;       // resolution of request timeouts
 constexpr int ticks_per_peer_check = 5;  // the other end is checked every 50 ms while busy
-constexpr auto as_tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
+using channel_waits::as_tuple_awaitable;
 
 }  // namespace
 

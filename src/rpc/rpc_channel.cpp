@@ -19,15 +19,16 @@
 #include "shmio/detail/recycled_map.hpp"
 #include "shmio/detail/ring_ops.hpp"
 
+#include "channel_waits.hpp"
+
 namespace shmio::detail {
 namespace {
 
 namespace platform = detail::platform;
 using layout::packet_type;
 using namespace std::chrono_literals;
+using namespace channel_waits;
 
-constexpr std::size_t in_queue = 0;   // waiter queue: packets to read
-constexpr std::size_t out_queue = 1;  // waiter queue: room to write
 // How long the reader loop looks for the next packet before it waits: a round trip's other half
 // takes a few microseconds.
 constexpr auto linger_for_packets = std::chrono::microseconds(4);
@@ -41,59 +42,6 @@ constexpr auto linger_for_packets = std::chrono::microseconds(4);
 constexpr auto reader_turn = std::chrono::microseconds(200);
 constexpr std::uint32_t packets_looked_at_each = 16;
 constexpr std::uint32_t packets_per_clock_look = 8;
-
-constexpr auto as_tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
-
-// co_await-able form of waiter::async_wait for a size-valued attempt.
-template <class Attempt, class Token>
-auto async_attempt(const std::shared_ptr<waiter>& w, std::size_t queue, Attempt attempt,
-                   Token&& token) {
-  return asio::async_initiate<Token, void(std::error_code, std::size_t)>(
-      [](auto handler, std::shared_ptr<waiter> w, std::size_t q, Attempt a) {
-        w->async_wait<std::size_t>(q, std::move(a), std::move(handler));
-      },
-      token, w, queue, std::move(attempt));
-}
-
-// What an opener takes from the header, each field read once (the memory is shared: a value
-// checked must be the value used).
-struct channel_settings {
-  std::uint64_t to_opener_offset = 0;
-  std::uint64_t to_owner_offset = 0;
-  std::uint32_t max_message_size = 0;
-  std::chrono::milliseconds default_timeout{0};
-  ring_geometry ring;  // both rings': checked to be the same
-};
-
-std::error_code validate_channel(std::span<const std::byte> body, channel_settings& out) {
-  if (body.size() < sizeof(layout::rpc_header)) return errc::corrupted;
-  const auto& h = *reinterpret_cast<const layout::rpc_header*>(body.data());
-  if (h.version != layout::rpc_version) return errc::incompatible;
-  const std::uint32_t node_count = h.node_count;
-  const std::uint32_t node_size = h.node_size;
-  const std::uint64_t to_opener = h.to_opener_offset;
-  const std::uint64_t to_owner = h.to_owner_offset;
-  const std::uint64_t timeout_ms = h.default_timeout_ms;
-  const std::uint32_t max_message_size = h.max_message_size;
-  std::uint64_t ring_bytes = 0;
-  if (!ring_view::body_size_for(node_count, node_size, ring_bytes) ||
-      node_size <= packet_header_size || h.ring_bytes != ring_bytes ||
-      to_opener != sizeof(layout::rpc_header) ||
-      to_owner != sizeof(layout::rpc_header) + ring_bytes ||
-      body.size() != sizeof(layout::rpc_header) + 2 * ring_bytes)
-    return errc::corrupted;
-  if (!decode_timeout(timeout_ms, out.default_timeout)) return errc::corrupted;
-  for (const std::uint64_t offset : {to_opener, to_owner}) {
-    ring_geometry g;
-    if (auto ec = ring_view::validate(body.subspan(offset, ring_bytes), g)) return ec;
-    if (g.node_count != node_count || g.node_size != node_size) return errc::corrupted;
-    out.ring = g;
-  }
-  out.to_opener_offset = to_opener;
-  out.to_owner_offset = to_owner;
-  out.max_message_size = max_message_size;
-  return {};
-}
 
 std::error_code error_from_wire(int value) {
   // Only shmio's own values travel; anything else is reported as a remote failure.
@@ -126,148 +74,6 @@ rpc_channel::rpc_channel(const asio::any_io_executor& ex, rpc_service service)
 
 rpc_channel::~rpc_channel() {
   if (waiter_) waiter_->shutdown();
-}
-
-std::shared_ptr<rpc_channel> rpc_channel::create(const asio::any_io_executor& ex,
-                                                 std::string_view name, rpc_service service,
-                                                 const rpc_options& options, std::error_code& ec) {
-  auto ch = make_owner(ex, name, std::move(service), options, ec);
-  if (ch) ch->start_loops();
-  return ch;
-}
-
-std::shared_ptr<rpc_channel> rpc_channel::open(const asio::any_io_executor& ex,
-                                               std::string_view name, rpc_service service,
-                                               wait_strategy strategy, std::error_code& ec) {
-  auto ch = make_opener(ex, name, std::move(service), strategy, ec);
-  if (ch) ch->start_loops();
-  return ch;
-}
-
-std::shared_ptr<rpc_channel> rpc_channel::make_owner(const asio::any_io_executor& ex,
-                                                     std::string_view name, rpc_service service,
-                                                     const rpc_options& options,
-                                                     std::error_code& ec) {
-  std::uint64_t ring_bytes = 0;
-  if (!ring_view::body_size_for(options.node_count, options.node_size, ring_bytes) ||
-      options.node_size <= packet_header_size || options.max_message_size > 0xFFFF'FFFFull) {
-    ec = errc::invalid_argument;
-    return nullptr;
-  }
-  const auto count = static_cast<std::uint32_t>(options.node_count);
-  const auto size = static_cast<std::uint32_t>(options.node_size);
-  const geometry where{sizeof(layout::rpc_header),
-                       sizeof(layout::rpc_header) + ring_bytes,
-                       {count, size, static_cast<std::uint32_t>(layout::node_stride_for(size)),
-                        layout::ring_nodes_offset}};
-  auto init = [&](std::span<std::byte> body) {
-    auto* h = new (body.data()) layout::rpc_header{};
-    h->version = layout::rpc_version;
-    h->node_count = count;
-    h->node_size = size;
-    h->max_message_size = static_cast<std::uint32_t>(options.max_message_size);
-    h->ring_bytes = ring_bytes;
-    h->to_opener_offset = where.to_opener_offset;
-    h->to_owner_offset = where.to_owner_offset;
-    h->default_timeout_ms = encode_timeout(options.default_timeout);
-    ring_view::initialize(body.subspan(where.to_opener_offset, ring_bytes), count, size);
-    ring_view::initialize(body.subspan(where.to_owner_offset, ring_bytes), count, size);
-  };
-  segment seg = segment::create(name, object_kind::rpc, sizeof(layout::rpc_header) + 2 * ring_bytes,
-                                init, ec);
-  if (ec) return nullptr;
-  auto ch = std::make_shared<rpc_channel>(ex, std::move(service));
-  // The value as the header holds it: "none" (negative or max()) becomes max().
-  decode_timeout(encode_timeout(options.default_timeout), ch->default_timeout_);
-  ch->reassembler_ = reassembler(options.max_message_size, reassembler::default_partial_messages,
-                                 options.max_reassembly_bytes);
-  ch->set_limits(options);
-  ec = ch->attach(std::move(seg), true, where, options.strategy);
-  if (ec) return nullptr;
-  return ch;
-}
-
-std::shared_ptr<rpc_channel> rpc_channel::make_opener(const asio::any_io_executor& ex,
-                                                      std::string_view name, rpc_service service,
-                                                      wait_strategy strategy, std::error_code& ec) {
-  segment seg = segment::open(name, object_kind::rpc, ec);
-  if (ec) return nullptr;
-  channel_settings settings;
-  ec = validate_channel(seg.body(), settings);
-  if (ec) return nullptr;
-  auto ch = std::make_shared<rpc_channel>(ex, std::move(service));
-  // The owner's limits, so that both ends agree on them.
-  ch->default_timeout_ = settings.default_timeout;
-  ch->reassembler_ = reassembler(settings.max_message_size);
-  ec = ch->attach(std::move(seg), false,
-                  {settings.to_opener_offset, settings.to_owner_offset, settings.ring}, strategy);
-  if (ec) return nullptr;
-  return ch;
-}
-
-bool rpc_channel::may_hold_stale_claims(int fd, bool owner) const noexcept {
-  // Nodes are claimed only by an end that holds its participant number: the owner (which takes
-  // one, once, as it creates the channel) and openers after they took a generation. acquire:
-  // pairs with an opener's increment, made before its first claim.
-  if (header_->opener_generation.load(std::memory_order_acquire) != 0) return true;
-  // No opener ever claimed a node. The owner's claims carry its own number, which cannot be
-  // ours while it still holds it (we took ours before this look).
-  if (owner) return false;
-  std::error_code ec;
-  return !platform::byte_locked_by_other(fd, layout::rpc_owner_lock_byte, ec) || ec;
-}
-
-std::error_code rpc_channel::attach(segment seg, bool owner, const geometry& where,
-                                    wait_strategy strategy) {
-  std::error_code ec;
-  const int fd = seg.native_handle();
-  const std::uint64_t own_byte = owner ? layout::rpc_owner_lock_byte : layout::rpc_opener_lock_byte;
-  const std::uint64_t serves_byte =
-      owner ? layout::rpc_owner_serves_lock_byte : layout::rpc_opener_serves_lock_byte;
-  // The serves byte first: whoever sees this end there sees whether it serves.
-  serves_ = service_.any();
-  // A second opener that finds the first still there fails before it shows a serves byte, or an
-  // owner looking meanwhile could take a first opener that serves nothing for one that serves.
-  // (Two openers racing for a free channel can still overlap so; the loser lets go at once.)
-  const bool first_still_there = serves_ && platform::byte_locked_by_other(fd, own_byte, ec);
-  if (ec) return ec;
-  if (first_still_there) return errc::busy;
-  if (serves_ && !platform::try_lock_byte(fd, serves_byte, platform::lock_kind::shared, ec))
-    return ec ? ec : std::error_code(errc::busy);
-  if (!platform::try_lock_byte(fd, own_byte, platform::lock_kind::exclusive, ec)) {
-    // The channel already has this end. (Our shared lock goes with it; the other's stays.)
-    std::error_code ignored;
-    if (serves_) platform::try_lock_byte(fd, serves_byte, platform::lock_kind::unlock, ignored);
-    return ec ? ec : std::error_code(errc::busy);
-  }
-  const std::uint16_t me = claim_participant(fd, layout::max_participants, ec);
-  if (ec) return ec;
-  seg_ = std::move(seg);
-  owner_ = owner;
-  peer_lock_byte_ = owner ? layout::rpc_opener_lock_byte : layout::rpc_owner_lock_byte;
-  peer_serves_byte_ =
-      owner ? layout::rpc_opener_serves_lock_byte : layout::rpc_owner_serves_lock_byte;
-  std::byte* body = seg_.body().data();
-  header_ = reinterpret_cast<layout::rpc_header*>(body);
-  auto* to_opener = reinterpret_cast<layout::ring_state*>(body + where.to_opener_offset);
-  auto* to_owner = reinterpret_cast<layout::ring_state*>(body + where.to_owner_offset);
-  std::construct_at(&in_, owner ? to_owner : to_opener, where.ring, fd, me);
-  std::construct_at(&out_, owner ? to_opener : to_owner, where.ring, fd, me);
-  if (may_hold_stale_claims(fd, owner)) {
-    in_.recover_own_nodes();
-    out_.recover_own_nodes();
-  }
-  // relaxed: informational only.
-  (owner ? header_->owner_pid : header_->opener_pid)
-      .store(platform::process_id(), std::memory_order_relaxed);
-  // A new opener: a generation of its own, taken while it holds the opener lock (so no other
-  // opener takes one meanwhile). acq_rel: the count is ordered before every packet we publish,
-  // so the owner, having read one of them, reads this count or a later one.
-  if (!owner) generation_ = header_->opener_generation.fetch_add(1, std::memory_order_acq_rel) + 1;
-  layout::wait_queue* queues[] = {&in_.state().readers, &out_.state().writers};
-  waiter_ = std::make_shared<waiter>(strand_, queues, strategy, ec);
-  packet_.reserve(in_.node_size());
-  return ec;
 }
 
 void rpc_channel::start_loops() {

@@ -10,6 +10,8 @@
 #include "shmio/detail/rpc_channel.hpp"
 #include "shmio/detail/wait_queue.hpp"
 
+#include "channel_waits.hpp"
+
 namespace shmio::detail {
 namespace {
 
@@ -17,7 +19,7 @@ namespace platform = detail::platform;
 using layout::packet_type;
 using namespace std::chrono_literals;
 
-constexpr std::size_t in_queue = 0;  // as in rpc_channel.cpp
+using channel_waits::in_queue;
 // A blocking connect looks at the acceptor's lock this often while it waits for the accept.
 constexpr auto connect_slice = 10ms;
 

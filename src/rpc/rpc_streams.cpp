@@ -165,9 +165,7 @@ void rpc_channel::write_stream(std::uint64_t request_id, std::uint64_t session,
     auto it = self->serving_.find(request_id);
     if (it == self->serving_.end() || !it->second.stream.active || it->second.stream.ended)
       return complete(std::move(op), asio::error::operation_aborted, false);
-    // Too large: refused in its turn, after the writes queued before it (flush_stream_writes).
-    if (item.size() > self->reassembler_max() && it->second.stream.writes.empty())
-      return complete(std::move(op), errc::message_too_large, false);
+    // One too large is refused in its turn, after the writes queued before it (flush).
     it->second.stream.writes.push_back({write_id, std::move(item), std::move(op)});
     self->flush_stream_writes(request_id, it->second.stream);
   });

@@ -87,9 +87,11 @@ bool waiter::try_op(wait_op* o) {
 }
 
 void waiter::take_ready(op_batch& done, unsigned mask, bool may_dispatch) {
+  auto try_it = [this](wait_op* o) { return try_op(o); };
+  // Looked at from our executor, a handler on it is dispatched inline.
+  auto inline_after = [&](const wait_op* o) { return may_dispatch && o->handler_runs_on(ex_); };
   for (std::size_t q = 0; q < reactor_.queue_count(); ++q)
-    if ((mask & (1u << q)) != 0)
-      ops_[q].take_ready(done, q, may_dispatch, [this](wait_op* o) { return try_op(o); });
+    if ((mask & (1u << q)) != 0) ops_[q].take_ready(done, q, try_it, inline_after);
 }
 
 void waiter::withdraw_idle(unsigned mask) noexcept {

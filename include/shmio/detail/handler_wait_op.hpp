@@ -111,6 +111,17 @@ class handler_wait_op final : public wait_op {
 
   void drop_attempt() noexcept override { attempt_.reset(); }
 
+  bool handler_runs_on(const asio::any_io_executor& ex) const override {
+    using associated = asio::associated_executor_t<Handler, asio::any_io_executor>;
+    // An executor that is not an I/O executor (use_future's, say) is never the waiter's.
+    if constexpr (std::is_same_v<associated, asio::any_io_executor>)
+      return asio::get_associated_executor(handler_, ex) == ex;
+    else if constexpr (std::is_constructible_v<asio::any_io_executor, associated>)
+      return asio::any_io_executor(asio::get_associated_executor(handler_, ex)) == ex;
+    else
+      return false;
+  }
+
   void finish(std::error_code abort, bool may_dispatch, delivery_ticket ticket) override {
     // The allocator before the handler moves: a moved-from handler may not still have it.
     alloc_type alloc(asio::get_associated_allocator(handler_, default_alloc()));
@@ -129,14 +140,7 @@ class handler_wait_op final : public wait_op {
         attempt_(std::in_place, std::move(a)),
         // Keeps the handler's execution context running while we are parked outside it.
         work_(asio::prefer(asio::get_associated_executor(handler_, ex),
-                           asio::execution::outstanding_work.tracked)) {
-    using associated = asio::associated_executor_t<Handler, asio::any_io_executor>;
-    // An executor that is not an I/O executor (use_future's, say) is never the waiter's.
-    if constexpr (std::is_same_v<associated, asio::any_io_executor>)
-      same_executor = asio::get_associated_executor(handler_, ex) == ex;
-    else if constexpr (std::is_constructible_v<asio::any_io_executor, associated>)
-      same_executor = asio::any_io_executor(asio::get_associated_executor(handler_, ex)) == ex;
-  }
+                           asio::execution::outstanding_work.tracked)) {}
   ~handler_wait_op() = default;
 
   Handler handler_;

@@ -53,14 +53,7 @@ class delivery_ticket {
   delivery_ticket(std::weak_ptr<delivery_owner> owner, std::size_t q) noexcept
       : owner_(std::move(owner)), q_(q) {}
   delivery_ticket(delivery_ticket&& o) noexcept = default;
-  delivery_ticket& operator=(delivery_ticket&& o) noexcept {
-    if (this != &o) {
-      punch();
-      owner_ = std::move(o.owner_);
-      q_ = o.q_;
-    }
-    return *this;
-  }
+  delivery_ticket& operator=(delivery_ticket&&) = delete;
   ~delivery_ticket() { punch(); }
 
   void punch() noexcept {
@@ -136,11 +129,11 @@ class op_queue {
   bool delivered() noexcept;
   /// Moves to `done` the operations at the head that may go and whose `try_op(o)` succeeds;
   /// stops at the first that cannot (if the first cannot proceed, neither can the rest). Takes
-  /// one behind another only if the other's handler is dispatched inline (`may_dispatch`, and
-  /// its executor is the waiter's): else the next waits until that handler is reached, so that
-  /// two handlers of one queue never run in the wrong order on different executors.
-  template <class Try>
-  void take_ready(op_batch& done, std::size_t q, bool may_dispatch, Try&& try_op);
+  /// one behind another only if `inline_after(o)` says the other's handler is dispatched inline:
+  /// else the next waits until that handler is reached, so that two handlers of one queue never
+  /// run in the wrong order on different executors.
+  template <class Try, class Inline>
+  void take_ready(op_batch& done, std::size_t q, Try&& try_op, Inline&& inline_after);
 
   /// A new operation may take the ready path: nothing started before it still waits or is
   /// being delivered, and no claim is in use. Read without the mutex, on the starting thread.
@@ -183,8 +176,8 @@ class op_queue {
   bool gated_ = false;
 };
 
-template <class Try>
-void op_queue::take_ready(op_batch& done, std::size_t q, bool may_dispatch, Try&& try_op) {
+template <class Try, class Inline>
+void op_queue::take_ready(op_batch& done, std::size_t q, Try&& try_op, Inline&& inline_after) {
   while (wait_op* o = head_) {
     if (done.stopped(q) || !gate_open(done.taken(q))) {
       gated_ = true;
@@ -192,9 +185,9 @@ void op_queue::take_ready(op_batch& done, std::size_t q, bool may_dispatch, Try&
     }
     if (!try_op(o)) return;
     take(o, done);
-    if (!may_dispatch || !o->same_executor) {
+    if (head_ && !inline_after(o)) {
       done.stop(q);
-      if (head_) gated_ = true;  // looked at again once that handler is reached
+      gated_ = true;  // looked at again once that handler is reached
       return;
     }
   }

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <system_error>
 
+#include <asio/any_io_executor.hpp>
+
 namespace shmio::detail {
 
 class delivery_ticket;
@@ -14,13 +16,13 @@ class delivery_ticket;
 struct wait_op {
   wait_op* next = nullptr;
   wait_op* prev = nullptr;
-  std::uint64_t id = 0;   // names it to its cancellation handler
-  std::size_t queue = 0;  // the wait queue it waits on
-  bool parked = false;    // false while it spins through the executor: nothing armed for it
-  // Its handler's associated executor is the waiter's: a completion found on the waiter's
-  // executor reaches it inline.
-  bool same_executor = false;
+  std::uint64_t id = 0;        // names it to its cancellation handler
+  std::size_t queue = 0;       // the wait queue it waits on
+  bool parked = false;         // false while it spins through the executor: nothing armed for it
   virtual bool attempt() = 0;  // under the waiter's mutex; runs no user code
+  // Its handler's associated executor is `ex`: a completion found on `ex` reaches it inline.
+  // Asked only when another operation waits behind it (the comparison may build an executor).
+  virtual bool handler_runs_on(const asio::any_io_executor& ex) const = 0;
   // Destroys the attempt, under the waiter's mutex as it leaves its list: an attempt that gives
   // back a claim on destruction touches shared memory, which close() may unmap once the mutex
   // is dropped.
