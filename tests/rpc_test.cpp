@@ -6,6 +6,7 @@
 // Most tests run both ends in this process on one io_context: the test body is a coroutine on
 // that io_context, and the io_context must run out of work by itself once the body has closed
 // both ends (which checks that nothing is left hanging after a close).
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -50,6 +51,7 @@
 
 #include "rpc_test_support.hpp"
 #include "shmio/detail/layout.hpp"
+#include "shmio/detail/platform.hpp"
 #include "shmio/detail/ring.hpp"
 #include "shmio/detail/rpc_packet.hpp"
 #include "shmio/rpc_buffer.hpp"
@@ -1816,6 +1818,46 @@ TEST_CASE("rpc_buffer: a second opener is refused with busy until the first one 
 
 constexpr auto request_type = static_cast<std::uint8_t>(layout::packet_type::request);
 constexpr auto response_type = static_cast<std::uint8_t>(layout::packet_type::response);
+
+TEST_CASE("rpc_buffer: an opener between its lock and its generation is waited for, not missed",
+          "[rpc][succession]") {
+  // An opener takes its lock, then its generation. An owner calling in between must not address
+  // the call to the generation before (the opener would drop it as stale, and the call would
+  // wait out its timeout). Here a participant takes the opener's locks by hand and stops there:
+  // until it counts itself, a call fails with peer_gone at once; once it has, calls go to it.
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo));
+  std::error_code ec;
+  const std::string path = detail::segment_path(name.str(), ec);
+  REQUIRE_FALSE(ec);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  using detail::platform::lock_kind;
+  CHECK(detail::platform::try_lock_byte(fd, detail::layout::rpc_opener_serves_lock_byte,
+                                        lock_kind::shared, ec));
+  CHECK(detail::platform::try_lock_byte(fd, detail::layout::rpc_opener_lock_byte,
+                                        lock_kind::exclusive, ec));
+  shmio::test::raw_segment raw(name.str());
+  auto& header = raw.at<detail::layout::rpc_header>(sizeof(detail::layout::segment_header));
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    const auto started = steady::now();
+    auto [ec1, r1] =
+        co_await owner.async_request(asio::buffer(bytes("early")), 5s, tuple_awaitable);
+    CAPTURE(ec1.message());
+    CHECK(ec1 == errc::peer_gone);
+    CHECK(ms_between(started, steady::now()) < 2000.0);
+    CHECK(owner.statistics().requests_sent == 0);
+    // The participant counts itself, as an opener does next: the owner now addresses it.
+    header.opener_generation.fetch_add(1);
+    auto [ec2, r2] =
+        co_await owner.async_request(asio::buffer(bytes("late")), 200ms, tuple_awaitable);
+    CHECK(ec2 == errc::timed_out);  // it never answers
+    CHECK(owner.statistics().requests_sent == 1);
+    owner.close();
+  });
+  ::close(fd);
+}
 
 TEST_CASE("rpc_buffer: corrupt packets in the ring are rejected and counted and change nothing",
           "[rpc]") {
