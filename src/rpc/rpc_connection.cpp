@@ -208,6 +208,8 @@ void rpc_channel::async_wait_closed(std::uint64_t id, pending_signal_ptr op) {
     if (self->closed_)
       return complete(std::move(op),
                       self->failure_ ? self->failure_ : asio::error::operation_aborted, false);
+    // A session that ended unnoticed (a new opener came) is not the one this waits on.
+    if (self->owner_) self->follow_opener();
     if (self->peer_lost_) return complete(std::move(op), {}, false);
     self->closed_waiters_.emplace_back(id, std::move(op));
     self->ensure_reader();  // a close packet comes through it

@@ -157,15 +157,21 @@ std::error_code rpc_channel::attach(segment seg, bool owner, const geometry& whe
       owner ? layout::rpc_owner_serves_lock_byte : layout::rpc_opener_serves_lock_byte;
   // The serves byte first: whoever sees this end there sees whether it serves.
   serves_ = service_.any();
+  // Openers are let in one at a time by their admission byte, held while attached. An opener
+  // takes its own lock byte only after it has counted itself (below), so an owner that finds
+  // that byte held reads the holder's generation, never the one before it.
+  if (!owner && !platform::try_lock_byte(fd, layout::rpc_opener_admit_lock_byte,
+                                         platform::lock_kind::exclusive, ec))
+    return ec ? ec : std::error_code(errc::busy);
   // A second opener that finds the first still there fails before it shows a serves byte, or an
   // owner looking meanwhile could take a first opener that serves nothing for one that serves.
-  // (Two openers racing for a free channel can still overlap so; the loser lets go at once.)
-  const bool first_still_there = serves_ && platform::byte_locked_by_other(fd, own_byte, ec);
+  const bool first_still_there =
+      (serves_ || !owner) && platform::byte_locked_by_other(fd, own_byte, ec);
   if (ec) return ec;
   if (first_still_there) return errc::busy;
   if (serves_ && !platform::try_lock_byte(fd, serves_byte, platform::lock_kind::shared, ec))
     return ec ? ec : std::error_code(errc::busy);
-  if (!platform::try_lock_byte(fd, own_byte, platform::lock_kind::exclusive, ec)) {
+  if (owner && !platform::try_lock_byte(fd, own_byte, platform::lock_kind::exclusive, ec)) {
     // The channel already has this end. (Our shared lock goes with it; the other's stays.)
     std::error_code ignored;
     if (serves_) platform::try_lock_byte(fd, serves_byte, platform::lock_kind::unlock, ignored);
@@ -191,10 +197,16 @@ std::error_code rpc_channel::attach(segment seg, bool owner, const geometry& whe
   // relaxed: informational only.
   (owner ? header_->owner_pid : header_->opener_pid)
       .store(platform::process_id(), std::memory_order_relaxed);
-  // A new opener: a generation of its own, taken while it holds the opener lock (so no other
-  // opener takes one meanwhile). acq_rel: the count is ordered before every packet we publish,
-  // so the owner, having read one of them, reads this count or a later one.
-  if (!owner) generation_ = header_->opener_generation.fetch_add(1, std::memory_order_acq_rel) + 1;
+  if (!owner) {
+    // A new opener: a generation of its own, taken while it holds the admission byte (so no
+    // other opener takes one meanwhile), then its lock byte, which shows it there. acq_rel: the
+    // count is ordered before every packet we publish and before the lock (a system call), so
+    // the owner, having read one of them, reads this count or a later one.
+    generation_ = header_->opener_generation.fetch_add(1, std::memory_order_acq_rel) + 1;
+    // Held by another only if an opener that predates the admission byte came in meanwhile.
+    if (!platform::try_lock_byte(fd, own_byte, platform::lock_kind::exclusive, ec))
+      return ec ? ec : std::error_code(errc::busy);
+  }
   layout::wait_queue* queues[] = {&in_.state().readers, &out_.state().writers};
   waiter_ = std::make_shared<waiter>(strand_, queues, strategy, ec);
   packet_.reserve(in_.node_size());

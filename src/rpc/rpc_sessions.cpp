@@ -4,7 +4,6 @@
 
 #include <asio/error.hpp>
 #include <asio/post.hpp>
-#include <chrono>
 #include <thread>
 #include <utility>
 
@@ -18,9 +17,6 @@ namespace {
 namespace platform = detail::platform;
 using layout::packet_type;
 
-// How long an owner waits for an opener seen between taking its lock and its generation.
-constexpr auto opener_count_wait = std::chrono::milliseconds(100);
-
 }  // namespace
 
 // ---- the other end -----------------------------------------------------------------------
@@ -29,31 +25,17 @@ bool rpc_channel::peer_attached() {
   if (peer_lost_) return false;  // a connection's other end went: none other may come
   if (!peer_present_) {
     std::error_code ec;
-    peer_present_ = platform::byte_locked_by_other(seg_.native_handle(), peer_lock_byte_, ec);
-    if (peer_present_ && owner_ && generation_ended_) peer_present_ = await_opener_generation();
+    const bool present = platform::byte_locked_by_other(seg_.native_handle(), peer_lock_byte_, ec);
+    // An opener counts itself before it takes its lock byte: the count read now is the one of
+    // the opener found there (or of one after it), not of one gone unnoticed before it.
+    if (present && owner_) follow_opener();
+    if (peer_lost_) return false;
+    peer_present_ = present;
     // Looked at once per session, after its lock: an end takes its serves byte before that.
     if (peer_present_)
       peer_serves_ = platform::byte_locked_by_other(seg_.native_handle(), peer_serves_byte_, ec);
   }
   return peer_present_;
-}
-
-bool rpc_channel::await_opener_generation() {
-  // An opener takes its lock, then its generation (attach). Seen between the two, it would be
-  // addressed with the generation of the session that ended, and drop what we send as stale:
-  // wait for its count, which follows within microseconds, while its lock stays. Bounded, for
-  // an opener stopped in between: it is then not there yet.
-  const auto give_up = std::chrono::steady_clock::now() + opener_count_wait;
-  // acquire: as in follow_opener.
-  while (header_->opener_generation.load(std::memory_order_acquire) == generation_) {
-    std::error_code ec;
-    if (!platform::byte_locked_by_other(seg_.native_handle(), peer_lock_byte_, ec) || ec ||
-        std::chrono::steady_clock::now() >= give_up)
-      return false;
-    std::this_thread::yield();
-  }
-  follow_opener();
-  return !peer_lost_;
 }
 
 void rpc_channel::ring_found_empty() {
@@ -84,17 +66,13 @@ void rpc_channel::follow_opener() {
   if (current == generation_ || peer_lost_) return;
   end_session();  // whatever we had with the previous opener is over
   // A connection takes its first opener only: a later one is a stranger, its packets stale.
-  if (!peer_lost_) {
-    generation_ = current;
-    generation_ended_ = false;
-  }
+  if (!peer_lost_) generation_ = current;
 }
 
 void rpc_channel::end_session() {
   // An owner's session starts with its first opener; before it there is nobody to lose.
   const bool had_peer = !owner_ || generation_ != 0;
   if (connection_ && had_peer) peer_lost_ = true;
-  generation_ended_ = true;
   ++session_;
   peer_present_ = false;
   reassembler_.clear();
@@ -161,6 +139,10 @@ void rpc_channel::release() noexcept {
         seg_.native_handle(),
         owner_ ? layout::rpc_owner_serves_lock_byte : layout::rpc_opener_serves_lock_byte,
         platform::lock_kind::unlock, ignored);
+  // The next opener is let in only once this one is seen gone.
+  if (!owner_)
+    platform::try_lock_byte(seg_.native_handle(), layout::rpc_opener_admit_lock_byte,
+                            platform::lock_kind::unlock, ignored);
   if (waiter_) waiter_->shutdown();
 }
 

@@ -199,7 +199,7 @@ inline constexpr std::uint64_t node_stride_for(std::uint64_t node_size) {
 // rpc_opener_lock_byte for as long as they are attached: that is how each learns that the other
 // is gone. Ring participant numbers (participant_lock_base + n) are shared by both rings.
 //
-// Openers come and go; the owner stays. Each opener, once it holds its lock byte, adds 1 to
+// Openers come and go; the owner stays. Each opener, before it takes its lock byte, adds 1 to
 // opener_generation and stamps every packet it sends with the result; the owner stamps what it
 // sends with the generation of the opener it addresses. A reader drops packets of any other
 // generation, so whatever an earlier opener left in the rings (or never read) never reaches the
@@ -213,6 +213,10 @@ inline constexpr std::uint64_t rpc_opener_lock_byte = 33;
 // (an end without handlers reads only while it waits for something of its own).
 inline constexpr std::uint64_t rpc_owner_serves_lock_byte = 34;
 inline constexpr std::uint64_t rpc_opener_serves_lock_byte = 35;
+// An opener holds an exclusive lock on the admission byte while attached, taken first: it lets
+// openers in one at a time, so that an opener counts itself (opener_generation) before it takes
+// rpc_opener_lock_byte, and whoever finds that byte held reads the holder's generation.
+inline constexpr std::uint64_t rpc_opener_admit_lock_byte = 36;
 inline constexpr std::uint32_t rpc_version = 3;  // 2: streams; 3: serves bytes 34, 35
 inline constexpr std::uint64_t rpc_no_timeout = ~std::uint64_t{0};  // default_timeout_ms: none
 

@@ -343,9 +343,6 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void send_failed(const outgoing_message& m, std::error_code ec);
   void send_error(std::uint64_t to, std::error_code ec, std::string_view text);
   bool peer_attached();
-  /// The owner sees an opener's lock while generation_ is that of a session that ended: waits
-  /// for the opener's count (see the .cpp). False if its lock goes or it takes too long.
-  bool await_opener_generation();
   bool from_peer(std::uint64_t generation);
   void follow_opener();
   void end_session();
@@ -380,9 +377,6 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // The opener's own generation (fixed at attach), or the generation of the opener the owner
   // addresses (strand-only; 0 before the first). Stamped on every packet sent.
   std::uint64_t generation_ = 0;
-  // The owner's: no session with generation_ is under way (none began, or it ended), so an
-  // opener's lock seen now belongs to one that has not taken its generation yet.
-  bool generation_ended_ = true;
 
   // Strand-only state.
   using call_table = std::unordered_map<std::uint64_t, call_entry>;
