@@ -12,6 +12,7 @@ foreach(mode ${_consumer_modes})
   set_tests_properties(package_${mode} PROPERTIES TIMEOUT 600 FIXTURES_REQUIRED shm_cleanup)
 endforeach()
 set_tests_properties(package_install PROPERTIES FIXTURES_SETUP shmio_installed)
+set_tests_properties(package_add_subdirectory PROPERTIES COST 100)  # it builds the library
 foreach(mode find_package pkg_config)
   if(TEST package_${mode})
     set_tests_properties(package_${mode} PROPERTIES FIXTURES_REQUIRED "shmio_installed;shm_cleanup")

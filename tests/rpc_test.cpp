@@ -1824,7 +1824,7 @@ TEST_CASE("rpc_buffer: an opener is there for the owner only once it has counted
   // An opener takes the admission byte, counts itself (opener_generation), then takes its lock
   // byte. Here a participant does the same by hand, one step at a time: admitted but not yet
   // counted, it is not there (a call fails with peer_gone at once, and a real opener is
-  // refused with busy); once counted and locked, calls go to it, under its generation.
+  // refused with busy); once counted and locked, calls go to it.
   scoped_name name("rpc");
   asio::io_context io;
   rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo));
@@ -1859,6 +1859,50 @@ TEST_CASE("rpc_buffer: an opener is there for the owner only once it has counted
     owner.close();
   });
   ::close(fd);
+}
+
+TEST_CASE("rpc_buffer: an opener admitted but not yet locked in is not taken for gone",
+          "[rpc][succession]") {
+  // Between its count and its lock byte, an opener holds only its admission byte. The owner's
+  // looks at the other end (every 50 ms while something waits on it) must not end that session
+  // as if the opener had gone: an async_wait_closed started then completes only once it has.
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo));
+  std::error_code ec;
+  const std::string path = detail::segment_path(name.str(), ec);
+  REQUIRE_FALSE(ec);
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  using detail::platform::lock_kind;
+  namespace layout = detail::layout;
+  CHECK(detail::platform::try_lock_byte(fd, layout::rpc_opener_admit_lock_byte,
+                                        lock_kind::exclusive, ec));
+  {
+    shmio::test::raw_segment raw(name.str());
+    raw.at<layout::rpc_header>(sizeof(layout::segment_header)).opener_generation.fetch_add(1);
+  }
+  bool closed = false;
+  std::error_code closed_ec;
+  owner.async_wait_closed([&](std::error_code e) {
+    closed = true;
+    closed_ec = e;
+  });
+  io.run_for(300ms);  // six of the owner's looks at the other end
+  CHECK_FALSE(closed);
+  // It takes its lock byte, then goes (its descriptor closes, as at a process's death).
+  CHECK(
+      detail::platform::try_lock_byte(fd, layout::rpc_opener_lock_byte, lock_kind::exclusive, ec));
+  io.run_for(100ms);
+  CHECK_FALSE(closed);
+  ::close(std::exchange(fd, -1));
+  const auto give_up = steady::now() + 5s;
+  while (!closed && steady::now() < give_up)
+    io.run_one_for(100ms);
+  CHECK(closed);
+  CHECK_FALSE(closed_ec);
+  owner.close();
+  io.run();
 }
 
 TEST_CASE("rpc_buffer: an opener has counted itself by the time its lock byte shows it",
@@ -2318,7 +2362,7 @@ TEST_CASE("rpc packets: the parser rejects inconsistent packets", "[rpc]") {
     h.type = static_cast<std::uint8_t>(type);
     CHECK(parse(node(h, 5)));
   }
-  for (int version : {0, 1, 2, 4}) {  // 1: before streams; 2: before serves bytes
+  for (int version : {0, 1, 2, 3, 5}) {  // 1: before streams; 2: before serves bytes; 3: before byte 36
     auto h = header(request_type, 1, 1, 5, 1);
     h.version = static_cast<std::uint8_t>(version);
     CHECK_FALSE(parse(node(h, 5)));

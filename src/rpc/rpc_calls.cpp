@@ -10,7 +10,6 @@
 #include <asio/use_awaitable.hpp>
 #include <utility>
 
-#include "shmio/detail/platform.hpp"
 #include "shmio/detail/recycled_map.hpp"
 #include "shmio/detail/rpc_channel.hpp"
 
@@ -19,7 +18,6 @@
 namespace shmio::detail {
 namespace {
 
-namespace platform = detail::platform;
 using layout::packet_type;
 using namespace std::chrono_literals;
 
@@ -263,9 +261,7 @@ asio::awaitable<void> rpc_channel::housekeeping_loop(
       // The lock tells of a death; the generation of a death already followed by a new
       // opener (whose lock hides the old one's absence).
       if (owner_) follow_opener();
-      std::error_code ec;
-      if (!platform::byte_locked_by_other(seg_.native_handle(), peer_lock_byte_, ec) && !ec)
-        end_session();
+      if (peer_left()) end_session();
     }
     if (!housekeeping_due()) break;
   }

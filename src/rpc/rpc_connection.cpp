@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <asio/dispatch.hpp>
 #include <asio/post.hpp>
+#include <thread>
 
 #include "shmio/detail/platform.hpp"
 #include "shmio/detail/ring_ops.hpp"
@@ -127,7 +128,7 @@ std::error_code rpc_channel::wait_connected(std::chrono::milliseconds timeout) {
   // Only before any async_connected: the link is ours until the strand is told we are done.
   const auto deadline = deadline_after(timeout);
   auto accepted = [this]() -> std::optional<outcome<no_value>> {
-    // acquire: pairs with the opener's increment, made while it holds its lock.
+    // acquire: pairs with the acceptor's increment (it then takes its lock byte).
     if (header_->opener_generation.load(std::memory_order_acquire) != 0) return outcome<no_value>{};
     return std::nullopt;
   };
@@ -144,13 +145,7 @@ std::error_code rpc_channel::wait_connected(std::chrono::milliseconds timeout) {
     }
     const auto slice = std::min<std::chrono::nanoseconds>(deadline - now, connect_slice);
     if (waiter_->wait(in_queue, accepted, slice)) {
-      // An acceptor that refused the channel opened it first, then let go: only one that still
-      // holds it has accepted it.
-      std::error_code lock_ec;
-      if (!platform::byte_locked_by_other(seg_.native_handle(), layout::rpc_opener_lock_byte,
-                                          lock_ec) ||
-          lock_ec)
-        ec = errc::peer_gone;
+      ec = await_acceptor_lock(deadline);
       break;
     }
     if (!link_->server_alive()) {
@@ -170,6 +165,21 @@ std::error_code rpc_channel::wait_connected(std::chrono::milliseconds timeout) {
   link_.reset();
   asio::post(strand_, [self = shared_from_this()] { self->accepted_ = true; });
   return {};
+}
+
+std::error_code rpc_channel::await_acceptor_lock(std::chrono::steady_clock::time_point deadline) {
+  // The acceptor counts itself, then takes its lock byte (attach). One that refused the channel
+  // opened it first, then let go of both its bytes: only one that holds its lock byte has
+  // accepted. Between its count and its lock, it holds its admission byte: a moment, waited out.
+  for (;;) {
+    std::error_code ec;
+    const int fd = seg_.native_handle();
+    if (platform::byte_locked_by_other(fd, layout::rpc_opener_lock_byte, ec)) return {};
+    if (ec || !platform::byte_locked_by_other(fd, layout::rpc_opener_admit_lock_byte, ec) || ec)
+      return errc::peer_gone;
+    if (std::chrono::steady_clock::now() >= deadline) return errc::timed_out;
+    std::this_thread::yield();
+  }
 }
 
 void rpc_channel::cancel_connect() {
@@ -247,10 +257,12 @@ void rpc_channel::watch_peer_death() {
   if (death_watch_ || poll_peer_ || closed_) return;
   // The pid in the header is only a hint: what it wakes us for is checked against the lock.
   // relaxed: informational, written before the other end's first packet.
+  // After peer_attached, which may follow a new opener: its pid, not the one before.
+  const bool attached = peer_attached();
   const std::uint32_t pid =
       (owner_ ? header_->opener_pid : header_->owner_pid).load(std::memory_order_relaxed);
   std::error_code ec;
-  const int fd = peer_attached() ? platform::open_process_watch(pid, ec) : -1;
+  const int fd = attached ? platform::open_process_watch(pid, ec) : -1;
   if (fd < 0) {
     // No pidfd, or no peer yet: the housekeeping tick looks at the lock instead.
     poll_peer_ = true;
@@ -262,11 +274,7 @@ void rpc_channel::watch_peer_death() {
       [self = shared_from_this(), watch = death_watch_.get()](std::error_code wait_ec) {
         if (wait_ec || self->death_watch_.get() != watch || self->closed_) return;
         self->death_watch_.reset();
-        std::error_code lock_ec;
-        if (!platform::byte_locked_by_other(self->seg_.native_handle(), self->peer_lock_byte_,
-                                            lock_ec) &&
-            !lock_ec)
-          return self->end_session();
+        if (self->peer_left()) return self->end_session();
         // That process was not the holder (the pid was wrong or reused): poll the lock.
         self->poll_peer_ = true;
         self->wake_housekeeping();

@@ -38,6 +38,16 @@ bool rpc_channel::peer_attached() {
   return peer_present_;
 }
 
+bool rpc_channel::peer_left() {
+  std::error_code ec;
+  const int fd = seg_.native_handle();
+  if (platform::byte_locked_by_other(fd, peer_lock_byte_, ec) || ec) return false;
+  // An opener holds its admission byte from before it counts itself until after it drops its
+  // lock byte: one that holds only that byte is arriving (or leaving), not gone.
+  if (!owner_) return true;
+  return !platform::byte_locked_by_other(fd, layout::rpc_opener_admit_lock_byte, ec) && !ec;
+}
+
 void rpc_channel::ring_found_empty() {
   if (std::exchange(taken_since_empty_, 0) >= in_.node_count()) check_peer_after_full_ring();
 }
@@ -48,9 +58,7 @@ void rpc_channel::check_peer_after_full_ring() {
   // generation tells of an opener already replaced, the lock of one gone.
   if (peer_lost_) return;
   if (owner_) follow_opener();
-  std::error_code ec;
-  if (!platform::byte_locked_by_other(seg_.native_handle(), peer_lock_byte_, ec) && !ec)
-    end_session();
+  if (peer_left()) end_session();
 }
 
 bool rpc_channel::from_peer(std::uint64_t generation) {

@@ -217,7 +217,8 @@ inline constexpr std::uint64_t rpc_opener_serves_lock_byte = 35;
 // openers in one at a time, so that an opener counts itself (opener_generation) before it takes
 // rpc_opener_lock_byte, and whoever finds that byte held reads the holder's generation.
 inline constexpr std::uint64_t rpc_opener_admit_lock_byte = 36;
-inline constexpr std::uint32_t rpc_version = 3;  // 2: streams; 3: serves bytes 34, 35
+// 2: streams; 3: serves bytes 34, 35; 4: admission byte 36, an opener counted before byte 33.
+inline constexpr std::uint32_t rpc_version = 4;
 inline constexpr std::uint64_t rpc_no_timeout = ~std::uint64_t{0};  // default_timeout_ms: none
 
 struct rpc_header {
