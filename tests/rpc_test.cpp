@@ -1819,6 +1819,39 @@ TEST_CASE("rpc_buffer: a second opener is refused with busy until the first one 
 constexpr auto request_type = static_cast<std::uint8_t>(layout::packet_type::request);
 constexpr auto response_type = static_cast<std::uint8_t>(layout::packet_type::response);
 
+/// An opener's steps taken by hand, one at a time, through a descriptor of its own (so that its
+/// locks are another holder's to the channel's ends here). It starts admitted (it holds the
+/// admission byte); leave() drops every lock at once, as a process's death does.
+class opener_by_hand {
+ public:
+  explicit opener_by_hand(const scoped_name& name) : raw_(name.str()) {
+    std::error_code ec;
+    const std::string path = detail::segment_path(name.str(), ec);
+    if (!ec) fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd_ < 0) throw std::runtime_error("cannot open " + path);
+    if (!lock(layout::rpc_opener_admit_lock_byte)) throw std::runtime_error("not admitted");
+  }
+  ~opener_by_hand() { leave(); }
+  opener_by_hand(const opener_by_hand&) = delete;
+  opener_by_hand& operator=(const opener_by_hand&) = delete;
+
+  bool lock(std::uint64_t byte,
+            detail::platform::lock_kind kind = detail::platform::lock_kind::exclusive) {
+    std::error_code ec;
+    return detail::platform::try_lock_byte(fd_, byte, kind, ec) && !ec;
+  }
+  void count() {
+    raw_.at<layout::rpc_header>(sizeof(layout::segment_header)).opener_generation.fetch_add(1);
+  }
+  void leave() {
+    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+  }
+
+ private:
+  shmio::test::raw_segment raw_;
+  int fd_ = -1;
+};
+
 TEST_CASE("rpc_buffer: an opener is there for the owner only once it has counted itself",
           "[rpc][succession]") {
   // An opener takes the admission byte, counts itself (opener_generation), then takes its lock
@@ -1828,37 +1861,24 @@ TEST_CASE("rpc_buffer: an opener is there for the owner only once it has counted
   scoped_name name("rpc");
   asio::io_context io;
   rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo));
+  opener_by_hand hand(name);
+  CHECK(hand.lock(layout::rpc_opener_serves_lock_byte, detail::platform::lock_kind::shared));
   std::error_code ec;
-  const std::string path = detail::segment_path(name.str(), ec);
-  REQUIRE_FALSE(ec);
-  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  REQUIRE(fd >= 0);
-  using detail::platform::lock_kind;
-  namespace layout = detail::layout;
-  CHECK(detail::platform::try_lock_byte(fd, layout::rpc_opener_admit_lock_byte,
-                                        lock_kind::exclusive, ec));
-  CHECK(detail::platform::try_lock_byte(fd, layout::rpc_opener_serves_lock_byte, lock_kind::shared,
-                                        ec));
   rpc_buffer refused(io.get_executor(), shmio::open_only, name, shmio::rpc_handler(echo), {}, ec);
   CHECK(ec == errc::busy);
-  shmio::test::raw_segment raw(name.str());
-  auto& header = raw.at<layout::rpc_header>(sizeof(layout::segment_header));
   run_until_done(io, [&]() -> asio::awaitable<void> {
     auto [ec1, r1] =
         co_await owner.async_request(asio::buffer(bytes("early")), 5s, tuple_awaitable);
     CHECK(ec1 == errc::peer_gone);
     CHECK(owner.statistics().requests_sent == 0);
-    header.opener_generation.fetch_add(1);
-    std::error_code lock_ec;
-    CHECK(detail::platform::try_lock_byte(fd, layout::rpc_opener_lock_byte, lock_kind::exclusive,
-                                          lock_ec));
+    hand.count();
+    CHECK(hand.lock(layout::rpc_opener_lock_byte));
     auto [ec2, r2] =
         co_await owner.async_request(asio::buffer(bytes("late")), 200ms, tuple_awaitable);
     CHECK(ec2 == errc::timed_out);  // it never answers
     CHECK(owner.statistics().requests_sent == 1);
     owner.close();
   });
-  ::close(fd);
 }
 
 TEST_CASE("rpc_buffer: an opener admitted but not yet locked in is not taken for gone",
@@ -1869,19 +1889,8 @@ TEST_CASE("rpc_buffer: an opener admitted but not yet locked in is not taken for
   scoped_name name("rpc");
   asio::io_context io;
   rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo));
-  std::error_code ec;
-  const std::string path = detail::segment_path(name.str(), ec);
-  REQUIRE_FALSE(ec);
-  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  REQUIRE(fd >= 0);
-  using detail::platform::lock_kind;
-  namespace layout = detail::layout;
-  CHECK(detail::platform::try_lock_byte(fd, layout::rpc_opener_admit_lock_byte,
-                                        lock_kind::exclusive, ec));
-  {
-    shmio::test::raw_segment raw(name.str());
-    raw.at<layout::rpc_header>(sizeof(layout::segment_header)).opener_generation.fetch_add(1);
-  }
+  opener_by_hand hand(name);
+  hand.count();
   bool closed = false;
   std::error_code closed_ec;
   owner.async_wait_closed([&](std::error_code e) {
@@ -1890,12 +1899,10 @@ TEST_CASE("rpc_buffer: an opener admitted but not yet locked in is not taken for
   });
   io.run_for(300ms);  // six of the owner's looks at the other end
   CHECK_FALSE(closed);
-  // It takes its lock byte, then goes (its descriptor closes, as at a process's death).
-  CHECK(
-      detail::platform::try_lock_byte(fd, layout::rpc_opener_lock_byte, lock_kind::exclusive, ec));
+  CHECK(hand.lock(layout::rpc_opener_lock_byte));
   io.run_for(100ms);
   CHECK_FALSE(closed);
-  ::close(std::exchange(fd, -1));
+  hand.leave();
   const auto give_up = steady::now() + 5s;
   while (!closed && steady::now() < give_up)
     io.run_one_for(100ms);
@@ -2362,7 +2369,8 @@ TEST_CASE("rpc packets: the parser rejects inconsistent packets", "[rpc]") {
     h.type = static_cast<std::uint8_t>(type);
     CHECK(parse(node(h, 5)));
   }
-  for (int version : {0, 1, 2, 3, 5}) {  // 1: before streams; 2: before serves bytes; 3: before byte 36
+  for (int version :
+       {0, 1, 2, 3, 5}) {  // 1: before streams; 2: before serves bytes; 3: before byte 36
     auto h = header(request_type, 1, 1, 5, 1);
     h.version = static_cast<std::uint8_t>(version);
     CHECK_FALSE(parse(node(h, 5)));

@@ -168,17 +168,25 @@ std::error_code rpc_channel::wait_connected(std::chrono::milliseconds timeout) {
 }
 
 std::error_code rpc_channel::await_acceptor_lock(std::chrono::steady_clock::time_point deadline) {
-  // The acceptor counts itself, then takes its lock byte (attach). One that refused the channel
-  // opened it first, then let go of both its bytes: only one that holds its lock byte has
-  // accepted. Between its count and its lock, it holds its admission byte: a moment, waited out.
-  for (;;) {
+  // The acceptor counts itself, then takes its lock byte (attach); between the two it holds only
+  // its admission byte, for a moment, waited out here. One that refused the channel let go of
+  // both. (A refusal made after the lock byte is seen here is not: the accept packet, which the
+  // async form waits for, would tell; this form then learns of it at its first call.)
+  const int fd = seg_.native_handle();
+  for (int spins = 0;; ++spins) {
     std::error_code ec;
-    const int fd = seg_.native_handle();
-    if (platform::byte_locked_by_other(fd, layout::rpc_opener_lock_byte, ec)) return {};
-    if (ec || !platform::byte_locked_by_other(fd, layout::rpc_opener_admit_lock_byte, ec) || ec)
-      return errc::peer_gone;
+    const bool locked = platform::byte_locked_by_other(fd, layout::rpc_opener_lock_byte, ec);
+    if (ec) return errc::peer_gone;
+    if (locked) return {};
+    const bool admitted =
+        platform::byte_locked_by_other(fd, layout::rpc_opener_admit_lock_byte, ec);
+    if (ec || !admitted || !link_->server_alive()) return errc::peer_gone;
     if (std::chrono::steady_clock::now() >= deadline) return errc::timed_out;
-    std::this_thread::yield();
+    // An acceptor stopped in between (a debugger, SIGSTOP) costs no more than a sleeper.
+    if (spins < 1000)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 

@@ -194,16 +194,20 @@ std::error_code rpc_channel::attach(segment seg, bool owner, const geometry& whe
     in_.recover_own_nodes();
     out_.recover_own_nodes();
   }
-  // relaxed: informational only.
-  (owner ? header_->owner_pid : header_->opener_pid)
-      .store(platform::process_id(), std::memory_order_relaxed);
+  // relaxed (both pids): informational only.
+  if (owner) header_->owner_pid.store(platform::process_id(), std::memory_order_relaxed);
   if (!owner) {
     // A new opener: a generation of its own, taken while it holds the admission byte (so no
     // other opener takes one meanwhile), then its lock byte, which shows it there. acq_rel: the
     // count is ordered before every packet we publish and before the lock (a system call), so
     // the owner, having read one of them, reads this count or a later one.
     generation_ = header_->opener_generation.fetch_add(1, std::memory_order_acq_rel) + 1;
-    // Held by another only if an opener that predates the admission byte came in meanwhile.
+    // The pid after the count: an owner that has not yet seen the count reads the pid of the
+    // opener it still addresses, and watches the right process; one that found our lock byte
+    // held reads ours.
+    header_->opener_pid.store(platform::process_id(), std::memory_order_relaxed);
+    // Free, as the admission byte is ours (an opener of an earlier version, which took this
+    // byte without it, is refused by the version); looked at all the same.
     if (!platform::try_lock_byte(fd, own_byte, platform::lock_kind::exclusive, ec))
       return ec ? ec : std::error_code(errc::busy);
   }
