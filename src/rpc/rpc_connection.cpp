@@ -172,15 +172,10 @@ std::error_code rpc_channel::await_acceptor_lock(std::chrono::steady_clock::time
   // its admission byte, for a moment, waited out here. One that refused the channel let go of
   // both. (A refusal made after the lock byte is seen here is not: the accept packet, which the
   // async form waits for, would tell; this form then learns of it at its first call.)
-  const int fd = seg_.native_handle();
   for (int spins = 0;; ++spins) {
-    std::error_code ec;
-    const bool locked = platform::byte_locked_by_other(fd, layout::rpc_opener_lock_byte, ec);
-    if (ec) return errc::peer_gone;
-    if (locked) return {};
-    const bool admitted =
-        platform::byte_locked_by_other(fd, layout::rpc_opener_admit_lock_byte, ec);
-    if (ec || !admitted || !link_->server_alive()) return errc::peer_gone;
+    const peer_locks acceptor = look_at_peer_locks();  // we own the channel: it is our opener
+    if (acceptor == peer_locks::held) return {};
+    if (acceptor != peer_locks::admitted || !link_->server_alive()) return errc::peer_gone;
     if (std::chrono::steady_clock::now() >= deadline) return errc::timed_out;
     // An acceptor stopped in between (a debugger, SIGSTOP) costs no more than a sleeper.
     if (spins < 1000)
@@ -264,9 +259,9 @@ void rpc_channel::complete_closed_waiters(std::error_code ec) {
 void rpc_channel::watch_peer_death() {
   if (death_watch_ || poll_peer_ || closed_) return;
   // The pid in the header is only a hint: what it wakes us for is checked against the lock.
-  // relaxed: informational, written before the other end's first packet.
-  // After peer_attached, which may follow a new opener: its pid, not the one before.
+  // Read after peer_attached, which may follow a new opener: its pid, not the one before.
   const bool attached = peer_attached();
+  // relaxed: informational, written before the other end's first packet.
   const std::uint32_t pid =
       (owner_ ? header_->opener_pid : header_->owner_pid).load(std::memory_order_relaxed);
   std::error_code ec;

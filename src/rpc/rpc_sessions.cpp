@@ -38,14 +38,18 @@ bool rpc_channel::peer_attached() {
   return peer_present_;
 }
 
-bool rpc_channel::peer_left() {
+rpc_channel::peer_locks rpc_channel::look_at_peer_locks() {
   std::error_code ec;
   const int fd = seg_.native_handle();
-  if (platform::byte_locked_by_other(fd, peer_lock_byte_, ec) || ec) return false;
+  const bool held = platform::byte_locked_by_other(fd, peer_lock_byte_, ec);
+  if (ec) return peer_locks::unknown;
+  if (held) return peer_locks::held;
   // An opener holds its admission byte from before it counts itself until after it drops its
   // lock byte: one that holds only that byte is arriving (or leaving), not gone.
-  if (!owner_) return true;
-  return !platform::byte_locked_by_other(fd, layout::rpc_opener_admit_lock_byte, ec) && !ec;
+  if (!owner_) return peer_locks::free;
+  const bool admitted = platform::byte_locked_by_other(fd, layout::rpc_opener_admit_lock_byte, ec);
+  if (ec) return peer_locks::unknown;
+  return admitted ? peer_locks::admitted : peer_locks::free;
 }
 
 void rpc_channel::ring_found_empty() {

@@ -343,8 +343,12 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void send_failed(const outgoing_message& m, std::error_code ec);
   void send_error(std::uint64_t to, std::error_code ec, std::string_view text);
   bool peer_attached();
-  /// The other end's locks say it is gone (see the .cpp). False on an error.
-  bool peer_left();
+  /// What the other end's lock bytes say: there, an opener arriving or leaving (it holds only
+  /// its admission byte), gone, or unknown (the look failed).
+  enum class peer_locks { held, admitted, free, unknown };
+  peer_locks look_at_peer_locks();
+  /// The other end's locks say it is gone.
+  bool peer_left() { return look_at_peer_locks() == peer_locks::free; }
   /// After an acceptor counted itself: waits (briefly) for its lock byte, or for it to let go.
   std::error_code await_acceptor_lock(std::chrono::steady_clock::time_point deadline);
   bool from_peer(std::uint64_t generation);
