@@ -141,7 +141,10 @@ def ring_tables(runs):
                 "through each family in turn, same two processes", "",
                 "| family | messages/s (median block) | / spin_ring, paired (median round) |",
                 "|---|---|---|"]
-        for fam in ("spin_ring", *SHMIO_FLOWS):
+        floors = ("node_ring_release", "node_ring_parkable", "node_ring_claims", "co_node_floor")
+        for fam in ("spin_ring", *floors, *SHMIO_FLOWS, "shmio_co"):
+            if median_of(runs, pair, f"{fam}_rate") is None:
+                continue  # a run from before the family was added
             r = median_of(runs, pair, f"{fam}_over_spin")
             out.append(f"| {fam} | {fmt_rate(median_of(runs, pair, f'{fam}_rate'), 'msg/s')} | "
                        f"{'1.00×' if fam == 'spin_ring' else fmt_ratio(r)} |")

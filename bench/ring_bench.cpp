@@ -24,9 +24,18 @@
 //     ring and a circular_buffer, and the parent has them move blocks of flow_pair_block
 //     messages through each of spin_ring, shmio_sync, shmio_async, shmio_co (co_write /
 //     co_read, the fast coroutine forms), shmio_sync_batch and shmio_async_batch in turn, rotating
-//     the order every round. Counters: <family>_rate (the median over rounds of its block rate,
-//     messages per second) and <family>_over_spin (the median over rounds of its rate divided by
-//     the spin ring's in the same round).
+//     the order every round. Two more floors run there: node_ring_release and node_ring_parkable,
+//     bare rings with shmio's node layout (a state word per node in the line of its payload; see
+//     node_ring in support.hpp), without and with the seq_cst store and the load of the other
+//     side's parked word that a ring whose sides may sleep pays per message: the bound of any
+//     ring of that layout, a single-producer mode without the claim included; node_ring_claims,
+//     the parkable one with a claim stored in the node's word by each side before it uses the
+//     node, as shmio's claims do (with plain stores: one writer, one reader); and
+//     co_node_floor, the parkable node ring with each write and read an operation returning an
+//     asio::awaitable that a coroutine co_awaits: the bound of any such form (shmio_co's).
+//     Counters: <family>_rate (the median over rounds of its block rate, messages per second) and
+//     <family>_over_spin (the median over rounds of its rate divided by the spin ring's in the same
+//     round).
 // BM_ring_bandwidth/<family>: 1 MiB messages, one producer process to one consumer process;
 //     bytes_per_second. Every family copies each message in and out once.
 // BM_ring_local/<sync|async>: one thread writes a 64-byte message and reads it back: the ring's
@@ -78,7 +87,11 @@ enum class family {
   shmio_async,
   shmio_sync_batch,
   shmio_async_batch,
-  shmio_co
+  shmio_co,
+  node_ring_release,  // BM_ring_flow_pairs only: the node_ring floors (support.hpp)
+  node_ring_parkable,
+  node_ring_claims,
+  co_node_floor
 };
 
 const char* name_of(family f) {
@@ -97,6 +110,14 @@ const char* name_of(family f) {
       return "shmio_async_batch";
     case family::shmio_co:
       return "shmio_co";
+    case family::node_ring_release:
+      return "node_ring_release";
+    case family::node_ring_parkable:
+      return "node_ring_parkable";
+    case family::node_ring_claims:
+      return "node_ring_claims";
+    case family::co_node_floor:
+      return "co_node_floor";
   }
   return "?";
 }
@@ -257,6 +278,10 @@ void bm_roundtrip(benchmark::State& state, family f, placement p, std::size_t si
       case family::shmio_sync_batch:
       case family::shmio_async_batch:
       case family::shmio_co:
+      case family::node_ring_release:
+      case family::node_ring_parkable:
+      case family::node_ring_claims:
+      case family::co_node_floor:
         throw std::logic_error("no round trip for this family here (see BM_roundtrip_pairs)");
     }
   });
@@ -562,30 +587,102 @@ void flow_shmio(benchmark::State& state, session& s, const flow& fl, family f) {
 
 constexpr std::uint64_t flow_pair_block = 200'000;  // messages per block
 constexpr int flow_pair_rounds = 5;                 // timed rounds, after one warm-up round
-constexpr family paired_flows[] = {family::spin_ring,        family::shmio_sync,
-                                   family::shmio_async,      family::shmio_co,
-                                   family::shmio_sync_batch, family::shmio_async_batch};
+constexpr family paired_flows[] = {family::spin_ring,          family::node_ring_release,
+                                   family::node_ring_parkable, family::node_ring_claims,
+                                   family::co_node_floor,      family::shmio_sync,
+                                   family::shmio_async,        family::shmio_co,
+                                   family::shmio_sync_batch,   family::shmio_async_batch};
 constexpr int paired_count = static_cast<int>(std::size(paired_flows));
 
-/// Moves `n` messages of `msg`'s size from the producer's side of `spin` or `ring` as `f` does.
-void produce_block(family f, std::uint64_t n, spin_ring& spin, shmio::circular_buffer& ring,
-                   asio::io_context& io, const std::vector<std::byte>& msg) {
-  if (f != family::spin_ring) return write_messages(f, n, ring, io, msg);
+/// The bare rings of the flow pairs, made before the fork (shared anonymous memory).
+struct bare_rings {
+  spin_ring spin;
+  node_ring release;
+  node_ring parkable;
+  node_ring claims;
+  bare_rings(std::size_t nodes, std::size_t payload)
+      : spin(nodes, payload),
+        release(nodes, payload, false),
+        parkable(nodes, payload, true),
+        claims(nodes, payload, true, true) {}
+};
+
+template <class Ring>
+void spin_write(Ring& r, std::uint64_t n, const std::vector<std::byte>& msg) {
   for (std::uint64_t i = 0; i < n; ++i)
-    while (!spin.try_write(msg.data(), msg.size())) {
+    while (!r.try_write(msg.data(), msg.size())) {
     }
 }
 
+template <class Ring>
+void spin_read(Ring& r, std::uint64_t n, std::vector<std::byte>& msg) {
+  for (std::uint64_t i = 0; i < n; ++i)
+    while (r.try_read(msg.data()) == 0) {
+    }
+}
+
+// co_node_floor's operations: the least an operation that returns an asio::awaitable costs a
+// coroutine that co_awaits it per message (a frame, its push and pop), around the parkable node
+// ring's own try. Looking again at once when it fails keeps them as cheap as a ready result.
+asio::awaitable<void> co_node_write(node_ring& r, const std::vector<std::byte>& msg) {
+  while (!r.try_write(msg.data(), msg.size())) {
+  }
+  co_return;
+}
+
+asio::awaitable<std::size_t> co_node_read(node_ring& r, std::vector<std::byte>& msg) {
+  for (;;)
+    if (const std::size_t n = r.try_read(msg.data())) co_return n;
+}
+
+/// Moves `n` messages of `msg`'s size from the producer's side of a bare ring or `ring` as `f`
+/// does.
+void produce_block(family f, std::uint64_t n, bare_rings& bare, shmio::circular_buffer& ring,
+                   asio::io_context& io, const std::vector<std::byte>& msg) {
+  switch (f) {
+    case family::spin_ring:
+      return spin_write(bare.spin, n, msg);
+    case family::node_ring_release:
+      return spin_write(bare.release, n, msg);
+    case family::node_ring_parkable:
+      return spin_write(bare.parkable, n, msg);
+    case family::node_ring_claims:
+      return spin_write(bare.claims, n, msg);
+    case family::co_node_floor:
+      io.restart();
+      return run_child_coroutine(io, [&]() -> asio::awaitable<void> {
+        for (std::uint64_t i = 0; i < n; ++i)
+          co_await co_node_write(bare.parkable, msg);
+      }());
+    default:
+      return write_messages(f, n, ring, io, msg);
+  }
+}
+
 /// The consumer's side of produce_block: takes `n` messages, counting them in `received`.
-void consume_block(family f, std::uint64_t n, spin_ring& spin, shmio::circular_buffer& ring,
+void consume_block(family f, std::uint64_t n, bare_rings& bare, shmio::circular_buffer& ring,
                    asio::io_context& io, std::vector<std::byte>& msg, shared_counters& received) {
   std::uint64_t got = 0;
   auto count = [&got](std::span<const std::byte>) { ++got; };
   switch (f) {
     case family::spin_ring:
-      for (std::uint64_t i = 0; i < n; ++i)
-        while (spin.try_read(msg.data()) == 0) {
-        }
+      spin_read(bare.spin, n, msg);
+      break;
+    case family::node_ring_release:
+      spin_read(bare.release, n, msg);
+      break;
+    case family::node_ring_parkable:
+      spin_read(bare.parkable, n, msg);
+      break;
+    case family::node_ring_claims:
+      spin_read(bare.claims, n, msg);
+      break;
+    case family::co_node_floor:
+      io.restart();
+      run_child_coroutine(io, [&]() -> asio::awaitable<void> {
+        for (std::uint64_t i = 0; i < n; ++i)
+          co_await co_node_read(bare.parkable, msg);
+      }());
       break;
     case family::shmio_sync:
       for (std::uint64_t i = 0; i < n; ++i)
@@ -619,7 +716,7 @@ void consume_block(family f, std::uint64_t n, spin_ring& spin, shmio::circular_b
 
 void flow_pairs(benchmark::State& state, session& s) {
   const flow fl;  // 1p1c, 64-byte messages, 256 nodes
-  spin_ring spin(fl.node_count, fl.message_size);
+  bare_rings bare(fl.node_count, fl.message_size);
   shared_counters received(1);
   control_block& c = s.ctl();
   const std::string name = s.segment_name("pairs");
@@ -644,7 +741,7 @@ void flow_pairs(benchmark::State& state, session& s) {
         const std::vector<std::byte> msg(fl.message_size, std::byte{1});
         ready();
         for (std::uint32_t b = 1; next_block(b); ++b)
-          produce_block(family_of_block(), flow_pair_block, spin, r, cio, msg);
+          produce_block(family_of_block(), flow_pair_block, bare, r, cio, msg);
       },
       false);
   s.fork_child(
@@ -655,7 +752,7 @@ void flow_pairs(benchmark::State& state, session& s) {
         std::vector<std::byte> msg(fl.message_size);
         ready();
         for (std::uint32_t b = 1; next_block(b); ++b)
-          consume_block(family_of_block(), flow_pair_block, spin, r, cio, msg, received);
+          consume_block(family_of_block(), flow_pair_block, bare, r, cio, msg, received);
       },
       false);
   s.start_children();
@@ -710,6 +807,11 @@ void bm_flow(benchmark::State& state, family f, flow fl) {
       case family::shmio_async_batch:
       case family::shmio_co:
         return flow_shmio(state, s, fl, f);
+      case family::node_ring_release:
+      case family::node_ring_parkable:
+      case family::node_ring_claims:
+      case family::co_node_floor:
+        throw std::logic_error("this family runs only in BM_ring_flow_pairs");
     }
   });
   state.SetItemsProcessed(static_cast<std::int64_t>(fl.messages) * state.iterations());

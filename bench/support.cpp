@@ -302,6 +302,74 @@ std::size_t spin_ring::try_read(void* out) noexcept {
   return size;
 }
 
+namespace {
+struct node_head {
+  std::atomic<std::uint64_t> word;
+  std::uint32_t length;
+  std::uint32_t reserved;
+};
+}  // namespace
+
+node_ring::node_ring(std::size_t nodes, std::size_t payload, bool parkable, bool claims)
+    : nodes_(nodes),
+      stride_((sizeof(node_head) + payload + 63) / 64 * 64),
+      parkable_(parkable),
+      claims_(claims) {
+  mapped_ = sizeof(header) + nodes_ * stride_;
+  void* m = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) throw_errno("mmap");
+  h_ = new (m) header{};
+  for (std::uint64_t i = 0; i < nodes_; ++i)
+    new (node(i)) node_head{{4 * i}, 0, 0};  // free for the write of position i
+}
+
+node_ring::~node_ring() {
+  ::munmap(h_, mapped_);
+}
+
+std::byte* node_ring::node(std::uint64_t position) const noexcept {
+  return reinterpret_cast<std::byte*>(h_ + 1) + (position % nodes_) * stride_;
+}
+
+bool node_ring::try_write(const void* data, std::size_t n) noexcept {
+  auto* nh = reinterpret_cast<node_head*>(node(write_at_));
+  // acquire: the reader's copy out of the node happens before we overwrite it.
+  if (nh->word.load(std::memory_order_acquire) != 4 * write_at_) return false;
+  // relaxed: only a mark, published with the bytes by the store below.
+  if (claims_) nh->word.store(4 * write_at_ + 1, std::memory_order_relaxed);
+  nh->length = static_cast<std::uint32_t>(n);
+  std::memcpy(reinterpret_cast<std::byte*>(nh + 1), data, n);
+  if (parkable_) {
+    // seq_cst, then the load: a reader that parks after its last look must be seen parked.
+    nh->word.store(4 * write_at_ + 2, std::memory_order_seq_cst);
+    if (h_->readers_parked.load(std::memory_order_seq_cst) != 0) std::abort();  // none here
+  } else {
+    nh->word.store(4 * write_at_ + 2, std::memory_order_release);  // publishes the bytes
+  }
+  ++write_at_;
+  return true;
+}
+
+std::size_t node_ring::try_read(void* out) noexcept {
+  auto* nh = reinterpret_cast<node_head*>(node(read_at_));
+  // acquire: pairs with the writer's store, so the node's bytes are visible.
+  if (nh->word.load(std::memory_order_acquire) != 4 * read_at_ + 2) return 0;
+  // relaxed: only a mark; the store that frees the node below orders our reads.
+  if (claims_) nh->word.store(4 * read_at_ + 3, std::memory_order_relaxed);
+  const std::uint32_t size = nh->length;
+  std::memcpy(out, reinterpret_cast<const std::byte*>(nh + 1), size);
+  const std::uint64_t next_lap = 4 * (read_at_ + nodes_);
+  if (parkable_) {
+    // seq_cst, then the load: as in try_write, for a writer waiting for room.
+    nh->word.store(next_lap, std::memory_order_seq_cst);
+    if (h_->writers_parked.load(std::memory_order_seq_cst) != 0) std::abort();  // none here
+  } else {
+    nh->word.store(next_lap, std::memory_order_release);  // our copy out is done
+  }
+  ++read_at_;
+  return size;
+}
+
 void run_parent_coroutine(session& s, asio::io_context& io, asio::awaitable<void> body) {
   asio::signal_set child_signal(io, SIGCHLD);
   bool child_died = false;

@@ -74,8 +74,14 @@ unsigned usable_cpus() noexcept {
 }
 
 unsigned online_cpus() noexcept {
-  const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<unsigned>(n) : 1;
+  // Read once per process: glibc reads a sysfs file for it (three system calls), and every
+  // waiting object asks when it is made. A CPU brought online or offline later leaves the
+  // answer only as stale as a spin decision can afford.
+  static const unsigned n = [] {
+    const long v = ::sysconf(_SC_NPROCESSORS_ONLN);
+    return v > 0 ? static_cast<unsigned>(v) : 1u;
+  }();
+  return n;
 }
 
 void yield() noexcept {
