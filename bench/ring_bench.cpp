@@ -21,18 +21,23 @@
 //     one after the other, and on a shared VM the cache-line transfer time between the two
 //     vCPUs moves by 2-3x with their placement, within minutes: more than the differences being
 //     judged. Here one producer process (CPU 0) and one consumer process (CPU 1) hold a spin
-//     ring and a circular_buffer, and the parent has them move blocks of flow_pair_block
-//     messages through each of spin_ring, shmio_sync, shmio_async, shmio_co (co_write /
-//     co_read, the fast coroutine forms), shmio_sync_batch and shmio_async_batch in turn, rotating
-//     the order every round. Two more floors run there: node_ring_release and node_ring_parkable,
-//     bare rings with shmio's node layout (a state word per node in the line of its payload; see
-//     node_ring in support.hpp), without and with the seq_cst store and the load of the other
-//     side's parked word that a ring whose sides may sleep pays per message: the bound of any
-//     ring of that layout, a single-producer mode without the claim included; node_ring_claims,
-//     the parkable one with a claim stored in the node's word by each side before it uses the
-//     node, as shmio's claims do (with plain stores: one writer, one reader); and
-//     co_node_floor, the parkable node ring with each write and read an operation returning an
-//     asio::awaitable that a coroutine co_awaits: the bound of any such form (shmio_co's).
+//     ring, three reference rings and a circular_buffer, and the parent has them move blocks of
+//     flow_pair_block messages through each family in turn: spin_ring, shmio_sync, shmio_async,
+//     shmio_co (co_write / co_read, the fast coroutine forms), shmio_sync_batch,
+//     shmio_async_batch, and the references. The order rotates every round and runs backwards
+//     every other round, so that no family always follows the same one. The references are bare
+//     single-producer, single-consumer rings with shmio's node layout (node_ring in support.hpp:
+//     a state word per node in the line of its payload):
+//       node_ring_release   the word stored with release, nothing loaded after it
+//       node_ring_parkable  the word stored seq_cst, then the other side's parked word loaded:
+//                           what a ring whose sides may sleep does per message
+//       node_ring_claims    the parkable one with a claim stored in the word by each side before
+//                           it uses the node, as shmio's claims do (plain stores here: one writer,
+//                           one reader; no compare-and-swap, no cursor)
+//       co_node_floor       the parkable one with each write and read an operation returning an
+//                           asio::awaitable that a coroutine co_awaits (shmio_co's shape)
+//     They show what the layout and an awaitable per message cost where shmio's own code is
+//     absent; they are not lower bounds (a reference can run faster than the spin ring).
 //     Counters: <family>_rate (the median over rounds of its block rate, messages per second) and
 //     <family>_over_spin (the median over rounds of its rate divided by the spin ring's in the same
 //     round).
@@ -605,6 +610,19 @@ struct bare_rings {
         release(nodes, payload, false),
         parkable(nodes, payload, true),
         claims(nodes, payload, true, true) {}
+  /// The node ring family `f` moves its messages through; null for the other families.
+  node_ring* node_of(family f) noexcept {
+    switch (f) {
+      case family::node_ring_release:
+        return &release;
+      case family::node_ring_parkable:
+        return &parkable;
+      case family::node_ring_claims:
+        return &claims;
+      default:
+        return nullptr;
+    }
+  }
 };
 
 template <class Ring>
@@ -621,7 +639,7 @@ void spin_read(Ring& r, std::uint64_t n, std::vector<std::byte>& msg) {
     }
 }
 
-// co_node_floor's operations: the least an operation that returns an asio::awaitable costs a
+// co_node_floor's operations: what an operation that returns an asio::awaitable costs a
 // coroutine that co_awaits it per message (a frame, its push and pop), around the parkable node
 // ring's own try. Looking again at once when it fails keeps them as cheap as a ready result.
 asio::awaitable<void> co_node_write(node_ring& r, const std::vector<std::byte>& msg) {
@@ -639,15 +657,10 @@ asio::awaitable<std::size_t> co_node_read(node_ring& r, std::vector<std::byte>& 
 /// does.
 void produce_block(family f, std::uint64_t n, bare_rings& bare, shmio::circular_buffer& ring,
                    asio::io_context& io, const std::vector<std::byte>& msg) {
+  if (node_ring* r = bare.node_of(f)) return spin_write(*r, n, msg);
   switch (f) {
     case family::spin_ring:
       return spin_write(bare.spin, n, msg);
-    case family::node_ring_release:
-      return spin_write(bare.release, n, msg);
-    case family::node_ring_parkable:
-      return spin_write(bare.parkable, n, msg);
-    case family::node_ring_claims:
-      return spin_write(bare.claims, n, msg);
     case family::co_node_floor:
       io.restart();
       return run_child_coroutine(io, [&]() -> asio::awaitable<void> {
@@ -664,18 +677,14 @@ void consume_block(family f, std::uint64_t n, bare_rings& bare, shmio::circular_
                    asio::io_context& io, std::vector<std::byte>& msg, shared_counters& received) {
   std::uint64_t got = 0;
   auto count = [&got](std::span<const std::byte>) { ++got; };
+  if (node_ring* r = bare.node_of(f)) {
+    spin_read(*r, n, msg);
+    received.add(0, n);
+    return;
+  }
   switch (f) {
     case family::spin_ring:
       spin_read(bare.spin, n, msg);
-      break;
-    case family::node_ring_release:
-      spin_read(bare.release, n, msg);
-      break;
-    case family::node_ring_parkable:
-      spin_read(bare.parkable, n, msg);
-      break;
-    case family::node_ring_claims:
-      spin_read(bare.claims, n, msg);
       break;
     case family::co_node_floor:
       io.restart();
@@ -773,7 +782,9 @@ void flow_pairs(benchmark::State& state, session& s) {
     for (int round = 0; round < flow_pair_rounds; ++round) {
       double rate[paired_count];
       for (int i = 0; i < paired_count; ++i) {
-        const int k = (round + i) % paired_count;
+        // Backwards every other round: each family then follows more than one other.
+        const int step = round % 2 == 0 ? i : paired_count - i;
+        const int k = (round + step) % paired_count;
         rate[k] = run_block(k);
         rates[k].push_back(rate[k]);
       }

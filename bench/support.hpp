@@ -191,19 +191,17 @@ class spin_ring {
   std::uint64_t cached_head_ = 0;
 };
 
-/// The floor of a ring whose nodes carry their own state, as shmio's do: a bare single-producer,
-/// single-consumer ring (no claim, no cursor: each side counts its own positions) whose node is
-/// a state word, a length and the payload, in as many cache lines as they take (64 bytes of
-/// payload: two). The word of node i says "free for the write of position p" (4p), "claimed by
-/// the writer of p" (4p + 1), "position p published" (4p + 2) or "claimed by its reader"
-/// (4p + 3). With `parkable`, a side stores the word seq_cst and then loads the
-/// other side's "parked" word, the Dekker pair a ring whose waiters may sleep needs (nobody
-/// parks here: the word stays 0); without it, the word is stored with release and nothing is
-/// loaded after it. So spin_ring -> node_ring(false) is what the node layout costs, and
-/// node_ring(false) -> node_ring(true) what being able to park costs. With `claims` as well,
-/// each side first stores a claim in the word (writer: before it writes the node; reader: before
-/// it copies out), as shmio's claims do with their compare-and-swap, but with a plain store (one
-/// writer, one reader): what the claims' own stores to the node's line cost.
+/// A reference ring whose nodes carry their own state, as shmio's do: a bare single-producer,
+/// single-consumer ring (no compare-and-swap, no cursor: each side counts its own positions)
+/// whose node is a state word, a length and the payload, in as many cache lines as they take (64
+/// bytes of payload: two). The word of node i says "free for the write of position p" (4p),
+/// "claimed by the writer of p" (4p + 1), "position p published" (4p + 2) or "claimed by its
+/// reader" (4p + 3). With `parkable`, a side stores the word seq_cst and then loads the other
+/// side's "parked" word, the Dekker pair a ring whose waiters may sleep needs (nobody parks
+/// here: the word stays 0); without it, the word is stored with release and nothing is loaded
+/// after it. With `claims` as well, each side first stores a claim in the word (writer: before
+/// it writes the node; reader: before it copies out), as shmio's claims do with their
+/// compare-and-swap, but with a plain store (one writer, one reader).
 class node_ring {
  public:
   node_ring(std::size_t nodes, std::size_t payload, bool parkable, bool claims = false);
@@ -211,7 +209,9 @@ class node_ring {
   node_ring(const node_ring&) = delete;
   node_ring& operator=(const node_ring&) = delete;
 
+  /// Copies `n` (at most the payload size, more than 0) bytes into the next node, if it is free.
   bool try_write(const void* data, std::size_t n) noexcept;
+  /// Copies the next message out, if one is published, and returns its size; 0 if none.
   std::size_t try_read(void* out) noexcept;
 
  private:

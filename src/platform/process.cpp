@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <thread>
 
@@ -76,11 +77,16 @@ unsigned usable_cpus() noexcept {
 unsigned online_cpus() noexcept {
   // Read once per process: glibc reads a sysfs file for it (three system calls), and every
   // waiting object asks when it is made. A CPU brought online or offline later leaves the
-  // answer only as stale as a spin decision can afford.
-  static const unsigned n = [] {
+  // answer only as stale as a spin decision can afford. An atomic rather than a static local:
+  // a child forked while another thread initialised one would inherit its guard held.
+  // relaxed: every thread computes the same value; a race only reads sysfs twice.
+  static std::atomic<unsigned> cached{0};
+  unsigned n = cached.load(std::memory_order_relaxed);
+  if (n == 0) {
     const long v = ::sysconf(_SC_NPROCESSORS_ONLN);
-    return v > 0 ? static_cast<unsigned>(v) : 1u;
-  }();
+    n = v > 0 ? static_cast<unsigned>(v) : 1u;
+    cached.store(n, std::memory_order_relaxed);  // relaxed: as above
+  }
   return n;
 }
 
