@@ -21,7 +21,7 @@
 //     one after the other, and on a shared VM the cache-line transfer time between the two
 //     vCPUs moves by 2-3x with their placement, within minutes: more than the differences being
 //     judged. Here one producer process (CPU 0) and one consumer process (CPU 1) hold a spin
-//     ring, three reference rings and a circular_buffer, and the parent has them move blocks of
+//     ring, four reference rings and a circular_buffer, and the parent has them move blocks of
 //     flow_pair_block messages through each family in turn: spin_ring, shmio_sync, shmio_async,
 //     shmio_co (co_write / co_read, the fast coroutine forms), shmio_sync_batch,
 //     shmio_async_batch, and the references. The order rotates every round and runs backwards
@@ -34,6 +34,9 @@
 //       node_ring_claims    the parkable one with a claim stored in the word by each side before
 //                           it uses the node, as shmio's claims do (plain stores here: one writer,
 //                           one reader; no compare-and-swap, no cursor)
+//       node_ring_atomics   the claims taken with compare-and-swap, and each side's position read
+//                           from a shared cursor it advances with compare-and-swap, as shmio's
+//                           ring does: shmio's atomic operations without the rest of its code
 //       co_node_floor       the parkable one with each write and read an operation returning an
 //                           asio::awaitable that a coroutine co_awaits (shmio_co's shape)
 //     They show what the layout and an awaitable per message cost where shmio's own code is
@@ -96,6 +99,7 @@ enum class family {
   node_ring_release,  // BM_ring_flow_pairs only: the node_ring floors (support.hpp)
   node_ring_parkable,
   node_ring_claims,
+  node_ring_atomics,
   co_node_floor
 };
 
@@ -121,6 +125,8 @@ const char* name_of(family f) {
       return "node_ring_parkable";
     case family::node_ring_claims:
       return "node_ring_claims";
+    case family::node_ring_atomics:
+      return "node_ring_atomics";
     case family::co_node_floor:
       return "co_node_floor";
   }
@@ -286,6 +292,7 @@ void bm_roundtrip(benchmark::State& state, family f, placement p, std::size_t si
       case family::node_ring_release:
       case family::node_ring_parkable:
       case family::node_ring_claims:
+      case family::node_ring_atomics:
       case family::co_node_floor:
         throw std::logic_error("no round trip for this family here (see BM_roundtrip_pairs)");
     }
@@ -592,11 +599,11 @@ void flow_shmio(benchmark::State& state, session& s, const flow& fl, family f) {
 
 constexpr std::uint64_t flow_pair_block = 200'000;  // messages per block
 constexpr int flow_pair_rounds = 5;                 // timed rounds, after one warm-up round
-constexpr family paired_flows[] = {family::spin_ring,          family::node_ring_release,
-                                   family::node_ring_parkable, family::node_ring_claims,
-                                   family::co_node_floor,      family::shmio_sync,
-                                   family::shmio_async,        family::shmio_co,
-                                   family::shmio_sync_batch,   family::shmio_async_batch};
+constexpr family paired_flows[] = {
+    family::spin_ring,        family::node_ring_release, family::node_ring_parkable,
+    family::node_ring_claims, family::node_ring_atomics, family::co_node_floor,
+    family::shmio_sync,       family::shmio_async,       family::shmio_co,
+    family::shmio_sync_batch, family::shmio_async_batch};
 constexpr int paired_count = static_cast<int>(std::size(paired_flows));
 
 /// The bare rings of the flow pairs, made before the fork (shared anonymous memory).
@@ -605,11 +612,13 @@ struct bare_rings {
   node_ring release;
   node_ring parkable;
   node_ring claims;
+  node_ring atomics;
   bare_rings(std::size_t nodes, std::size_t payload)
       : spin(nodes, payload),
-        release(nodes, payload, false),
-        parkable(nodes, payload, true),
-        claims(nodes, payload, true, true) {}
+        release(nodes, payload, node_ring::kind::release),
+        parkable(nodes, payload, node_ring::kind::parkable),
+        claims(nodes, payload, node_ring::kind::claims),
+        atomics(nodes, payload, node_ring::kind::atomics) {}
   /// The node ring family `f` moves its messages through; null for the other families.
   node_ring* node_of(family f) noexcept {
     switch (f) {
@@ -619,6 +628,8 @@ struct bare_rings {
         return &parkable;
       case family::node_ring_claims:
         return &claims;
+      case family::node_ring_atomics:
+        return &atomics;
       default:
         return nullptr;
     }
@@ -821,6 +832,7 @@ void bm_flow(benchmark::State& state, family f, flow fl) {
       case family::node_ring_release:
       case family::node_ring_parkable:
       case family::node_ring_claims:
+      case family::node_ring_atomics:
       case family::co_node_floor:
         throw std::logic_error("this family runs only in BM_ring_flow_pairs");
     }

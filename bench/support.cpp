@@ -312,11 +312,8 @@ struct node_head {
 static_assert(sizeof(node_head) == 16);
 }  // namespace
 
-node_ring::node_ring(std::size_t nodes, std::size_t payload, bool parkable, bool claims)
-    : nodes_(nodes),
-      stride_((sizeof(node_head) + payload + 63) / 64 * 64),
-      parkable_(parkable),
-      claims_(claims) {
+node_ring::node_ring(std::size_t nodes, std::size_t payload, kind k)
+    : nodes_(nodes), stride_((sizeof(node_head) + payload + 63) / 64 * 64), kind_(k) {
   mapped_ = sizeof(header) + nodes_ * stride_;
   void* m = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) throw_errno("mmap");
@@ -334,36 +331,64 @@ std::byte* node_ring::node(std::uint64_t position) const noexcept {
 }
 
 bool node_ring::try_write(const void* data, std::size_t n) noexcept {
-  auto* nh = reinterpret_cast<node_head*>(node(write_at_));
+  const bool atomics = kind_ == kind::atomics;
+  // relaxed: a cursor is only where to look; the node's word carries the ordering.
+  const std::uint64_t at = atomics ? h_->tail.load(std::memory_order_relaxed) : write_at_;
+  auto* nh = reinterpret_cast<node_head*>(node(at));
   // acquire: the reader's copy out of the node happens before we overwrite it.
-  if (nh->word.load(std::memory_order_acquire) != 4 * write_at_) return false;
-  // relaxed: only a mark, published with the bytes by the store below.
-  if (claims_) nh->word.store(4 * write_at_ + 1, std::memory_order_relaxed);
+  std::uint64_t w = nh->word.load(std::memory_order_acquire);
+  if (w != 4 * at) return false;
+  if (atomics) {
+    // acquire, as the load above; relaxed on failure (never here: one writer).
+    if (!nh->word.compare_exchange_strong(w, 4 * at + 1, std::memory_order_acquire,
+                                          std::memory_order_relaxed))
+      return false;
+    std::uint64_t expected = at;
+    // relaxed: as the cursor's load.
+    h_->tail.compare_exchange_strong(expected, at + 1, std::memory_order_relaxed);
+  } else if (kind_ == kind::claims) {
+    // relaxed: only a mark, published with the bytes by the store below.
+    nh->word.store(4 * at + 1, std::memory_order_relaxed);
+  }
   nh->length = static_cast<std::uint32_t>(n);
   std::memcpy(reinterpret_cast<std::byte*>(nh + 1), data, n);
-  if (parkable_) {
+  if (kind_ != kind::release) {
     // seq_cst, then the load: a reader that parks after its last look must be seen parked.
-    nh->word.store(4 * write_at_ + 2, std::memory_order_seq_cst);
+    nh->word.store(4 * at + 2, std::memory_order_seq_cst);
     // The load is the cost measured; nobody parks in this benchmark, so a set word means a
     // broken ring.
     if (h_->readers_parked.load(std::memory_order_seq_cst) != 0) std::abort();
   } else {
-    nh->word.store(4 * write_at_ + 2, std::memory_order_release);  // publishes the bytes
+    nh->word.store(4 * at + 2, std::memory_order_release);  // publishes the bytes
   }
-  ++write_at_;
+  write_at_ = at + 1;
   return true;
 }
 
 std::size_t node_ring::try_read(void* out) noexcept {
-  auto* nh = reinterpret_cast<node_head*>(node(read_at_));
+  const bool atomics = kind_ == kind::atomics;
+  // relaxed: as in try_write.
+  const std::uint64_t at = atomics ? h_->head.load(std::memory_order_relaxed) : read_at_;
+  auto* nh = reinterpret_cast<node_head*>(node(at));
   // acquire: pairs with the writer's store, so the node's bytes are visible.
-  if (nh->word.load(std::memory_order_acquire) != 4 * read_at_ + 2) return 0;
-  // relaxed: only a mark; the store that frees the node below orders our reads.
-  if (claims_) nh->word.store(4 * read_at_ + 3, std::memory_order_relaxed);
+  std::uint64_t w = nh->word.load(std::memory_order_acquire);
+  if (w != 4 * at + 2) return 0;
+  if (atomics) {
+    // acquire, as the load above; relaxed on failure (never here: one reader).
+    if (!nh->word.compare_exchange_strong(w, 4 * at + 3, std::memory_order_acquire,
+                                          std::memory_order_relaxed))
+      return 0;
+    std::uint64_t expected = at;
+    // relaxed: as the cursor's load.
+    h_->head.compare_exchange_strong(expected, at + 1, std::memory_order_relaxed);
+  } else if (kind_ == kind::claims) {
+    // relaxed: only a mark; the store that frees the node below orders our reads.
+    nh->word.store(4 * at + 3, std::memory_order_relaxed);
+  }
   const std::uint32_t size = nh->length;
   std::memcpy(out, reinterpret_cast<const std::byte*>(nh + 1), size);
-  const std::uint64_t next_lap = 4 * (read_at_ + nodes_);
-  if (parkable_) {
+  const std::uint64_t next_lap = 4 * (at + nodes_);
+  if (kind_ != kind::release) {
     // seq_cst, then the load: as in try_write, for a writer waiting for room.
     nh->word.store(next_lap, std::memory_order_seq_cst);
     // As in try_write: measured, never set here.
@@ -371,7 +396,7 @@ std::size_t node_ring::try_read(void* out) noexcept {
   } else {
     nh->word.store(next_lap, std::memory_order_release);  // our copy out is done
   }
-  ++read_at_;
+  read_at_ = at + 1;
   return size;
 }
 

@@ -201,10 +201,14 @@ class spin_ring {
 /// here: the word stays 0); without it, the word is stored with release and nothing is loaded
 /// after it. With `claims` as well, each side first stores a claim in the word (writer: before
 /// it writes the node; reader: before it copies out), as shmio's claims do with their
-/// compare-and-swap, but with a plain store (one writer, one reader).
+/// compare-and-swap, but with a plain store (one writer, one reader). With `atomics`, the claims
+/// are compare-and-swaps and each side takes its position from a shared cursor (a line of its
+/// own) that it advances with a compare-and-swap, as shmio's ring does: its atomic operations
+/// without the rest of its code.
 class node_ring {
  public:
-  node_ring(std::size_t nodes, std::size_t payload, bool parkable, bool claims = false);
+  enum class kind { release, parkable, claims, atomics };
+  node_ring(std::size_t nodes, std::size_t payload, kind k);
   ~node_ring();
   node_ring(const node_ring&) = delete;
   node_ring& operator=(const node_ring&) = delete;
@@ -218,14 +222,15 @@ class node_ring {
   struct header {
     alignas(64) std::atomic<std::uint64_t> readers_parked{0};
     alignas(64) std::atomic<std::uint64_t> writers_parked{0};
+    alignas(64) std::atomic<std::uint64_t> tail{0};  // next write, with `atomics`
+    alignas(64) std::atomic<std::uint64_t> head{0};  // next read, with `atomics`
   };
   std::byte* node(std::uint64_t position) const noexcept;
 
   std::size_t nodes_;
   std::size_t stride_;
   std::size_t mapped_;
-  bool parkable_;
-  bool claims_;
+  kind kind_;
   header* h_;
   // Each side's own next position (each process has its own copy after the fork).
   std::uint64_t write_at_ = 0;
