@@ -141,9 +141,9 @@ def ring_tables(runs):
                 "through each family in turn, same two processes", "",
                 "| family | messages/s (median block) | / spin_ring, paired (median round) |",
                 "|---|---|---|"]
-        floors = ("node_ring_release", "node_ring_parkable", "node_ring_claims", "node_ring_atomics",
-                  "co_node_floor")
-        for fam in ("spin_ring", *floors, *SHMIO_FLOWS, "shmio_co"):
+        references = ("node_ring_release", "node_ring_parkable", "node_ring_claims",
+                      "node_ring_atomics", "co_node_floor")
+        for fam in ("spin_ring", *references, *SHMIO_FLOWS, "shmio_co"):
             if median_of(runs, pair, f"{fam}_rate") is None:
                 continue  # a run from before the family was added
             r = median_of(runs, pair, f"{fam}_over_spin")

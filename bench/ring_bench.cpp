@@ -96,7 +96,7 @@ enum class family {
   shmio_sync_batch,
   shmio_async_batch,
   shmio_co,
-  node_ring_release,  // BM_ring_flow_pairs only: the node_ring floors (support.hpp)
+  node_ring_release,  // BM_ring_flow_pairs only: the reference rings (node_ring, support.hpp)
   node_ring_parkable,
   node_ring_claims,
   node_ring_atomics,
