@@ -8,6 +8,7 @@
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -286,4 +287,30 @@ TEST_CASE("a handler bound to another io_context may run after the object and it
   other.run();
   CHECK_FALSE(got);
   CHECK(buf[0] == 'a');
+}
+
+TEST_CASE("an object on a strand whose in-place handler runs after the strand's io_context is gone",
+          "[lifetime][ring]") {
+  // The in-place claim keeps the object's state alive until the handler has run, on another
+  // io_context; the last reference to it then goes there, after the strand's context is gone.
+  // Nothing of the strand may be left in that state (a strand's last copy reaches into its
+  // context's service when it goes: ASan reports the use after free).
+  asio::io_context other;
+  scoped_name name("strandgone");
+  std::error_code got = asio::error::would_block;
+  std::size_t used = 0;
+  {
+    asio::io_context io;
+    circular_buffer r(asio::make_strand(io), shmio::create_only, name, 4, 16);
+    circular_buffer w(io.get_executor(), shmio::open_only, name);
+    REQUIRE(w.write(asio::buffer("a", 1), 1s) == 1);
+    r.async_read_in_place(
+        [&](std::span<const std::byte> m) { return used = m.size(); },
+        asio::bind_executor(other, [&](std::error_code ec, std::size_t) { got = ec; }));
+    w.close();
+  }  // the strand's io_context is gone; the claim still holds the ring's state
+  other.run();
+  // Claimed before the object went: the message is still the handler's.
+  CHECK_FALSE(got);
+  CHECK(used == 1);
 }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -367,6 +368,36 @@ TEST_CASE("rpc_buffer: an acceptor that closes while a client waits: peer_gone",
   io.run_for(bound);
   REQUIRE(result);
   CHECK(*result == errc::peer_gone);
+}
+
+TEST_CASE(
+    "rpc_acceptor: a request taken before close() whose step runs after it makes no connection",
+    "[rpc][service]") {
+  scoped_name name("svc");
+  asio::io_context io;
+  asio::io_context other;  // where the accept's handler runs
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  rpc_buffer client(io.get_executor());
+  std::optional<std::error_code> connected;
+  client.async_connect(name.str(), 1h, [&](std::error_code ec) { connected = ec; });
+  // The request is in the listener: the accept takes it at once, and its next step waits in
+  // `other`'s queue.
+  std::optional<std::error_code> accepted;
+  bool open = false;
+  acceptor.async_accept(asio::bind_executor(other, [&](std::error_code ec, rpc_buffer end) {
+    accepted = ec;
+    open = end.is_open();
+  }));
+  acceptor.close();
+  other.run();
+  REQUIRE(accepted);
+  CHECK(*accepted == asio::error::operation_aborted);
+  CHECK_FALSE(open);
+  CHECK(acceptor.statistics().accepted == 0);
+  io.run_for(bound);
+  REQUIRE(connected);
+  CHECK(*connected == errc::peer_gone);
+  CHECK(shm_files_with(name.str() + "#") == 0);
 }
 
 TEST_CASE("rpc_buffer: a cancelled connect completes with operation_aborted", "[rpc][service]") {

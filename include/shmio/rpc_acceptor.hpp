@@ -114,8 +114,11 @@ class rpc_acceptor {
         return impl->async_next_request(std::move(self));
       }
       // A step that starts after close() finds the waiter shut (bad_descriptor): to the caller
-      // that is the documented operation_aborted.
-      if (ec == asio::error::bad_descriptor) ec = asio::error::operation_aborted;
+      // that is the documented operation_aborted. So is a request taken before close() whose
+      // step runs after it (its handler's executor is elsewhere): no connection is made then,
+      // and its client learns that the service went.
+      if (ec == asio::error::bad_descriptor || (!ec && impl->closed()))
+        ec = asio::error::operation_aborted;
       if (ec) return self.complete(ec, rpc_buffer(ex));
       std::error_code refused;
       auto channel = impl->accept(ex, request, handlers, refused);

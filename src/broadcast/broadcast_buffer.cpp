@@ -134,7 +134,7 @@ void broadcast_buffer::close() noexcept {
   // Shut down explicitly: a pending operation's initiation may still hold the impl, and its
   // waits must end now; a subscriber leaves now, so writers stop waiting for it.
   if (auto im = std::exchange(impl_, nullptr)) {
-    im->waiter->shutdown();
+    im->waiter->retire();
     if (im->subscriber) im->subscriber->leave();
   }
 }

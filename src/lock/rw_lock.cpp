@@ -88,7 +88,7 @@ void rw_lock::close() noexcept {
   // Explicitly: a pending operation's initiation may still hold the impl, and its waits (and
   // whatever this handle holds) must end now, not when the last reference goes.
   if (auto im = std::exchange(impl_, nullptr)) {
-    im->waiter->shutdown();
+    im->waiter->retire();
     im->view.leave();
   }
 }

@@ -123,7 +123,7 @@ circular_buffer& circular_buffer::operator=(circular_buffer&& other) noexcept {
 void circular_buffer::close() noexcept {
   // Shut down explicitly: a pending operation's initiation may still hold the impl, and its
   // waits must end now, not when the last reference goes.
-  if (auto im = std::exchange(impl_, nullptr)) im->waiter->shutdown();
+  if (auto im = std::exchange(impl_, nullptr)) im->waiter->retire();
 }
 
 circular_buffer::executor_type circular_buffer::get_executor() const noexcept {

@@ -115,7 +115,7 @@ named_event& named_event::operator=(named_event&& other) noexcept {
 void named_event::close() noexcept {
   // Shut down explicitly: a pending operation's initiation may still hold the impl, and its
   // waits must end now, not when the last reference goes.
-  if (auto im = std::exchange(impl_, nullptr)) im->waiter->shutdown();
+  if (auto im = std::exchange(impl_, nullptr)) im->waiter->retire();
 }
 
 named_event::executor_type named_event::get_executor() const noexcept {

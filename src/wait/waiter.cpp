@@ -145,6 +145,8 @@ void waiter::spin_step(std::uint64_t id, std::size_t q,
     spin_.spin_failed();
     return park(lock, o, false);
   }
+  // Copied under the lock: retire() may let ours go from the handle's thread.
+  const asio::any_io_executor ex = ex_;
   lock.unlock();
   if (executor_spin::yield_due(step, crowded)) {  // let a peer that shares this CPU run
     trips_.yield();
@@ -154,7 +156,7 @@ void waiter::spin_step(std::uint64_t id, std::size_t q,
     if (!o || complete_if_ready(lock, o)) return;
     lock.unlock();
   }
-  asio::post(ex_, [self = shared_from_this(), id, q, deadline, step] {
+  asio::post(ex, [self = shared_from_this(), id, q, deadline, step] {
     self->spin_step(id, q, deadline, step + 1);
   });
 }
@@ -283,11 +285,16 @@ void waiter::deliver_and_settle(op_batch& done, bool may_dispatch, std::error_co
     // A handler threw: what is left of the batch goes out from a trip through our executor,
     // in order and as it would have (delivered at once, each side by side, the handlers of
     // different executors could run in either order). They still count in their gates.
-    if (!done.empty()) {
+    asio::any_io_executor ex;
+    {
+      std::lock_guard lock(mutex_);  // retire() may let ours go from the handle's thread
+      ex = ex_;
+    }
+    // Retired: the batch's destructor posts the rest to their handlers' executors.
+    if (!done.empty() && ex) {
       auto rest = std::make_shared<op_batch>(std::move(done));
-      asio::post(ex_, [self = shared_from_this(), rest, ec] {
-        self->deliver_and_settle(*rest, true, ec);
-      });
+      asio::post(
+          ex, [self = shared_from_this(), rest, ec] { self->deliver_and_settle(*rest, true, ec); });
     }
     settle();
     throw;
@@ -390,6 +397,16 @@ void waiter::shutdown() noexcept {
     done.deliver(ops_, weak_from_this(), false, asio::error::operation_aborted);
   } catch (...) {  // a post's allocation failed: the batch's destructor posts the rest
   }
+}
+
+void waiter::retire() noexcept {
+  shutdown();
+  asio::any_io_executor gone;
+  std::lock_guard lock(mutex_);
+  // Every other use of ex_ from here on is under the mutex and stops at closed_, or is an
+  // initiation, which the handle's close ends.
+  gone = std::move(ex_);
+  ex_ = asio::any_io_executor();
 }
 
 }  // namespace shmio::detail

@@ -46,6 +46,8 @@ class rpc_acceptor_impl {
                                       const layout::connect_request& request, rpc_service handlers,
                                       std::error_code& ec);
   void close() noexcept;
+  /// close() has run (acquire: pairs with its exchange; a step that sees it makes nothing).
+  bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
 
  private:
   rpc_acceptor_impl() = default;

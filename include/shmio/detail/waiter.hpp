@@ -104,6 +104,13 @@ class waiter final : public std::enable_shared_from_this<waiter>, public deliver
   /// Completes every pending operation with operation_aborted and gives back the slots. After
   /// it returns nothing here touches the shared memory of the queues.
   void shutdown() noexcept;
+  /// shutdown(), from the close of the object's handle, then lets our copy of the executor go.
+  /// The handle's close runs where the executor's context is alive, as an Asio I/O object's
+  /// must; the last reference to the waiter may not (an in-place claim on its way to a handler
+  /// on another io_context holds one), and a strand's last copy reaches into its context when
+  /// it goes. Operations started afterwards must not come here (their initiation checks
+  /// closed() and completes through the handle's executor).
+  void retire() noexcept;
 
   /// Holds back queue `q` while a claimed result is used outside the waiter (see queue_hold).
   void hold(std::size_t q) noexcept { ops_[q].hold(); }

@@ -76,8 +76,9 @@ struct broadcast_buffer::impl {
   static void start_in_place(const std::shared_ptr<impl>& im, const executor_type& io_ex,
                              broadcast_role needed, Claim (*claim)(const std::shared_ptr<impl>&),
                              Work work, Handler&& handler) {
-    if (!im || im->role != needed) {
-      const std::error_code ec = im ? wrong_role() : asio::error::bad_descriptor;
+    if (!im || im->waiter->closed() || im->role != needed) {
+      const std::error_code ec =
+          im && !im->waiter->closed() ? wrong_role() : asio::error::bad_descriptor;
       return detail::post_result<std::size_t>(std::move(handler), io_ex, {ec, 0});
     }
     im->waiter->template async_wait<Held>(
@@ -92,8 +93,9 @@ struct broadcast_buffer::impl {
   template <class Attempt, class Handler>
   static void start(const std::shared_ptr<impl>& im, const executor_type& io_ex,
                     broadcast_role needed, Attempt&& attempt, Handler&& handler) {
-    if (!im || im->role != needed) {  // closed: still through the handle's executor
-      const std::error_code ec = im ? wrong_role() : asio::error::bad_descriptor;
+    if (!im || im->waiter->closed() || im->role != needed) {  // closed: the handle's executor
+      const std::error_code ec =
+          im && !im->waiter->closed() ? wrong_role() : asio::error::bad_descriptor;
       return detail::post_result<std::size_t>(std::move(handler), io_ex, {ec, 0});
     }
     im->waiter->template async_wait<std::size_t>(queue, detail::catching(std::move(attempt)),

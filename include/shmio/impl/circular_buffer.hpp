@@ -66,7 +66,7 @@ struct circular_buffer::impl {
   template <class Attempt, class Handler>
   static void start(const std::shared_ptr<impl>& im, const executor_type& io_ex, std::size_t queue,
                     Attempt&& attempt, Handler&& handler) {
-    if (!im)  // closed: still through the executor the handle was made with
+    if (!im || im->waiter->closed())  // closed: through the executor the handle was made with
       return detail::post_result<std::size_t>(std::move(handler), io_ex,
                                               {asio::error::bad_descriptor, 0});
     im->waiter->template async_wait<std::size_t>(queue, detail::catching(std::move(attempt)),
@@ -79,7 +79,7 @@ struct circular_buffer::impl {
   static void start_in_place(const std::shared_ptr<impl>& im, const executor_type& io_ex,
                              std::size_t queue, Claim (*claim)(const std::shared_ptr<impl>&),
                              Work work, Handler&& handler) {
-    if (!im)
+    if (!im || im->waiter->closed())
       return detail::post_result<std::size_t>(std::move(handler), io_ex,
                                               {asio::error::bad_descriptor, 0});
     im->waiter->template async_wait<Held>(

@@ -22,7 +22,7 @@ struct named_event::impl {
 template <class Handler>
 void named_event::start_wait(const std::shared_ptr<impl>& im, const executor_type& io_ex,
                              Handler&& handler) {
-  if (!im) {  // closed: still through the executor the handle was made with
+  if (!im || im->waiter->closed()) {  // closed: through the executor the handle was made with
     return detail::post_result<detail::no_value>(std::move(handler), io_ex,
                                                  {asio::error::bad_descriptor, {}});
   }

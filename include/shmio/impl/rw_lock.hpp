@@ -21,7 +21,7 @@ struct rw_lock::impl {
 template <class Handler>
 void rw_lock::start(const std::shared_ptr<impl>& im, const executor_type& ex, bool exclusive,
                     Handler&& handler) {
-  if (!im) {
+  if (!im || im->waiter->closed()) {
     // A handle that was never opened has no executor: then only the handler's own can run it.
     if (ex)
       return detail::deliver<bool>(std::move(handler), asio::get_associated_executor(handler, ex),
