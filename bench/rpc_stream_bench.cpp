@@ -11,11 +11,15 @@
 //                      writer.async_write per item; the parent co_awaits rpc_stream::async_read
 //                      (window: rpc_options::stream_window, 32 by default)
 //   shmio_stream/window:256  the same with a window of 256 items
+//   shmio_stream_fast/window:N  the fast forms: the handler co_awaits writer.co_write per item
+//                      (sent at once while the window has room), the parent co_awaits
+//                      rpc_stream::async_read_batch(N) (every item that has come, up to N)
 //
 // Counters: items_per_second; allocs_per_item: heap allocations in the parent per item read.
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -145,16 +149,20 @@ void stream_socket_pair(benchmark::State& state, session& s) {
 
 // ---- shmio streams -------------------------------------------------------------------------
 
-void stream_shmio(benchmark::State& state, session& s, std::uint32_t window) {
+void stream_shmio(benchmark::State& state, session& s, std::uint32_t window, bool fast) {
   const std::string name = s.segment_name("stream");
   control_block& c = s.ctl();
   s.fork_child([&](const std::function<void()>& ready) {
     asio::io_context io;
-    shmio::rpc_stream_handler endless = [](std::uint64_t, std::span<const std::byte>,
-                                           shmio::rpc_stream_writer out) -> asio::awaitable<void> {
+    shmio::rpc_stream_handler endless = [fast](
+                                            std::uint64_t, std::span<const std::byte>,
+                                            shmio::rpc_stream_writer out) -> asio::awaitable<void> {
       for (std::uint64_t i = 0;; ++i) {
         const auto item = make_item(i);
-        co_await out.async_write(asio::buffer(item), asio::use_awaitable);  // throws when closed
+        if (fast)
+          co_await out.co_write(asio::buffer(item));  // throws when closed
+        else
+          co_await out.async_write(asio::buffer(item), asio::use_awaitable);
       }
     };
     shmio::rpc_buffer owner(io, shmio::create_only, name, endless);
@@ -184,11 +192,22 @@ void stream_shmio(benchmark::State& state, session& s, std::uint32_t window) {
       shmio::rpc_stream items_in = co_await opener.async_request_stream({}, asio::use_awaitable);
       std::uint64_t next = 0;
       before = allocations();
-      for (auto _ : state)
+      for (auto _ : state) {
+        if (fast) {
+          for (std::uint64_t k = 0; k < items;) {
+            auto got = co_await items_in.async_read_batch(
+                std::min<std::uint64_t>(items - k, window), asio::use_awaitable);
+            for (const auto& item : got)
+              if (item.size() != item_size || index_of(item.data()) != next++) out_of_order();
+            k += got.size();
+          }
+          continue;
+        }
         for (std::uint64_t k = 0; k < items; ++k) {
           auto item = co_await items_in.async_read(asio::use_awaitable);
           if (item.size() != item_size || index_of(item.data()) != next++) out_of_order();
         }
+      }
     }());
   }
   report(state, before);
@@ -210,18 +229,19 @@ void register_all() {
       stream_socket_pair(st, s);
     });
   })->Unit(benchmark::kMillisecond);
-  for (std::uint32_t window : {32u, 256u}) {
-    const std::string name = window == 32
-                                 ? std::string("BM_stream/shmio_stream")
-                                 : "BM_stream/shmio_stream/window:" + std::to_string(window);
-    benchmark::RegisterBenchmark(name.c_str(), [window](benchmark::State& st) {
-      guarded(st, [&] {
-        session s(placement::split);
-        s.pin_parent();
-        stream_shmio(st, s, window);
-      });
-    })->Unit(benchmark::kMillisecond);
-  }
+  for (const bool fast : {false, true})
+    for (std::uint32_t window : {32u, 256u}) {
+      const std::string family = fast ? "BM_stream/shmio_stream_fast" : "BM_stream/shmio_stream";
+      const std::string name =
+          window == 32 && !fast ? family : family + "/window:" + std::to_string(window);
+      benchmark::RegisterBenchmark(name.c_str(), [window, fast](benchmark::State& st) {
+        guarded(st, [&] {
+          session s(placement::split);
+          s.pin_parent();
+          stream_shmio(st, s, window, fast);
+        });
+      })->Unit(benchmark::kMillisecond);
+    }
 }
 
 }  // namespace

@@ -43,6 +43,7 @@
 #include <asio/async_result.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/buffer.hpp>
+#include <asio/use_awaitable.hpp>
 
 #include "shmio/detail/rpc_stream_core.hpp"
 
@@ -98,6 +99,18 @@ class rpc_stream {
   template <class CompletionToken>
   auto async_read(CompletionToken&& token);
 
+  /// Reads every item that has come, up to `max_items`, in one completion: as async_read, but
+  /// a steady stream's reader then pays one completion per batch instead of one per item (at
+  /// most rpc_options::stream_window items are ever there). Reads of both kinds complete in
+  /// the order they were started; a batch of at most 0 items completes in its turn with none.
+  ///
+  /// Completion signature: `void(std::error_code, std::vector<std::vector<std::byte>> items)`:
+  /// at least one item and no error while the stream goes on; once every item is read, the
+  /// error that ended it (as async_read's), with no items, except errc::remote_error, whose one
+  /// item is the handler's exception text. Cancellation: as async_read.
+  template <class CompletionToken>
+  auto async_read_batch(std::size_t max_items, CompletionToken&& token);
+
   /// Ends the stream if it has not ended (its handler is cancelled) and drops unread items.
   /// Pending reads complete with asio::error::operation_aborted.
   void close() noexcept {
@@ -137,6 +150,13 @@ class rpc_stream_writer {
   /// Per-operation cancellation: any type, while the item waits for room.
   template <class CompletionToken>
   auto async_write(asio::const_buffer item, CompletionToken&& token);
+
+  /// The fast form of `co_await async_write(item, use_awaitable)` for the stream handler's own
+  /// coroutine: when it runs on its channel's strand (as the channel starts it), the stream has
+  /// credit and no earlier write waits, the item is sent at once, from where it is, and the
+  /// coroutine goes on without a trip through the executor. Otherwise it is async_write.
+  /// Throws std::system_error with async_write's errors.
+  asio::awaitable<void> co_write(asio::const_buffer item);
 
  private:
   friend struct detail::rpc_stream_access;

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <asio/dispatch.hpp>
 #include <asio/error.hpp>
+#include <asio/io_context.hpp>
 #include <asio/post.hpp>
+#include <asio/strand.hpp>
 #include <utility>
 
 #include "shmio/detail/rpc_channel.hpp"
@@ -30,7 +32,13 @@ std::uint64_t stream_request_id(const stream_state& st) noexcept {
 
 void stream_read(const std::shared_ptr<rpc_channel>& ch, const std::shared_ptr<stream_state>& st,
                  std::uint64_t read_id, pending_call_ptr op) {
-  ch->read_stream(st, read_id, std::move(op));
+  ch->read_stream(st, {read_id, std::move(op), nullptr, 1});
+}
+
+void stream_read_batch(const std::shared_ptr<rpc_channel>& ch,
+                       const std::shared_ptr<stream_state>& st, std::uint64_t read_id,
+                       std::size_t max, pending_items_ptr op) {
+  ch->read_stream(st, {read_id, nullptr, std::move(op), max});
 }
 
 void stream_cancel_read(const std::shared_ptr<rpc_channel>& ch,
@@ -54,6 +62,11 @@ void stream_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_
   ch->write_stream(request_id, session, write_id, std::move(item), std::move(op));
 }
 
+bool stream_try_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_id,
+                      std::uint64_t session, std::span<const std::byte> item) {
+  return ch->try_write_stream(request_id, session, item);
+}
+
 void stream_cancel_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_id,
                          std::uint64_t write_id) {
   ch->cancel_stream_write(request_id, write_id);
@@ -61,15 +74,14 @@ void stream_cancel_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t r
 
 // ---- the caller's side ---------------------------------------------------------------------
 
-void rpc_channel::read_stream(std::shared_ptr<stream_state> st, std::uint64_t read_id,
-                              pending_call_ptr op) {
+void rpc_channel::read_stream(std::shared_ptr<stream_state> st, stream_state::read r) {
   // Dispatched: from a thread of the executor, an item already there is taken now. Its
   // completion is posted (this may run inside the initiating function).
-  asio::dispatch(strand_, [self = shared_from_this(), st = std::move(st), read_id,
-                           op = std::move(op)]() mutable {
-    st->reads.push_back({read_id, std::move(op)});
-    self->pump_stream(*st);
-  });
+  asio::dispatch(strand_,
+                 [self = shared_from_this(), st = std::move(st), r = std::move(r)]() mutable {
+                   st->reads.push_back(std::move(r));
+                   self->pump_stream(*st);
+                 });
 }
 
 void rpc_channel::cancel_stream_read(std::shared_ptr<stream_state> st, std::uint64_t read_id,
@@ -86,9 +98,12 @@ void rpc_channel::cancel_stream_read(std::shared_ptr<stream_state> st, std::uint
       return self->abandon_call(st->id, asio::error::operation_aborted);
     }
     // Total cancellation promises no side effect: the read goes, the stream stays.
-    auto op = std::move(r->op);
+    auto gone = std::move(*r);
     st->reads.erase(r);
-    complete(std::move(op), asio::error::operation_aborted, {}, false);
+    if (gone.batch)
+      complete(std::move(gone.batch), asio::error::operation_aborted, {}, false);
+    else
+      complete(std::move(gone.op), asio::error::operation_aborted, {}, false);
   });
 }
 
@@ -126,28 +141,56 @@ void rpc_channel::on_stream_item(incoming_message m) {
   pump_stream(st);
 }
 
+void rpc_channel::credit_read(stream_state& st) {
+  ++st.unreported;
+  // Credit for what was read, in batches of half a window: the handler never waits for more
+  // than that while its caller keeps reading. (A stream that has not ended is in calls_:
+  // finish_call ends it as it erases it.)
+  if (!st.ended && st.unreported >= std::max<std::uint32_t>(1, st.window / 2)) {
+    st.allowed += st.unreported;
+    send({packet_type::stream_credit, next_id(), st.id, encode_credit(st.unreported)});
+    st.unreported = 0;
+  }
+}
+
 void rpc_channel::pump_stream(stream_state& st) {
-  while (!st.reads.empty() && !st.items.empty()) {
-    auto op = std::move(st.reads.front().op);
+  while (!st.reads.empty()) {
+    stream_state::read& front = st.reads.front();
+    // A batch of at most 0 items takes none: it completes in its turn.
+    const bool takes_none = front.batch && front.max == 0;
+    if (st.items.empty() && !takes_none) break;
+    auto r = std::move(front);
     st.reads.pop_front();
+    if (r.batch) {
+      // At most what has come, which is at most a window: the vector is bounded.
+      const std::size_t n = std::min(r.max, st.items.size());
+      std::vector<std::vector<std::byte>> got;
+      got.reserve(n);
+      for (std::size_t k = 0; k < n; ++k) {
+        got.push_back(std::move(st.items.front()));
+        st.items.pop_front();
+        credit_read(st);
+      }
+      complete(std::move(r.batch), {}, std::move(got), false);
+      continue;
+    }
     auto item = std::move(st.items.front());
     st.items.pop_front();
-    ++st.unreported;
-    // Credit for what was read, in batches of half a window: the handler never waits for
-    // more than that while its caller keeps reading. (A stream that has not ended is in
-    // calls_: finish_call ends it as it erases it.)
-    if (!st.ended && st.unreported >= std::max<std::uint32_t>(1, st.window / 2)) {
-      st.allowed += st.unreported;
-      send({packet_type::stream_credit, next_id(), st.id, encode_credit(st.unreported)});
-      st.unreported = 0;
-    }
-    complete(std::move(op), {}, reply_bytes::of(item), false);
+    credit_read(st);
+    complete(std::move(r.op), {}, reply_bytes::of(item), false);
   }
   if (!st.ended || !st.items.empty()) return;
   while (!st.reads.empty()) {
-    auto op = std::move(st.reads.front().op);
+    auto r = std::move(st.reads.front());
     st.reads.pop_front();
-    complete(std::move(op), st.end, std::span<const std::byte>(st.end_text), false);
+    if (r.batch) {
+      // As a single read gets a remote error's text as its bytes, a batch gets it as its item.
+      std::vector<std::vector<std::byte>> text;
+      if (!st.end_text.empty()) text.push_back(st.end_text);
+      complete(std::move(r.batch), st.end, std::move(text), false);
+    } else {
+      complete(std::move(r.op), st.end, std::span<const std::byte>(st.end_text), false);
+    }
   }
 }
 
@@ -183,6 +226,32 @@ void rpc_channel::cancel_stream_write(std::uint64_t request_id, std::uint64_t wr
     writes.erase(w);  // nothing of it went: the stream goes on without it
     complete(std::move(op), asio::error::operation_aborted, false);
   });
+}
+
+bool rpc_channel::try_write_stream(std::uint64_t request_id, std::uint64_t session,
+                                   std::span<const std::byte> item) {
+  // The state is the strand's: only from a coroutine running there (a stream handler's, as
+  // co_spawned by the channel). Elsewhere the caller takes the async path.
+  const auto* io_strand = strand_.target<asio::strand<asio::io_context::executor_type>>();
+  const auto* any_strand = strand_.target<asio::strand<asio::any_io_executor>>();
+  if (!(io_strand ? io_strand->running_in_this_thread()
+                  : any_strand && any_strand->running_in_this_thread()))
+    return false;
+  if (closed_ || session != session_) return false;
+  auto it = serving_.find(request_id);
+  if (it == serving_.end()) return false;
+  stream_writer_state& w = it->second.stream;
+  // An earlier write still waiting goes first; a too-large item is refused on the async path.
+  if (!w.active || w.ended || !w.writes.empty() || w.credit == 0 || item.size() > reassembler_max())
+    return false;
+  --w.credit;
+  stats_.stream_items_sent.fetch_add(1, std::memory_order_relaxed);
+  stats_.bytes_sent.fetch_add(item.size(), std::memory_order_relaxed);
+  // Sent from where the item is: send() writes it now if the ring has room, or copies it.
+  outgoing_message m{packet_type::stream_item, next_id(), request_id, {}};
+  m.borrowed[0] = item;
+  send(std::move(m));
+  return true;
 }
 
 void rpc_channel::on_stream_credit(const incoming_message& m) {

@@ -169,13 +169,15 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void apply_limits(const rpc_options& o);
 
   // Streams (rpc_streams.cpp): see rpc_stream_core.hpp.
-  void read_stream(std::shared_ptr<stream_state> st, std::uint64_t read_id, pending_call_ptr op);
+  void read_stream(std::shared_ptr<stream_state> st, stream_state::read r);
   void cancel_stream_read(std::shared_ptr<stream_state> st, std::uint64_t read_id,
                           asio::cancellation_type type);
   void close_stream(std::shared_ptr<stream_state> st);
   void write_stream(std::uint64_t request_id, std::uint64_t session, std::uint64_t write_id,
                     std::vector<std::byte> item, pending_signal_ptr op);
   void cancel_stream_write(std::uint64_t request_id, std::uint64_t write_id);
+  bool try_write_stream(std::uint64_t request_id, std::uint64_t session,
+                        std::span<const std::byte> item);
   /// Gives up on a call (cancellation through its slot): completes it with operation_aborted.
   /// `total` alone cancels only a request not yet sent (Asio's "no side effects").
   void cancel_call(std::uint64_t id, asio::cancellation_type type);
@@ -296,6 +298,9 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   /// completions are always posted: one dispatched inline could pass an earlier one still
   /// queued, and reads (and writes) complete in the order they were started.
   void pump_stream(stream_state& st);
+  /// An item of `st` was read: counts it, and grants credit for what was read once that is
+  /// half a window.
+  void credit_read(stream_state& st);
   /// Sends the writes of `w` that its credit allows.
   void flush_stream_writes(std::uint64_t request_id, stream_writer_state& w);
   /// A handler's stream can go no further: its waiting writes fail with `why`.

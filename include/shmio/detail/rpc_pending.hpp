@@ -77,6 +77,19 @@ struct pending_signal {
 };
 using pending_signal_ptr = std::unique_ptr<pending_signal, pending_delete>;
 
+/// A stream's reader taking every item that is there, up to a count (async_read_batch);
+/// completes once, freeing itself as pending_call does.
+struct pending_items {
+  /// `may_dispatch`: as for pending_call.
+  virtual void complete(std::error_code ec, std::vector<std::vector<std::byte>> items,
+                        bool may_dispatch) = 0;
+  virtual void destroy() noexcept = 0;
+
+ protected:
+  ~pending_items() = default;
+};
+using pending_items_ptr = std::unique_ptr<pending_items, pending_delete>;
+
 /// Completes `op`, which frees itself before its handler runs.
 inline void complete(pending_call_ptr op, std::error_code ec, reply_bytes reply,
                      bool may_dispatch) {
@@ -84,6 +97,10 @@ inline void complete(pending_call_ptr op, std::error_code ec, reply_bytes reply,
 }
 inline void complete(pending_signal_ptr op, std::error_code ec, bool may_dispatch) {
   op.release()->complete(ec, may_dispatch);
+}
+inline void complete(pending_items_ptr op, std::error_code ec,
+                     std::vector<std::vector<std::byte>> items, bool may_dispatch) {
+  op.release()->complete(ec, std::move(items), may_dispatch);
 }
 
 /// Memory for an operation `Op` holding a `Handler`: from the handler's associated allocator,
@@ -166,6 +183,28 @@ class rpc_call final : public pending_call {
     auto h = std::move(handler_);
     memory::free(this);
     h.deliver(may_dispatch, ec, std::move(value));
+  }
+  void destroy() noexcept override { memory::free(this); }
+
+ private:
+  typename memory::alloc_type alloc_;
+  tracked_handler<Handler> handler_;
+};
+
+/// A stream reader's completion handler, kept until items (or the end) come.
+template <class Handler>
+class rpc_items final : public pending_items {
+  using memory = handler_memory<rpc_items, Handler>;
+  friend memory;
+
+ public:
+  rpc_items(typename memory::alloc_type alloc, Handler h, const asio::any_io_executor& ex)
+      : alloc_(std::move(alloc)), handler_(std::move(h), ex) {}
+  void complete(std::error_code ec, std::vector<std::vector<std::byte>> items,
+                bool may_dispatch) override {
+    auto h = std::move(handler_);
+    memory::free(this);
+    h.deliver(may_dispatch, ec, std::move(items));
   }
   void destroy() noexcept override { memory::free(this); }
 

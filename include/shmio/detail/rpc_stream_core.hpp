@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "shmio/detail/rpc_pending.hpp"
@@ -25,6 +26,10 @@ std::uint64_t stream_request_id(const stream_state& st) noexcept;
 /// The caller's side: the next item of `st` (or its end) completes `op`.
 void stream_read(const std::shared_ptr<rpc_channel>& ch, const std::shared_ptr<stream_state>& st,
                  std::uint64_t read_id, pending_call_ptr op);
+/// The same, for a read of every item there is, up to `max` (at least one, unless `max` is 0).
+void stream_read_batch(const std::shared_ptr<rpc_channel>& ch,
+                       const std::shared_ptr<stream_state>& st, std::uint64_t read_id,
+                       std::size_t max, pending_items_ptr op);
 /// Cancels the read `read_id`; terminal and partial cancellation end the stream too.
 void stream_cancel_read(const std::shared_ptr<rpc_channel>& ch,
                         const std::shared_ptr<stream_state>& st, std::uint64_t read_id,
@@ -38,6 +43,11 @@ void stream_close(const std::shared_ptr<rpc_channel>& ch,
 void stream_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_id,
                   std::uint64_t session, std::uint64_t write_id, std::vector<std::byte> item,
                   pending_signal_ptr op);
+/// The handler's fast form: sends `item` now and returns true if that needs no waiting: we
+/// run on the channel's strand, the stream has credit, and no earlier write waits. False, with
+/// nothing done, otherwise (the caller then starts stream_write).
+bool stream_try_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_id,
+                      std::uint64_t session, std::span<const std::byte> item);
 /// Cancels the write `write_id` if it is still waiting for room (nothing of it was sent).
 void stream_cancel_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_id,
                          std::uint64_t write_id);

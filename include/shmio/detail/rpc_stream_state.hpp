@@ -21,7 +21,9 @@ namespace shmio::detail {
 struct stream_state {
   struct read {
     std::uint64_t id;
-    pending_call_ptr op;
+    pending_call_ptr op;      // one item (async_read), or
+    pending_items_ptr batch;  // up to `max` items at once (async_read_batch)
+    std::size_t max = 1;
   };
 
   std::uint64_t id = 0;          // the request's id

@@ -68,6 +68,30 @@ auto rpc_stream::async_read(CompletionToken&& token) {
       token, ex_, channel_, state_);
 }
 
+template <class CompletionToken>
+auto rpc_stream::async_read_batch(std::size_t max_items, CompletionToken&& token) {
+  using items_type = std::vector<std::vector<std::byte>>;
+  return asio::async_initiate<CompletionToken, void(std::error_code, items_type)>(
+      [](auto handler, const executor_type& ex, const std::shared_ptr<detail::rpc_channel>& ch,
+         const std::shared_ptr<detail::stream_state>& st, std::size_t max) {
+        if (!st) {  // not open: completes as any other completion, never inside this function
+          auto hex = asio::get_associated_executor(handler, ex);
+          return asio::post(
+              hex, asio::experimental::append(std::move(handler),
+                                              std::error_code(asio::error::operation_aborted),
+                                              items_type{}));
+        }
+        const std::uint64_t read_id = detail::stream_op_id(*ch);
+        auto slot = asio::get_associated_cancellation_slot(handler);
+        if (slot.is_connected())
+          slot.template emplace<detail::stream_read_cancel>(
+              detail::stream_read_cancel{ch, st, read_id});
+        detail::stream_read_batch(ch, st, read_id, max,
+                                  detail::make_pending<detail::rpc_items>(std::move(handler), ex));
+      },
+      token, ex_, channel_, state_, max_items);
+}
+
 inline rpc_stream_writer::executor_type rpc_stream_writer::get_executor() const noexcept {
   return detail::stream_executor(*channel_);
 }
@@ -89,6 +113,14 @@ auto rpc_stream_writer::async_write(asio::const_buffer item, CompletionToken&& t
                                  std::move(handler), detail::stream_executor(*ch)));
       },
       token, channel_, id_, session_, std::vector<std::byte>(p, p + item.size()));
+}
+
+inline asio::awaitable<void> rpc_stream_writer::co_write(asio::const_buffer item) {
+  if (channel_ &&
+      detail::stream_try_write(channel_, id_, session_,
+                               {static_cast<const std::byte*>(item.data()), item.size()}))
+    co_return;
+  co_await async_write(item, asio::use_awaitable);
 }
 
 }  // namespace shmio
