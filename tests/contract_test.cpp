@@ -639,3 +639,30 @@ TEST_CASE("a handler that throws leaves the handle's other operations working",
   REQUIRE(shmio::test::run_until(io, [&] { return got.size() == 4; }));
   CHECK(got == std::vector<std::string>{"thrower", "b", "c", "d"});
 }
+
+TEST_CASE("a handler that closes its handle and throws: the rest of its batch keep their results",
+          "[contract][ring][async]") {
+  // The batch's rest goes out after the throw; the handle is closed by then (its executor let
+  // go), and what the rest's attempts took (a message each) still reaches their handlers.
+  asio::io_context io;
+  scoped_name name("ring");
+  auto strand = asio::make_strand(io);
+  circular_buffer ring(strand, shmio::create_only, name, 8, 16, shmio::wait_strategy::park_only());
+  circular_buffer writer(io.get_executor(), shmio::open_only, name);
+  std::vector<std::string> bufs(2, std::string(16, '\0'));
+  std::vector<std::string> got;
+  ring.async_read(asio::buffer(bufs[0]), [&](std::error_code, std::size_t) {
+    got.push_back("thrower");
+    ring.close();
+    throw std::runtime_error("handler failed");
+  });
+  ring.async_read(asio::buffer(bufs[1]), [&](std::error_code ec, std::size_t n) {
+    got.push_back(ec ? "error" : bufs[1].substr(0, n));
+  });
+  REQUIRE(io.poll() == 0);  // park_only: both parked
+  REQUIRE(writer.write(asio::buffer("a", 1), bound) == 1);
+  REQUIRE(writer.write(asio::buffer("b", 1), bound) == 1);
+  CHECK_THROWS_AS(shmio::test::run_until(io, [&] { return got.size() == 2; }), std::runtime_error);
+  REQUIRE(shmio::test::run_until(io, [&] { return got.size() == 2; }));
+  CHECK(got == std::vector<std::string>{"thrower", "b"});
+}

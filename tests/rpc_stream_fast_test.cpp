@@ -342,22 +342,41 @@ TEST_CASE(
   asio::io_context io;
   std::optional<rpc_stream_writer> kept;
   std::error_code late;
+  // Counts the passes other handlers get: a write that goes the async way lets some run.
+  int ticks = 0;
+  bool ticking = true;
+  std::vector<bool> suspended;
   rpc_methods methods;
   methods.add("",
               [&](std::uint64_t, std::span<const std::byte>,
                   rpc_stream_writer out) -> asio::awaitable<void> {
                 kept = out;
-                // From a coroutine on the io_context itself, not the channel's strand: still in
-                // order. (A named lambda: g++ 12 destroys the captures of a lambda made inside a
-                // co_await expression twice.)
-                auto elsewhere = [out]() mutable -> asio::awaitable<void> {
-                  for (std::uint64_t i = 0; i < 5; ++i)
+                // From a coroutine on the io_context itself, not the channel's strand: in order,
+                // and each
+                // write through the executor although the stream has credit for the first two. (A
+                // named lambda: g++ 12 destroys the captures of a lambda made inside a co_await
+                // expression twice.)
+                auto elsewhere = [out, &io, &ticks, &suspended]() mutable -> asio::awaitable<void> {
+                  // co_spawn starts it inline, still inside the strand's turn (where co_write may
+                  // take the fast path, the strand being held by this thread): out of it first.
+                  co_await asio::post(io, asio::use_awaitable);
+                  for (std::uint64_t i = 0; i < 5; ++i) {
+                    const int before = ticks;
                     co_await out.co_write(asio::buffer(numbered(i)));
+                    suspended.push_back(ticks != before);
+                  }
                 };
                 co_await asio::co_spawn(io, std::move(elsewhere), asio::use_awaitable);
               });
   rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options(2));
   rpc_buffer server(io.get_executor(), shmio::open_only, name, methods);
+  auto ticker = [&]() -> asio::awaitable<void> {
+    while (ticking) {
+      ++ticks;
+      co_await asio::post(io, asio::use_awaitable);
+    }
+  };
+  asio::co_spawn(io, ticker, asio::detached);
   run_until_done(io, [&]() -> asio::awaitable<void> {
     rpc_stream s = co_await caller.async_request_stream({}, asio::use_awaitable);
     std::uint64_t next = 0;
@@ -371,6 +390,11 @@ TEST_CASE(
         CHECK(number(x) == next++);
     }
     CHECK(next == 5);
+    CHECK(suspended == std::vector<bool>(5, true));
+    // After the end, every read gets it: a batch of 0 too.
+    auto [end_ec, none] = co_await s.async_read_batch(0, tuple_awaitable);
+    CHECK(end_ec == asio::error::eof);
+    CHECK(none.empty());
     // The handler returned: a write through its writer fails, as async_write's does.
     REQUIRE(kept);
     try {
@@ -379,6 +403,7 @@ TEST_CASE(
       late = e.code();
     }
     CHECK(late == asio::error::operation_aborted);
+    ticking = false;
     caller.close();
     server.close();
   });

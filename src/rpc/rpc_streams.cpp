@@ -156,8 +156,9 @@ void rpc_channel::credit_read(stream_state& st) {
 void rpc_channel::pump_stream(stream_state& st) {
   while (!st.reads.empty()) {
     stream_state::read& front = st.reads.front();
-    // A batch of at most 0 items takes none: it completes in its turn.
-    const bool takes_none = front.batch && front.max == 0;
+    // A batch of at most 0 items takes none: it completes in its turn (once the stream has
+    // ended and every item is read, with the end, as every read does).
+    const bool takes_none = front.batch && front.max == 0 && (!st.ended || !st.items.empty());
     if (st.items.empty() && !takes_none) break;
     auto r = std::move(front);
     st.reads.pop_front();
@@ -199,10 +200,15 @@ void rpc_channel::pump_stream(stream_state& st) {
 void rpc_channel::write_stream(std::uint64_t request_id, std::uint64_t session,
                                std::uint64_t write_id, std::vector<std::byte> item,
                                pending_signal_ptr op) {
+  // Counted until it is queued on the strand: co_write's fast path must not overtake it.
+  // relaxed: whoever starts a co_write after this write started (through the user's own
+  // synchronisation, which orders the two) sees the count; the strand's post orders the rest.
+  stream_writes_starting_.fetch_add(1, std::memory_order_relaxed);
   // Dispatched: a handler's write from the strand goes out now. Completions are posted (this
   // may run inside the initiating function).
   asio::dispatch(strand_, [self = shared_from_this(), request_id, session, write_id,
                            item = std::move(item), op = std::move(op)]() mutable {
+    self->stream_writes_starting_.fetch_sub(1, std::memory_order_relaxed);  // as above
     if (self->closed_) return complete(std::move(op), asio::error::operation_aborted, false);
     if (session != self->session_) return complete(std::move(op), errc::peer_gone, false);
     auto it = self->serving_.find(request_id);
@@ -238,6 +244,8 @@ bool rpc_channel::try_write_stream(std::uint64_t request_id, std::uint64_t sessi
                   : any_strand && any_strand->running_in_this_thread()))
     return false;
   if (closed_ || session != session_) return false;
+  // A write started elsewhere and not yet queued here goes first (relaxed: see write_stream).
+  if (stream_writes_starting_.load(std::memory_order_relaxed) != 0) return false;
   auto it = serving_.find(request_id);
   if (it == serving_.end()) return false;
   stream_writer_state& w = it->second.stream;

@@ -290,11 +290,17 @@ void waiter::deliver_and_settle(op_batch& done, bool may_dispatch, std::error_co
       std::lock_guard lock(mutex_);  // retire() may let ours go from the handle's thread
       ex = ex_;
     }
-    // Retired: the batch's destructor posts the rest to their handlers' executors.
     if (!done.empty() && ex) {
       auto rest = std::make_shared<op_batch>(std::move(done));
       asio::post(
           ex, [self = shared_from_this(), rest, ec] { self->deliver_and_settle(*rest, true, ec); });
+    } else if (!done.empty()) {
+      // Retired (the handler closed the object): each of the rest is posted to its own
+      // handler's executor, with the result its attempt took.
+      try {
+        done.deliver(ops_, weak_from_this(), false, ec);
+      } catch (...) {  // a post's allocation failed: the batch's destructor posts the rest
+      }
     }
     settle();
     throw;

@@ -401,9 +401,11 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::size_t max_in_flight_ = 1024;
   std::size_t max_handlers_ = 1024;
   std::atomic<std::uint32_t> stream_window_{32};  // read by callers off the strand
-  std::deque<incoming_message> deferred_;         // requests waiting for a handler slot
-  std::vector<std::uint64_t> expired_;  // housekeeping's scratch list, kept for its capacity
-  serving_table serving_;               // by request id
+  // Stream writes started (async_write) and not yet queued on the strand (rpc_streams.cpp).
+  std::atomic<std::uint32_t> stream_writes_starting_{0};
+  std::deque<incoming_message> deferred_;  // requests waiting for a handler slot
+  std::vector<std::uint64_t> expired_;     // housekeeping's scratch list, kept for its capacity
+  serving_table serving_;                  // by request id
   // Nodes of erased entries, for the next insertions: a steady flow of calls allocates none.
   std::vector<call_table::node_type> spare_calls_;
   std::vector<serving_table::node_type> spare_serving_;

@@ -72,7 +72,6 @@ class waiter final : public std::enable_shared_from_this<waiter>, public deliver
   waiter(const waiter&) = delete;
   waiter& operator=(const waiter&) = delete;
 
-  const asio::any_io_executor& get_executor() const noexcept { return ex_; }
   spin_policy& spin() noexcept { return spin_; }
 
   /// Starts an async wait on queue `q` for `attempt` (a callable returning
