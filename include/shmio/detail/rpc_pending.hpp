@@ -169,69 +169,62 @@ class tracked_handler {
   work_type work_;
 };
 
-/// A caller's completion handler, kept until its reply comes.
-template <class Handler>
-class rpc_call final : public pending_call {
-  using memory = handler_memory<rpc_call, Handler>;
-  friend memory;
-
+/// What the operations below share: the handler, kept with work counted on its executor, in
+/// memory from its allocator, which goes back before the handler runs.
+template <class Op, class Handler>
+class pending_handler {
  public:
-  rpc_call(typename memory::alloc_type alloc, Handler h, const asio::any_io_executor& ex)
+  using memory = handler_memory<Op, Handler>;
+  pending_handler(typename memory::alloc_type alloc, Handler h, const asio::any_io_executor& ex)
       : alloc_(std::move(alloc)), handler_(std::move(h), ex) {}
-  void complete(std::error_code ec, reply_bytes reply, bool may_dispatch) override {
-    auto value = reply.take();
+
+  typename memory::alloc_type alloc_;  // taken back by memory::free
+
+ protected:
+  /// Frees the operation, then calls the handler with `args` (none of them may point into it).
+  template <class... Args>
+  void finish(bool may_dispatch, Args&&... args) {
     auto h = std::move(handler_);
-    memory::free(this);
-    h.deliver(may_dispatch, ec, std::move(value));
+    memory::free(static_cast<Op*>(this));
+    h.deliver(may_dispatch, std::forward<Args>(args)...);
   }
-  void destroy() noexcept override { memory::free(this); }
+  void free() noexcept { memory::free(static_cast<Op*>(this)); }
 
  private:
-  typename memory::alloc_type alloc_;
   tracked_handler<Handler> handler_;
+};
+
+/// A caller's completion handler, kept until its reply comes.
+template <class Handler>
+class rpc_call final : public pending_call, public pending_handler<rpc_call<Handler>, Handler> {
+ public:
+  using pending_handler<rpc_call, Handler>::pending_handler;
+  void complete(std::error_code ec, reply_bytes reply, bool may_dispatch) override {
+    this->finish(may_dispatch, ec, reply.take());
+  }
+  void destroy() noexcept override { this->free(); }
 };
 
 /// A stream reader's completion handler, kept until items (or the end) come.
 template <class Handler>
-class rpc_items final : public pending_items {
-  using memory = handler_memory<rpc_items, Handler>;
-  friend memory;
-
+class rpc_items final : public pending_items, public pending_handler<rpc_items<Handler>, Handler> {
  public:
-  rpc_items(typename memory::alloc_type alloc, Handler h, const asio::any_io_executor& ex)
-      : alloc_(std::move(alloc)), handler_(std::move(h), ex) {}
+  using pending_handler<rpc_items, Handler>::pending_handler;
   void complete(std::error_code ec, std::vector<std::vector<std::byte>> items,
                 bool may_dispatch) override {
-    auto h = std::move(handler_);
-    memory::free(this);
-    h.deliver(may_dispatch, ec, std::move(items));
+    this->finish(may_dispatch, ec, std::move(items));
   }
-  void destroy() noexcept override { memory::free(this); }
-
- private:
-  typename memory::alloc_type alloc_;
-  tracked_handler<Handler> handler_;
+  void destroy() noexcept override { this->free(); }
 };
 
 /// A handler waiting for an event without a value.
 template <class Handler>
-class rpc_signal final : public pending_signal {
-  using memory = handler_memory<rpc_signal, Handler>;
-  friend memory;
-
+class rpc_signal final : public pending_signal,
+                         public pending_handler<rpc_signal<Handler>, Handler> {
  public:
-  rpc_signal(typename memory::alloc_type alloc, Handler h, const asio::any_io_executor& ex)
-      : alloc_(std::move(alloc)), handler_(std::move(h), ex) {}
-  void complete(std::error_code ec, bool may_dispatch) override {
-    auto h = std::move(handler_);
-    memory::free(this);
-    h.deliver(may_dispatch, ec);
-  }
-  void destroy() noexcept override { memory::free(this); }
-
- private:
-  typename memory::alloc_type alloc_;
-  tracked_handler<Handler> handler_;
+  using pending_handler<rpc_signal, Handler>::pending_handler;
+  void complete(std::error_code ec, bool may_dispatch) override { this->finish(may_dispatch, ec); }
+  void destroy() noexcept override { this->free(); }
 };
 
 }  // namespace shmio::detail
