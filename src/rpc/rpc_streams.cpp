@@ -252,14 +252,19 @@ bool rpc_channel::try_write_stream(std::uint64_t request_id, std::uint64_t sessi
   // An earlier write still waiting goes first; a too-large item is refused on the async path.
   if (!w.active || w.ended || !w.writes.empty() || w.credit == 0 || item.size() > reassembler_max())
     return false;
-  --w.credit;
-  stats_.stream_items_sent.fetch_add(1, std::memory_order_relaxed);
-  stats_.bytes_sent.fetch_add(item.size(), std::memory_order_relaxed);
   // Sent from where the item is: send() writes it now if the ring has room, or copies it.
   outgoing_message m{packet_type::stream_item, next_id(), request_id, {}};
   m.borrowed[0] = item;
-  send(std::move(m));
+  send_stream_item(w, std::move(m));
   return true;
+}
+
+void rpc_channel::send_stream_item(stream_writer_state& w, outgoing_message m) {
+  --w.credit;
+  // relaxed: counters.
+  stats_.stream_items_sent.fetch_add(1, std::memory_order_relaxed);
+  stats_.bytes_sent.fetch_add(m.size(), std::memory_order_relaxed);
+  send(std::move(m));
 }
 
 void rpc_channel::on_stream_credit(const incoming_message& m) {
@@ -288,10 +293,7 @@ void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_st
     if (w.credit == 0) break;
     auto next = std::move(w.writes.front());
     w.writes.pop_front();
-    --w.credit;
-    stats_.stream_items_sent.fetch_add(1, std::memory_order_relaxed);
-    stats_.bytes_sent.fetch_add(next.item.size(), std::memory_order_relaxed);
-    send({packet_type::stream_item, next_id(), request_id, std::move(next.item)});
+    send_stream_item(w, {packet_type::stream_item, next_id(), request_id, std::move(next.item)});
     complete(std::move(next.op), {}, false);
   }
 }

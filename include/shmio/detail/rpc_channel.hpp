@@ -303,6 +303,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void credit_read(stream_state& st);
   /// Sends the writes of `w` that its credit allows.
   void flush_stream_writes(std::uint64_t request_id, stream_writer_state& w);
+  /// Sends the stream item `m`, paying one of `w`'s credits for it.
+  void send_stream_item(stream_writer_state& w, outgoing_message m);
   /// A handler's stream can go no further: its waiting writes fail with `why`.
   void end_stream_writes(stream_writer_state& w, std::error_code why);
   void on_packet(std::span<const std::byte> bytes);

@@ -20,30 +20,24 @@ namespace detail {
 
 /// A stream's opening: completes with the stream once its request is sent.
 template <class Handler>
-class rpc_stream_open final : public pending_call {
-  using memory = handler_memory<rpc_stream_open, Handler>;
-  friend memory;
-
+class rpc_stream_open final : public pending_call,
+                              public pending_handler<rpc_stream_open<Handler>, Handler> {
  public:
-  rpc_stream_open(typename memory::alloc_type alloc, Handler h, const asio::any_io_executor& ex,
-                  std::shared_ptr<rpc_channel> ch, std::shared_ptr<stream_state> st)
-      : alloc_(std::move(alloc)),
-        handler_(std::move(h), ex),
+  rpc_stream_open(typename rpc_stream_open::memory::alloc_type alloc, Handler h,
+                  const asio::any_io_executor& ex, std::shared_ptr<rpc_channel> ch,
+                  std::shared_ptr<stream_state> st)
+      : pending_handler<rpc_stream_open, Handler>(std::move(alloc), std::move(h), ex),
         ex_(ex),
         channel_(std::move(ch)),
         state_(std::move(st)) {}
-  void destroy() noexcept override { memory::free(this); }
+  void destroy() noexcept override { this->free(); }
   void complete(std::error_code ec, reply_bytes, bool may_dispatch) override {
     rpc_stream stream = rpc_stream_access::make_stream(ex_, ec ? nullptr : std::move(channel_),
                                                        ec ? nullptr : std::move(state_));
-    auto h = std::move(handler_);
-    memory::free(this);
-    h.deliver(may_dispatch, ec, std::move(stream));
+    this->finish(may_dispatch, ec, std::move(stream));
   }
 
  private:
-  typename memory::alloc_type alloc_;
-  tracked_handler<Handler> handler_;
   asio::any_io_executor ex_;
   std::shared_ptr<rpc_channel> channel_;
   std::shared_ptr<stream_state> state_;
@@ -91,46 +85,37 @@ namespace detail {
 /// use_awaitable gets, so that a failure throws rpc_error with the other end's text (the
 /// error_code form would throw a std::system_error without it).
 template <class Handler>
-class rpc_throwing_call final : public pending_call {
-  using memory = handler_memory<rpc_throwing_call, Handler>;
-  friend memory;
-
+class rpc_throwing_call final : public pending_call,
+                                public pending_handler<rpc_throwing_call<Handler>, Handler> {
  public:
-  rpc_throwing_call(typename memory::alloc_type alloc, Handler h, const asio::any_io_executor& ex,
-                    const rpc_channel* ch)
-      : alloc_(std::move(alloc)), handler_(std::move(h), ex), channel_(ch) {}
-  void destroy() noexcept override { memory::free(this); }
+  rpc_throwing_call(typename rpc_throwing_call::memory::alloc_type alloc, Handler h,
+                    const asio::any_io_executor& ex, const rpc_channel* ch)
+      : pending_handler<rpc_throwing_call, Handler>(std::move(alloc), std::move(h), ex),
+        channel_(ch) {}
+  void destroy() noexcept override { this->free(); }
   void complete(std::error_code ec, reply_bytes reply, bool may_dispatch) override {
-    auto h = std::move(handler_);
-    if (!ec) {
-      auto value = reply.take();
-      memory::free(this);
-      return h.deliver(may_dispatch, std::exception_ptr(), std::move(value));
-    }
+    if (!ec) return this->finish(may_dispatch, std::exception_ptr(), reply.take());
     // The channel completes its calls while it lives: its name is still there.
     auto e = std::make_exception_ptr(rpc_error(ec, channel_->name(), to_string(reply.view)));
-    memory::free(this);
-    h.deliver(may_dispatch, std::move(e), std::vector<std::byte>());
+    this->finish(may_dispatch, std::move(e), std::vector<std::byte>());
   }
 
  private:
-  typename memory::alloc_type alloc_;
-  tracked_handler<Handler> handler_;
   const rpc_channel* channel_;
 };
 
 /// A call made in place: its reply goes into the caller's buffer, and its handler gets the
 /// reply's size. `Throwing`: the handler takes an exception_ptr (see rpc_throwing_call).
 template <class Handler, bool Throwing>
-class rpc_call_into final : public pending_call {
-  using memory = handler_memory<rpc_call_into, Handler>;
-  friend memory;
-
+class rpc_call_into final : public pending_call,
+                            public pending_handler<rpc_call_into<Handler, Throwing>, Handler> {
  public:
-  rpc_call_into(typename memory::alloc_type alloc, Handler h, const asio::any_io_executor& ex,
-                asio::mutable_buffer target, const rpc_channel* ch)
-      : alloc_(std::move(alloc)), handler_(std::move(h), ex), target_(target), channel_(ch) {}
-  void destroy() noexcept override { memory::free(this); }
+  rpc_call_into(typename rpc_call_into::memory::alloc_type alloc, Handler h,
+                const asio::any_io_executor& ex, asio::mutable_buffer target, const rpc_channel* ch)
+      : pending_handler<rpc_call_into, Handler>(std::move(alloc), std::move(h), ex),
+        target_(target),
+        channel_(ch) {}
+  void destroy() noexcept override { this->free(); }
   void complete(std::error_code ec, reply_bytes reply, bool may_dispatch) override {
     // The reply, or an error's text, as far as it fits; the size is the whole reply's, so that a
     // caller whose buffer was too small learns how large it must be.
@@ -139,27 +124,19 @@ class rpc_call_into final : public pending_call {
     const bool overflow = !ec && reply.view.size() > target_.size();
     if (overflow) ec = errc::message_too_large;
     const std::size_t size = overflow || !ec ? reply.view.size() : n;
-    auto h = std::move(handler_);
     if constexpr (Throwing) {
-      if (!ec) {
-        memory::free(this);
-        return h.deliver(may_dispatch, std::exception_ptr(), size);
-      }
+      if (!ec) return this->finish(may_dispatch, std::exception_ptr(), size);
       std::string text = overflow ? "reply of " + std::to_string(size) +
                                         " bytes larger than the buffer given for it"
                                   : to_string(reply.view);
       auto e = std::make_exception_ptr(rpc_error(ec, channel_->name(), std::move(text)));
-      memory::free(this);
-      h.deliver(may_dispatch, std::move(e), size);
+      this->finish(may_dispatch, std::move(e), size);
     } else {
-      memory::free(this);
-      h.deliver(may_dispatch, ec, size);
+      this->finish(may_dispatch, ec, size);
     }
   }
 
  private:
-  typename memory::alloc_type alloc_;
-  tracked_handler<Handler> handler_;
   asio::mutable_buffer target_;
   const rpc_channel* channel_;
 };
