@@ -400,6 +400,54 @@ TEST_CASE(
   CHECK(shm_files_with(name.str() + "#") == 0);
 }
 
+TEST_CASE(
+    "rpc_acceptor: an accept making its connection on another thread while close() runs makes "
+    "it before close() returns, or not at all",
+    "[rpc][service]") {
+  // The step runs on `other`'s thread while this one closes; the delay before close() moves
+  // across the step's making of the connection from round to round. Whatever the
+  // interleaving, the count that close() keeps holds every connection made: one made after
+  // close() returned would be missing from it.
+  for (int round = 0; round < 40; ++round) {
+    CAPTURE(round);
+    scoped_name name("svc");
+    asio::io_context io;
+    asio::io_context other;
+    auto guard = asio::make_work_guard(other);
+    std::thread runner([&] { other.run(); });
+    rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+    rpc_buffer client(io.get_executor());
+    std::optional<std::error_code> connected;
+    client.async_connect(name.str(), 1h, [&](std::error_code ec) { connected = ec; });
+    std::atomic<bool> done{false};
+    std::error_code accepted;
+    std::optional<rpc_buffer> end;  // kept open until the client has heard
+    acceptor.async_accept(asio::bind_executor(other, [&](std::error_code ec, rpc_buffer e) {
+      accepted = ec;
+      end.emplace(std::move(e));
+      done = true;  // seq_cst: publishes accepted and end
+    }));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(25 * round);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    acceptor.close();
+    const std::uint64_t accepted_at_close = acceptor.statistics().accepted;
+    guard.reset();
+    runner.join();
+    REQUIRE(done);
+    CHECK(end->is_open() == !accepted);
+    if (accepted) {
+      CHECK(accepted == asio::error::operation_aborted);
+      CHECK(accepted_at_close == 0);
+    } else {
+      CHECK(accepted_at_close == 1);
+    }
+    REQUIRE(shmio::test::run_until(io, [&] { return connected.has_value(); }));
+    CHECK(*connected == (accepted ? std::error_code(errc::peer_gone) : std::error_code()));
+    if (accepted) CHECK(shm_files_with(name.str() + "#") == 0);
+  }
+}
+
 TEST_CASE("rpc_buffer: a cancelled connect completes with operation_aborted", "[rpc][service]") {
   scoped_name name("svc");
   asio::io_context io;

@@ -91,7 +91,9 @@ class rpc_acceptor {
   }
 
   /// Stops taking connections: pending accepts complete with operation_aborted, and new
-  /// clients get errc::not_found. Connections already made are not affected.
+  /// clients get errc::not_found. Connections already made are not affected. An accept making
+  /// its connection on another thread at that moment (its handler bound elsewhere) finishes
+  /// first, and completes with it; once close() returns, no connection is made.
   void close() noexcept;
 
  private:
@@ -115,13 +117,13 @@ class rpc_acceptor {
       }
       // A step that starts after close() finds the waiter shut (bad_descriptor): to the caller
       // that is the documented operation_aborted. So is a request taken before close() whose
-      // step runs after it (its handler's executor is elsewhere): no connection is made then,
-      // and its client learns that the service went.
-      if (ec == asio::error::bad_descriptor || (!ec && impl->closed()))
-        ec = asio::error::operation_aborted;
+      // step runs after close() began (its handler's executor is elsewhere): accept() makes no
+      // connection then, and its client learns that the service went.
+      if (ec == asio::error::bad_descriptor) ec = asio::error::operation_aborted;
       if (ec) return self.complete(ec, rpc_buffer(ex));
       std::error_code refused;
       auto channel = impl->accept(ex, request, handlers, refused);
+      if (refused == asio::error::operation_aborted) return self.complete(refused, rpc_buffer(ex));
       if (!channel) return impl->async_next_request(std::move(self));
       self.complete({}, detail::rpc_buffer_access::make(ex, std::move(channel)));
     }

@@ -74,6 +74,11 @@ std::optional<outcome<layout::connect_request>> rpc_acceptor_impl::take_request(
 std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_executor& ex,
                                                        const layout::connect_request& request,
                                                        rpc_service handlers, std::error_code& ec) {
+  std::lock_guard lock(close_mutex_);
+  if (closed_) {
+    ec = asio::error::operation_aborted;
+    return nullptr;
+  }
   handlers.count_into(counters_);
   auto channel =
       rpc_channel::accept(ex, name(), request, std::move(handlers), settings_.channel, ec);
@@ -89,7 +94,11 @@ std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_execut
 }
 
 void rpc_acceptor_impl::close() noexcept {
-  if (closed_.exchange(true, std::memory_order_acq_rel)) return;
+  {
+    // Waits for an accept() making a connection: once we return, none is made.
+    std::lock_guard lock(close_mutex_);
+    if (std::exchange(closed_, true)) return;
+  }
   if (waiter_) waiter_->shutdown();
   std::error_code ignored;
   if (seg_.is_open())
@@ -140,8 +149,8 @@ rpc_acceptor_statistics rpc_acceptor::statistics() const noexcept {
 
 void rpc_acceptor::close() noexcept {
   if (auto im = std::exchange(impl_, nullptr)) {
+    im->close();  // first: a connection it waited for is counted
     last_statistics_ = im->statistics();
-    im->close();
   }
 }
 

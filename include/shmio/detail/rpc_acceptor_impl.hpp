@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,12 +43,12 @@ class rpc_acceptor_impl {
   }
   /// The end of the connection `request` asks for, serving `handlers`; null with `ec` set if
   /// it cannot be taken (the client went, or made its channel wrong): counted as refused.
+  /// After close() has begun, null with operation_aborted, and nothing made: the two exclude
+  /// each other, so a connection is either made before close() returns or not at all.
   std::shared_ptr<rpc_channel> accept(const asio::any_io_executor& ex,
                                       const layout::connect_request& request, rpc_service handlers,
                                       std::error_code& ec);
   void close() noexcept;
-  /// close() has run (acquire: pairs with its exchange; a step that sees it makes nothing).
-  bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
 
  private:
   rpc_acceptor_impl() = default;
@@ -58,7 +59,8 @@ class rpc_acceptor_impl {
   ring_view ring_;
   std::shared_ptr<waiter> waiter_;
   std::shared_ptr<method_counters> counters_;  // calls per method, in the listener
-  std::atomic<bool> closed_{false};
+  std::mutex close_mutex_;  // held by close() and across accept()'s check and making
+  bool closed_ = false;     // under close_mutex_
   std::atomic<std::uint64_t> accepted_{0};
   std::atomic<std::uint64_t> refused_{0};
 };
