@@ -37,6 +37,9 @@
 //       node_ring_atomics   the claims taken with compare-and-swap, and each side's position read
 //                           from a shared cursor it advances with compare-and-swap, as shmio's
 //                           ring does: shmio's atomic operations without the rest of its code
+//       ring_view_direct    shmio's own ring (detail::ring_view, on a circular_buffer's segment)
+//                           driven as the references are: try to claim, copy, publish or
+//                           release, again at once on a miss; no waiter, no spin policy, no wait
 //       co_node_floor       the parkable one with each write and read an operation returning an
 //                           asio::awaitable that a coroutine co_awaits (shmio_co's shape)
 //     They show what the layout and an awaitable per message cost where shmio's own code is
@@ -66,10 +69,15 @@
 #include <asio/write.hpp>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <shmio/detail/layout.hpp>
+#include <shmio/detail/liveness.hpp>
+#include <shmio/detail/ring.hpp>
 #include <shmio/shmio.hpp>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "support.hpp"
@@ -100,6 +108,7 @@ enum class family {
   node_ring_parkable,
   node_ring_claims,
   node_ring_atomics,
+  ring_view_direct,
   co_node_floor
 };
 
@@ -127,6 +136,8 @@ const char* name_of(family f) {
       return "node_ring_claims";
     case family::node_ring_atomics:
       return "node_ring_atomics";
+    case family::ring_view_direct:
+      return "ring_view_direct";
     case family::co_node_floor:
       return "co_node_floor";
   }
@@ -293,6 +304,7 @@ void bm_roundtrip(benchmark::State& state, family f, placement p, std::size_t si
       case family::node_ring_parkable:
       case family::node_ring_claims:
       case family::node_ring_atomics:
+      case family::ring_view_direct:
       case family::co_node_floor:
         throw std::logic_error("no round trip for this family here (see BM_roundtrip_pairs)");
     }
@@ -601,7 +613,8 @@ constexpr std::uint64_t flow_pair_block = 200'000;  // messages per block
 constexpr int flow_pair_rounds = 5;                 // timed rounds, after one warm-up round
 constexpr family paired_flows[] = {
     family::spin_ring,        family::node_ring_release, family::node_ring_parkable,
-    family::node_ring_claims, family::node_ring_atomics, family::co_node_floor,
+    family::node_ring_claims, family::node_ring_atomics, family::ring_view_direct,
+    family::co_node_floor,
     family::shmio_sync,       family::shmio_async,       family::shmio_co,
     family::shmio_sync_batch, family::shmio_async_batch};
 constexpr int paired_count = static_cast<int>(std::size(paired_flows));
@@ -636,6 +649,45 @@ struct bare_rings {
   }
 };
 
+/// ring_view_direct's ring: shmio's ring algorithm on its own mapping of a circular_buffer's
+/// segment, with a participant number of its own, and none of the object around it.
+class direct_ring {
+ public:
+  explicit direct_ring(const std::string& name) {
+    std::error_code ec;
+    seg_ = shmio::segment::open(name, shmio::object_kind::circular_buffer, ec);
+    shmio::detail::ring_geometry g;
+    if (!ec) ec = shmio::detail::ring_view::validate(seg_.body(), g);
+    const std::uint16_t me =
+        ec ? 0
+           : shmio::detail::claim_participant(seg_.native_handle(),
+                                              shmio::detail::layout::max_participants, ec);
+    if (ec) throw std::system_error(ec, "direct ring");
+    std::construct_at(&ring_,
+                      reinterpret_cast<shmio::detail::layout::ring_state*>(seg_.body().data()), g,
+                      seg_.native_handle(), me);
+  }
+  bool try_write(const void* data, std::size_t n) noexcept {
+    shmio::detail::write_claim c;
+    if (ring_.try_claim_write(c) != shmio::detail::claim_status::claimed) return false;
+    std::memcpy(c.data.data(), data, n);
+    ring_.publish(c, static_cast<std::uint32_t>(n));
+    return true;
+  }
+  std::size_t try_read(void* out) noexcept {
+    shmio::detail::read_claim c;
+    if (ring_.try_claim_read(c, ring_.node_size()) != shmio::detail::claim_status::claimed)
+      return 0;
+    std::memcpy(out, c.data.data(), c.data.size());
+    ring_.release(c);
+    return c.data.size();
+  }
+
+ private:
+  shmio::segment seg_;
+  shmio::detail::ring_view ring_;
+};
+
 template <class Ring>
 void spin_write(Ring& r, std::uint64_t n, const std::vector<std::byte>& msg) {
   for (std::uint64_t i = 0; i < n; ++i)
@@ -666,12 +718,15 @@ asio::awaitable<std::size_t> co_node_read(node_ring& r, std::vector<std::byte>& 
 
 /// Moves `n` messages of `msg`'s size from the producer's side of a bare ring or `ring` as `f`
 /// does.
-void produce_block(family f, std::uint64_t n, bare_rings& bare, shmio::circular_buffer& ring,
-                   asio::io_context& io, const std::vector<std::byte>& msg) {
+void produce_block(family f, std::uint64_t n, bare_rings& bare, direct_ring& direct,
+                   shmio::circular_buffer& ring, asio::io_context& io,
+                   const std::vector<std::byte>& msg) {
   if (node_ring* r = bare.node_of(f)) return spin_write(*r, n, msg);
   switch (f) {
     case family::spin_ring:
       return spin_write(bare.spin, n, msg);
+    case family::ring_view_direct:
+      return spin_write(direct, n, msg);
     case family::co_node_floor:
       io.restart();
       return run_child_coroutine(io, [&]() -> asio::awaitable<void> {
@@ -684,8 +739,9 @@ void produce_block(family f, std::uint64_t n, bare_rings& bare, shmio::circular_
 }
 
 /// The consumer's side of produce_block: takes `n` messages, counting them in `received`.
-void consume_block(family f, std::uint64_t n, bare_rings& bare, shmio::circular_buffer& ring,
-                   asio::io_context& io, std::vector<std::byte>& msg, shared_counters& received) {
+void consume_block(family f, std::uint64_t n, bare_rings& bare, direct_ring& direct,
+                   shmio::circular_buffer& ring, asio::io_context& io,
+                   std::vector<std::byte>& msg, shared_counters& received) {
   std::uint64_t got = 0;
   auto count = [&got](std::span<const std::byte>) { ++got; };
   if (node_ring* r = bare.node_of(f)) {
@@ -696,6 +752,9 @@ void consume_block(family f, std::uint64_t n, bare_rings& bare, shmio::circular_
   switch (f) {
     case family::spin_ring:
       spin_read(bare.spin, n, msg);
+      break;
+    case family::ring_view_direct:
+      spin_read(direct, n, msg);
       break;
     case family::co_node_floor:
       io.restart();
@@ -758,10 +817,11 @@ void flow_pairs(benchmark::State& state, session& s) {
         place(fl, 0);
         asio::io_context cio;
         shmio::circular_buffer r(cio.get_executor(), shmio::open_only, name);
+        direct_ring direct(name);
         const std::vector<std::byte> msg(fl.message_size, std::byte{1});
         ready();
         for (std::uint32_t b = 1; next_block(b); ++b)
-          produce_block(family_of_block(), flow_pair_block, bare, r, cio, msg);
+          produce_block(family_of_block(), flow_pair_block, bare, direct, r, cio, msg);
       },
       false);
   s.fork_child(
@@ -769,10 +829,11 @@ void flow_pairs(benchmark::State& state, session& s) {
         place(fl, 1);
         asio::io_context cio;
         shmio::circular_buffer r(cio.get_executor(), shmio::open_only, name);
+        direct_ring direct(name);
         std::vector<std::byte> msg(fl.message_size);
         ready();
         for (std::uint32_t b = 1; next_block(b); ++b)
-          consume_block(family_of_block(), flow_pair_block, bare, r, cio, msg, received);
+          consume_block(family_of_block(), flow_pair_block, bare, direct, r, cio, msg, received);
       },
       false);
   s.start_children();
@@ -833,6 +894,7 @@ void bm_flow(benchmark::State& state, family f, flow fl) {
       case family::node_ring_parkable:
       case family::node_ring_claims:
       case family::node_ring_atomics:
+      case family::ring_view_direct:
       case family::co_node_floor:
         throw std::logic_error("this family runs only in BM_ring_flow_pairs");
     }
