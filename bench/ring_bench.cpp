@@ -614,9 +614,8 @@ constexpr int flow_pair_rounds = 5;                 // timed rounds, after one w
 constexpr family paired_flows[] = {
     family::spin_ring,        family::node_ring_release, family::node_ring_parkable,
     family::node_ring_claims, family::node_ring_atomics, family::ring_view_direct,
-    family::co_node_floor,
-    family::shmio_sync,       family::shmio_async,       family::shmio_co,
-    family::shmio_sync_batch, family::shmio_async_batch};
+    family::co_node_floor,    family::shmio_sync,        family::shmio_async,
+    family::shmio_co,         family::shmio_sync_batch,  family::shmio_async_batch};
 constexpr int paired_count = static_cast<int>(std::size(paired_flows));
 
 /// The bare rings of the flow pairs, made before the fork (shared anonymous memory).
@@ -740,8 +739,8 @@ void produce_block(family f, std::uint64_t n, bare_rings& bare, direct_ring& dir
 
 /// The consumer's side of produce_block: takes `n` messages, counting them in `received`.
 void consume_block(family f, std::uint64_t n, bare_rings& bare, direct_ring& direct,
-                   shmio::circular_buffer& ring, asio::io_context& io,
-                   std::vector<std::byte>& msg, shared_counters& received) {
+                   shmio::circular_buffer& ring, asio::io_context& io, std::vector<std::byte>& msg,
+                   shared_counters& received) {
   std::uint64_t got = 0;
   auto count = [&got](std::span<const std::byte>) { ++got; };
   if (node_ring* r = bare.node_of(f)) {
