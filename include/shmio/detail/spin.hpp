@@ -103,16 +103,15 @@ class spin_policy {
     // relaxed: the budget is a per-object hint; a stale value only changes how long we spin.
     const std::int64_t budget = budget_.load(std::memory_order_relaxed);
     if (budget <= 0) return {};
-    using clock = std::chrono::steady_clock;
-    const auto start = clock::now();
-    const auto deadline = start + std::chrono::nanoseconds(budget);
-    for (std::uint32_t i = 1;; ++i) {
+    // Look again at once for a while: a blocking caller has nothing else to do, and a pause
+    // between looks delays the one that sees the peer's store (docs/performance.md, "The
+    // blocking spin"). Then yield between looks, so a peer on this same CPU can run.
+    for (std::uint32_t i = 1; i < pause_rounds; ++i)
       if (auto r = attempt()) return r;
-      // Pause-spin for about a microsecond; then yield, so a peer on this same CPU can run.
-      if (i < pause_rounds) {
-        platform::cpu_relax();
-        continue;
-      }
+    using clock = std::chrono::steady_clock;
+    const auto deadline = clock::now() + std::chrono::nanoseconds(budget);
+    for (;;) {
+      if (auto r = attempt()) return r;
       platform::yield();
       if (clock::now() >= deadline) break;
     }
