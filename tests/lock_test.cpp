@@ -529,6 +529,35 @@ TEST_CASE("a closed handle's lock calls report bad_descriptor", "[lock]") {
   a.unlock();  // harmless
 }
 
+TEST_CASE("a moved-from handle and one whose open failed keep their executor", "[lock][async]") {
+  asio::io_context io;
+  scoped_name name("lock");
+  scoped_name absent("lock");
+  auto a = make_buffer(io, name);
+  buffer_read_write b(std::move(a));
+  std::error_code ec;
+  buffer_read_write missing(io.get_executor(), shmio::open_only, absent, {}, ec);
+  REQUIRE(ec);
+  ec.clear();
+  shmio::shared_array<int> array(io.get_executor(), shmio::open_only, absent, {}, ec);
+  REQUIRE(ec);
+  const shmio::rw_lock::executor_type expected(io.get_executor());
+  CHECK(a.get_executor() == expected);
+  CHECK(missing.get_executor() == expected);
+  CHECK(array.get_executor() == expected);
+  // Each completes through io: its run() has them as work, and runs them on this thread (not on
+  // a thread of Asio's system executor, the handlers' own associated executor).
+  shmio::test::closed_handle_completions done;
+  a.async_lock(done.handler());
+  missing.async_lock_shared(done.handler());
+  array.async_lock(done.handler());
+  CHECK(done.calls == 0);
+  io.run();
+  CHECK(done.calls == 3);
+  CHECK(done.other_errors == 0);
+  CHECK(done.on_this_thread);
+}
+
 TEST_CASE("a corrupted writer word is reclaimed, not waited on for ever", "[lock][hostile]") {
   asio::io_context io;
   scoped_name name("lock");

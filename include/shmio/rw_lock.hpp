@@ -119,7 +119,11 @@ class rw_lock {
   struct impl;
 
   rw_lock() noexcept = default;
-  rw_lock(rw_lock&&) noexcept = default;
+  /// A handle that has its executor before it opens: one whose open fails keeps it.
+  explicit rw_lock(const executor_type& ex) noexcept : ex_(ex) {}
+  /// As an Asio I/O object's: the moved-from handle keeps a copy of the executor, so that its
+  /// async calls still complete through it.
+  rw_lock(rw_lock&& other) noexcept : impl_(std::move(other.impl_)), ex_(other.ex_) {}
   rw_lock& operator=(rw_lock&& other) noexcept;
   ~rw_lock();
 

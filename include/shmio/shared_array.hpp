@@ -77,7 +77,8 @@ class shared_array : public rw_lock {
   }
   /// The error_code forms: on failure `ec` is set and the array is closed.
   shared_array(const executor_type& ex, create_only_t, std::string_view name, std::size_t length,
-               const access_options& options, std::error_code& ec) {
+               const access_options& options, std::error_code& ec)
+      : rw_lock(ex) {
     std::size_t body = 0;
     if (length == 0 || !body_size(length, sizeof(T), alignof(T), body)) {
       ec = errc::invalid_argument;
@@ -88,12 +89,14 @@ class shared_array : public rw_lock {
     if (!ec) attach(ex, std::move(seg), sizeof(T), alignof(T), options, ec);
   }
   shared_array(const executor_type& ex, open_only_t, std::string_view name,
-               const access_options& options, std::error_code& ec) {
+               const access_options& options, std::error_code& ec)
+      : rw_lock(ex) {
     segment seg = segment::open(name, object_kind::shared_array, ec);
     if (!ec) attach(ex, std::move(seg), sizeof(T), alignof(T), options, ec);
   }
   shared_array(const executor_type& ex, open_or_create_t, std::string_view name, std::size_t length,
-               const access_options& options, std::error_code& ec) {
+               const access_options& options, std::error_code& ec)
+      : rw_lock(ex) {
     std::size_t body = 0;
     if (length == 0 || !body_size(length, sizeof(T), alignof(T), body)) {
       ec = errc::invalid_argument;

@@ -28,7 +28,8 @@ void throw_out_of_range(std::string_view operation, std::string_view name, std::
 
 buffer_read_write::buffer_read_write(const executor_type& ex, create_only_t, std::string_view name,
                                      std::size_t size, const access_options& options,
-                                     std::error_code& ec) {
+                                     std::error_code& ec)
+    : rw_lock(ex) {
   std::size_t body = 0;
   if (size == 0 || !body_size(size, 1, 1, body)) {
     ec = errc::invalid_argument;
@@ -40,14 +41,16 @@ buffer_read_write::buffer_read_write(const executor_type& ex, create_only_t, std
 }
 
 buffer_read_write::buffer_read_write(const executor_type& ex, open_only_t, std::string_view name,
-                                     const access_options& options, std::error_code& ec) {
+                                     const access_options& options, std::error_code& ec)
+    : rw_lock(ex) {
   segment seg = segment::open(name, object_kind::buffer_read_write, ec);
   if (!ec) attach(ex, std::move(seg), 1, 1, options, ec);
 }
 
 buffer_read_write::buffer_read_write(const executor_type& ex, open_or_create_t,
                                      std::string_view name, std::size_t size,
-                                     const access_options& options, std::error_code& ec) {
+                                     const access_options& options, std::error_code& ec)
+    : rw_lock(ex) {
   std::size_t body = 0;
   if (size == 0 || !body_size(size, 1, 1, body)) {
     ec = errc::invalid_argument;
