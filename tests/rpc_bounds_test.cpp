@@ -5,6 +5,7 @@
 // answers, in bounded memory.
 #include <unistd.h>
 #include <algorithm>
+#include <atomic>
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
@@ -17,9 +18,11 @@
 #include <asio/use_awaitable.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstddef>
 #include <fstream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rpc_service_support.hpp"
@@ -344,6 +347,120 @@ TEST_CASE("rpc bounds: requests from a peer that never reads its answers are she
   REQUIRE(run_until(io, [&] { return call.ec.has_value(); }));
   CHECK_FALSE(*call.ec);
   CHECK(call.reply == bytes("last"));
+  owner.close();
+  opener.close();
+  io.poll();
+}
+
+TEST_CASE(
+    "rpc bounds: requests refused at their first packet, from a peer that never reads its "
+    "answers, are shed too",
+    "[rpc][bounds]") {
+  namespace raw = shmio::test::rpc;
+  scoped_name name("rpc");
+  asio::io_context io;
+  constexpr std::size_t handlers = 4;  // the bound on answers waiting in the outbox
+  rpc_options o = bounded(1024, handlers);
+  o.max_message_size = 4096;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name,
+                   shmio::rpc_sync_handler([](std::uint64_t, std::span<const std::byte> in) {
+                     return bytes_t(in.begin(), in.end());
+                   }),
+                   o);
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);  // reads nothing
+  raw::ring_injector injector(name);
+  constexpr std::uint64_t offered = 200;
+  std::uint64_t injected = 0;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        const auto request = static_cast<std::uint8_t>(shmio::detail::layout::packet_type::request);
+        // The first of the 9 packets of a request past max_message_size (984 bytes a packet):
+        // each is answered with message_too_large at once, the rest never comes.
+        for (std::uint64_t i = 0; i < offered; ++i) {
+          co_await injector.publish(raw::node(raw::header(request, 1, 1000 + i, 8192, 9), 984));
+          ++injected;
+        }
+      },
+      asio::detached);
+  REQUIRE(run_until(io, [&] { return injected == offered; }));
+  REQUIRE(run_until(io, [&] { return owner.statistics().packets_received == offered; }));
+  const auto stats = owner.statistics();
+  CHECK(stats.errors_sent <= 8 + 1 + handlers);
+  CHECK(stats.requests_shed == offered - stats.errors_sent);
+  owner.close();
+  opener.close();
+  io.poll();
+}
+
+TEST_CASE(
+    "rpc bounds: a peer whose packets never let the ring go empty does not hold up the end's "
+    "timeouts",
+    "[rpc][bounds]") {
+  namespace raw = shmio::test::rpc;
+  namespace layout = shmio::detail::layout;
+  scoped_name name("rpc");
+  asio::io_context io;  // one thread: the owner's reader, its timeouts, the opener
+  service::hold_counts counts;
+  // The owner's handler takes 50 µs a request: a third party writing requests as fast as the
+  // ring takes them keeps it full, and the reader never finds it empty.
+  auto slow_echo = [](std::uint64_t, std::span<const std::byte> in) {
+    const auto until = std::chrono::steady_clock::now() + 50us;
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    return bytes_t(in.begin(), in.end());
+  };
+  // 256 nodes: a pause of the writer's thread shorter than 256 requests' handling (13 ms)
+  // leaves the ring still holding some.
+  rpc_options o = bounded(1024, 100'000);
+  o.node_count = 256;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_sync_handler(slow_echo),
+                   o);
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name, service::handler(counts));
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> flooded{0};
+  std::atomic<bool> flood_over{false};
+  asio::io_context fio;  // stopped at the end: its publish may wait for room for ever then
+  std::thread flooder([&] {
+    raw::ring_injector injector(name);
+    asio::co_spawn(
+        fio,
+        [&]() -> asio::awaitable<void> {
+          const auto request = static_cast<std::uint8_t>(layout::packet_type::request);
+          // For 3 s at most: an end that never lets its timers run then only fails the check
+          // below, rather than hanging the test.
+          const auto until = std::chrono::steady_clock::now() + 3s;
+          for (std::uint64_t id = 1'000'000;
+               !stop.load() && std::chrono::steady_clock::now() < until; ++id) {
+            co_await injector.publish(raw::node(raw::header(request, 1, id, 4, 1), 4));
+            flooded.fetch_add(1);
+          }
+          flood_over = true;
+        },
+        asio::detached);
+    fio.run();
+  });
+  struct stop_flooder {
+    std::atomic<bool>& stop;
+    asio::io_context& io;
+    std::thread& t;
+    ~stop_flooder() {
+      stop = true;
+      io.stop();
+      t.join();
+    }
+  } guard{stop, fio, flooder};
+  outcome call;
+  const auto started = std::chrono::steady_clock::now();
+  owner.async_request(asio::buffer(service::hold.data(), service::hold.size()), 100ms,
+                      call.handler());
+  REQUIRE(run_until(io, [&] { return call.ec.has_value(); }));
+  const auto took = std::chrono::steady_clock::now() - started;
+  const bool flooding = !flood_over.load();
+  CHECK(*call.ec == errc::timed_out);
+  CHECK(took < 1s);
+  CHECK(flooding);
+  CHECK(owner.statistics().requests_received > 100);
   owner.close();
   opener.close();
   io.poll();

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -830,6 +831,56 @@ TEST_CASE("rpc_acceptor: forged connect requests are refused and counted; real c
   });
   impostor.close();
   acceptor.close();
+}
+
+TEST_CASE("rpc_acceptor: a client's channel of other sizes is refused before any of it is read",
+          "[rpc][service]") {
+  scoped_name name("svc");
+  asio::io_context io;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  connect_ring ring(name);
+  layout::connect_request request{};
+  request.version = layout::listener_version;
+  request.pid = static_cast<std::uint32_t>(::getpid());
+  request.nonce = 4242;
+  // Rings of 4096 nodes of 4 KiB each way, which their maker never touched; and a header that
+  // says an opener was there once, after which an opener looks through every node for claims
+  // a dead holder of its number left. Read, each node's word would bring its page in.
+  rpc_options big;
+  big.node_count = 4096;
+  big.node_size = 4096;
+  const std::string channel = detail::connection_name(name, request.pid, request.nonce);
+  rpc_buffer impostor(io.get_executor(), shmio::create_only, channel, shmio::rpc_handler{}, big);
+  shmio::test::raw_segment raw(channel);
+  auto& header = raw.at<layout::rpc_header>(sizeof(layout::segment_header));
+  header.opener_generation.store(1);
+  // Its nodes' memory given back (they are all zero, as a hole reads): a client that never
+  // allocated it, as one making its file with ftruncate alone would not have.
+  std::error_code path_ec;
+  const int fd = ::open(detail::segment_path(channel, path_ec).c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  for (const std::uint64_t ring : {header.to_opener_offset, header.to_owner_offset}) {
+    const std::uint64_t nodes = sizeof(layout::segment_header) + ring + layout::ring_nodes_offset;
+    REQUIRE(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(nodes),
+                        static_cast<off_t>(header.ring_bytes - layout::ring_nodes_offset)) == 0);
+  }
+  auto allocated = [&] {
+    struct stat st {};
+    REQUIRE(::fstat(fd, &st) == 0);
+    return static_cast<std::uint64_t>(st.st_blocks) * 512;
+  };
+  const std::uint64_t before = allocated();
+  REQUIRE(before < 1024 * 1024);
+  std::optional<std::error_code> accepted;
+  acceptor.async_accept([&](std::error_code ec, rpc_buffer) { accepted = ec; });
+  ring.publish(as_bytes(request));
+  REQUIRE(shmio::test::run_until(io, [&] { return acceptor.statistics().refused == 1; }));
+  CHECK_FALSE(accepted);  // refused, and the accept waits for the next request
+  CHECK(allocated() - before < 64 * 1024);
+  acceptor.close();
+  REQUIRE(shmio::test::run_until(io, [&] { return accepted.has_value(); }));
+  CHECK(*accepted == asio::error::operation_aborted);
+  ::close(fd);
 }
 
 TEST_CASE("rpc_acceptor: a damaged connect ring fails the accept with corrupted, never spins",

@@ -408,3 +408,37 @@ TEST_CASE(
     server.close();
   });
 }
+
+TEST_CASE("rpc_stream: co_write does not complete ahead of an async_write started before it",
+          "[rpc][stream]") {
+  // The handler starts an async_write and, without waiting for it, a co_write: the first's
+  // completion is posted (its item sent at once), so the second, though it could send at once
+  // too, must not go on before that completion has run.
+  scoped_name name("stream");
+  asio::io_context io;
+  std::vector<int> order;
+  rpc_methods methods;
+  methods.add("",
+              [&](std::uint64_t, std::span<const std::byte>,
+                  rpc_stream_writer out) -> asio::awaitable<void> {
+                out.async_write(asio::buffer(numbered(0)),
+                                [&](std::error_code ec) { order.push_back(ec ? -1 : 1); });
+                co_await out.co_write(asio::buffer(numbered(1)));
+                order.push_back(2);
+              });
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options(8));
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, methods);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    rpc_stream s = co_await caller.async_request_stream({}, asio::use_awaitable);
+    for (std::uint64_t i = 0; i < 2; ++i) {
+      auto [ec, got] = co_await s.async_read(tuple_awaitable);
+      REQUIRE_FALSE(ec);
+      CHECK(number(got) == i);
+    }
+    auto [ec, got] = co_await s.async_read(tuple_awaitable);
+    CHECK(ec == asio::error::eof);
+    CHECK(order == std::vector<int>{1, 2});
+    caller.close();
+    server.close();
+  });
+}

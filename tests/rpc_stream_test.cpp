@@ -530,6 +530,101 @@ TEST_CASE("rpc_stream: items past the credit granted end the stream as corrupted
   });
 }
 
+TEST_CASE(
+    "rpc_buffer: an answer to a call still waiting for credit fails it as corrupted, and its "
+    "request is never sent",
+    "[rpc][stream]") {
+  // The stream holds the one credit (max_in_flight 1), so the plain call after it waits; a
+  // third party that guesses its id answers it.
+  scoped_name name("stream");
+  asio::io_context io;
+  bool cancelled = false;
+  const rpc_methods methods = silent_stream(cancelled);
+  rpc_options o = options();
+  o.max_in_flight = 1;
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, o);
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, methods);
+  ring_injector inject(name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    rpc_stream s = co_await caller.async_request_stream({}, asio::use_awaitable);
+    std::optional<std::error_code> answered;
+    bytes_t reply;
+    caller.async_request(asio::buffer("x", 1), [&](std::error_code ec, bytes_t r) {
+      answered = ec;
+      reply = std::move(r);
+    });
+    co_await yield_turns(10);
+    REQUIRE_FALSE(answered.has_value());
+    // Its id follows the stream's (ids are taken in order as calls start); a few guesses cover
+    // any taken between, and an answer to no call is only counted.
+    constexpr auto response_type = static_cast<std::uint8_t>(layout::packet_type::response);
+    for (std::uint64_t k = 1; k <= 4; ++k)
+      co_await inject.publish(
+          node(header(response_type, 1, 9000 + k, 3, 1, s.request_id() + k), 3));
+    CO_REQUIRE(co_await wait_until([&] { return answered.has_value(); }));
+    CHECK(*answered == errc::corrupted);
+    CHECK(reply.empty());
+    CHECK(caller.statistics().requests_sent == 1);  // the stream's only
+    s.close();
+    co_await yield_turns(10);
+    CHECK(caller.statistics().requests_sent == 1);  // the credit freed: still not sent
+    caller.close();
+    server.close();
+  });
+}
+
+TEST_CASE(
+    "rpc_stream: credit granted for items never read lets no more than a window wait at the "
+    "handler's end",
+    "[rpc][stream]") {
+  // A third party asks for a stream of window 4 in the caller's name, then grants the whole
+  // window again and again while nobody reads: the handler's items fill the ring, then at most
+  // a window's worth waits in its end's outbox, and its writes wait.
+  scoped_name name("stream");
+  asio::io_context io;
+  writer_log log;
+  constexpr std::uint32_t window = 4;
+  rpc_buffer server(io.get_executor(), shmio::create_only, name, streaming(log, -1),
+                    options(window));
+  rpc_buffer caller(io.get_executor(), shmio::open_only, name);  // reads nothing
+  ring_injector inject(name);
+  auto publish = [&](layout::packet_header h, bytes_t payload) -> asio::awaitable<void> {
+    h.total_size = static_cast<std::uint32_t>(payload.size());
+    bytes_t n(sizeof h);
+    std::memcpy(n.data(), &h, sizeof h);
+    n.insert(n.end(), payload.begin(), payload.end());
+    co_await inject.publish(n);
+  };
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    bytes_t request(sizeof window);
+    std::memcpy(request.data(), &window, sizeof window);
+    const std::string_view method = "items";
+    request.push_back(static_cast<std::byte>(method.size()));
+    for (char c : method)
+      request.push_back(static_cast<std::byte>(c));
+    const bytes_t seed = seed_bytes(3);
+    request.insert(request.end(), seed.begin(), seed.end());
+    auto h = header(static_cast<std::uint8_t>(layout::packet_type::request), 1, 7000, 0, 1);
+    h.flags = layout::packet_flag_method | layout::packet_flag_stream;
+    co_await publish(h, request);
+    constexpr std::uint64_t grants = 50;
+    bytes_t grant(sizeof window);
+    std::memcpy(grant.data(), &window, sizeof window);
+    for (std::uint64_t i = 0; i < grants; ++i)
+      co_await publish(header(static_cast<std::uint8_t>(layout::packet_type::stream_credit), 1,
+                              7100 + i, 0, 1, 7000),
+                       grant);
+    CO_REQUIRE(
+        co_await wait_until([&] { return server.statistics().packets_received >= 1 + grants; }));
+    co_await yield_turns(50);
+    CHECK(log.written >= 1);
+    CHECK(log.written <= static_cast<int>(window + 8 + 2));  // window + the ring's 8 nodes
+    CHECK_FALSE(log.done);                                   // its next write waits
+    caller.close();
+    server.close();
+  });
+}
+
 TEST_CASE("rpc_stream: the server killed mid-stream: the reader hears peer_gone",
           "[rpc][stream][process]") {
   scoped_name name("stream");

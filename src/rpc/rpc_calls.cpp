@@ -100,6 +100,14 @@ void rpc_channel::cancel_call(std::uint64_t id, asio::cancellation_type type) {
   });
 }
 
+bool rpc_channel::request_unsent(const call_entry& entry, std::uint64_t id) const noexcept {
+  if (entry.waiting) return true;
+  for (const outgoing_message& m : outbox_)  // bounded by max_in_flight; mostly empty
+    if (m.type == packet_type::request && m.id == id) return m.next_packet == 1;
+  return current_ && !current_started_ && !current_withdrawn_ &&
+         current_->type == packet_type::request && current_->id == id;
+}
+
 bool rpc_channel::withdraw(std::uint64_t id) {
   auto it = calls_.find(id);
   if (it == calls_.end()) return false;
@@ -180,6 +188,14 @@ void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, reply_bytes 
   if (it == calls_.end()) {
     stats_.discarded_replies.fetch_add(1, std::memory_order_relaxed);
     return;
+  }
+  // An answer from the other end (may_dispatch) to a request it cannot have had, still waiting
+  // for credit or queued whole (its id was guessed): the other end broke the protocol. The
+  // call fails, and its request is not sent after it.
+  if (may_dispatch && request_unsent(it->second, id)) {
+    withdraw(id);
+    ec = errc::corrupted;
+    reply = {};
   }
   auto call = std::move(it->second.call);
   auto stream = std::move(it->second.stream);

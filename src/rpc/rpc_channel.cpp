@@ -35,13 +35,17 @@ constexpr auto linger_for_packets = std::chrono::microseconds(4);
 // How long a service's end of a connection takes packets in one turn before it lets the rest of
 // its executor run: a service's connections share one io_context, and a client that keeps its
 // ring full must not keep the others' requests (or the listener's connects) unread. A turn
-// costs a trip through the scheduler, which ends that are alone on theirs do not pay. The clock
-// is read from the second packet of a run on (a round trip's single packet never pays for it):
-// after each of the first few, so that a handler that takes long ends the turn soon, then every
-// few, so that a long run of quick ones pays little.
+// costs a trip through the scheduler. The clock is read from the second packet of a run on (a
+// round trip's single packet never pays for it): after each of the first few, so that a handler
+// that takes long ends the turn soon, then every few, so that a long run of quick ones pays
+// little.
 constexpr auto reader_turn = std::chrono::microseconds(200);
 constexpr std::uint32_t packets_looked_at_each = 16;
 constexpr std::uint32_t packets_per_clock_look = 8;
+// Any other end's turn: longer, and its clock read only every few packets. It has the strand to
+// share all the same (its timeouts, its writer, the user's handlers there), and a peer that
+// never lets the ring go empty, with packets good or bad, must not keep them from running.
+constexpr auto lone_reader_turn = std::chrono::milliseconds(1);
 
 std::error_code error_from_wire(int value) {
   // Only shmio's own values travel; anything else is reported as a remote failure.
@@ -153,6 +157,7 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
       if (std::exchange(reader_stop_, false) && ec == asio::error::operation_aborted && !closed_)
         continue;
     }
+    bool turn_started = false;
     for (std::uint32_t taken = 1;; ++taken) {
       // close() may come from another thread: no handler runs for a packet after it.
       if (closing()) co_return;
@@ -173,12 +178,14 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
         ++taken_since_empty_;
         on_packet({packet_.data(), n});
       }
-      if (takes_turns_ && taken >= 2 &&
-          (taken < packets_looked_at_each || taken % packets_per_clock_look == 0)) {
+      const bool look_at_clock = takes_turns_ ? taken >= 2 && (taken < packets_looked_at_each ||
+                                                               taken % packets_per_clock_look == 0)
+                                              : taken % packets_per_clock_look == 0;
+      if (look_at_clock) {
         const auto now = std::chrono::steady_clock::now();
-        if (taken == 2) {
+        if (!std::exchange(turn_started, true)) {
           turn_start = now;
-        } else if (now - turn_start >= reader_turn) {
+        } else if (now - turn_start >= (takes_turns_ ? reader_turn : lone_reader_turn)) {
           // Its turn is over: behind whatever else waits for the executor (a handler, a timer,
           // another connection's reader that its doorbell woke).
           co_await asio::post(strand_, asio::use_awaitable);
@@ -224,9 +231,15 @@ void rpc_channel::on_packet(std::span<const std::byte> bytes) {
       stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
       if (reassembler_.last_rejected_too_large()) {
         const auto& h = packet->header;
-        if (h.type == static_cast<std::uint8_t>(packet_type::request))
-          send_error(h.message_id, errc::message_too_large, "request larger than max_message_size");
-        else if (h.type == static_cast<std::uint8_t>(packet_type::stream_item)) {
+        if (h.type == static_cast<std::uint8_t>(packet_type::request)) {
+          // Refused at its first packet, it is answered at once: shed as a whole request would
+          // be while the other end is not reading our answers, or they would pile up unbounded.
+          if (answers_backlogged())
+            stats_.requests_shed.fetch_add(1, std::memory_order_relaxed);
+          else
+            send_error(h.message_id, errc::message_too_large,
+                       "request larger than max_message_size");
+        } else if (h.type == static_cast<std::uint8_t>(packet_type::stream_item)) {
           // The stream ends, and its handler over there hears of it (it would write on).
           if (calls_.contains(h.response_to)) abandon_call(h.response_to, errc::message_too_large);
         } else if (h.type == static_cast<std::uint8_t>(packet_type::response) ||
@@ -411,6 +424,8 @@ asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<
     }
     current_ = nullptr;
     writer_busy_ = false;
+    // Written, or dropped: either way out of the outbox, and its stream may send more.
+    if (m.type == packet_type::stream_item) stream_item_left_outbox(m.response_to);
   }
 }
 

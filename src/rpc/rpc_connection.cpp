@@ -70,18 +70,11 @@ std::shared_ptr<rpc_channel> rpc_channel::accept(const asio::any_io_executor& ex
     ec = errc::corrupted;
     return nullptr;
   }
-  auto ch = make_opener(ex, connection_name(service, request.pid, request.nonce),
-                        std::move(handlers), expected.strategy, ec);
-  if (!ch) return nullptr;
   // The client made it; the listener says what it must be. Anything else (a channel far larger
-  // than the service would map, say) is refused.
-  if (ch->in_.node_count() != expected.node_count || ch->in_.node_size() != expected.node_size ||
-      ch->reassembler_max() != expected.max_message_size ||
-      ch->default_timeout_ != expected.default_timeout) {
-    ec = errc::incompatible;
-    ch->close();
-    return nullptr;
-  }
+  // than the service would map, say) is refused before it is used.
+  auto ch = make_opener(ex, connection_name(service, request.pid, request.nonce),
+                        std::move(handlers), expected.strategy, ec, &expected);
+  if (!ch) return nullptr;
   ch->connection_ = true;
   ch->takes_turns_ = true;
   ch->set_limits(expected);

@@ -120,12 +120,22 @@ std::shared_ptr<rpc_channel> rpc_channel::make_owner(const asio::any_io_executor
 
 std::shared_ptr<rpc_channel> rpc_channel::make_opener(const asio::any_io_executor& ex,
                                                       std::string_view name, rpc_service service,
-                                                      wait_strategy strategy, std::error_code& ec) {
+                                                      wait_strategy strategy, std::error_code& ec,
+                                                      const rpc_options* expected) {
   segment seg = segment::open(name, object_kind::rpc, ec);
   if (ec) return nullptr;
   channel_settings settings;
   ec = validate_channel(seg.body(), settings);
   if (ec) return nullptr;
+  // Before attach, which may read every node (recover_own_nodes): a channel far larger than
+  // the service's, which its maker may size as it likes, would have us page all of it in.
+  if (expected && (settings.ring.node_count != expected->node_count ||
+                   settings.ring.node_size != expected->node_size ||
+                   settings.max_message_size != expected->max_message_size ||
+                   settings.default_timeout != expected->default_timeout)) {
+    ec = errc::incompatible;
+    return nullptr;
+  }
   auto ch = std::make_shared<rpc_channel>(ex, std::move(service));
   // The owner's limits, so that both ends agree on them.
   ch->default_timeout_ = settings.default_timeout;

@@ -112,6 +112,7 @@ void rpc_channel::start_request(incoming_message m) {
   call->stream.reset();  // a recycled node's
   if (stream) {
     call->stream.active = true;
+    call->stream.window = window;
     call->stream.credit = window;
     spawn_handler(id, call,
                   serve_stream(shared_from_this(), std::move(m), skip, &method->stream, session_));

@@ -72,6 +72,10 @@ void stream_cancel_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t r
   ch->cancel_stream_write(request_id, write_id);
 }
 
+delivery_ticket stream_write_ticket(const std::shared_ptr<rpc_channel>& ch) noexcept {
+  return ch->stream_write_ticket();
+}
+
 // ---- the caller's side ---------------------------------------------------------------------
 
 void rpc_channel::read_stream(std::shared_ptr<stream_state> st, stream_state::read r) {
@@ -200,15 +204,10 @@ void rpc_channel::pump_stream(stream_state& st) {
 void rpc_channel::write_stream(std::uint64_t request_id, std::uint64_t session,
                                std::uint64_t write_id, std::vector<std::byte> item,
                                pending_signal_ptr op) {
-  // Counted until it is queued on the strand: co_write's fast path must not overtake it.
-  // relaxed: whoever starts a co_write after this write started (through the user's own
-  // synchronisation, which orders the two) sees the count; the strand's post orders the rest.
-  stream_writes_starting_.fetch_add(1, std::memory_order_relaxed);
   // Dispatched: a handler's write from the strand goes out now. Completions are posted (this
   // may run inside the initiating function).
   asio::dispatch(strand_, [self = shared_from_this(), request_id, session, write_id,
                            item = std::move(item), op = std::move(op)]() mutable {
-    self->stream_writes_starting_.fetch_sub(1, std::memory_order_relaxed);  // as above
     if (self->closed_) return complete(std::move(op), asio::error::operation_aborted, false);
     if (session != self->session_) return complete(std::move(op), errc::peer_gone, false);
     auto it = self->serving_.find(request_id);
@@ -244,13 +243,15 @@ bool rpc_channel::try_write_stream(std::uint64_t request_id, std::uint64_t sessi
                   : any_strand && any_strand->running_in_this_thread()))
     return false;
   if (closed_ || session != session_) return false;
-  // A write started elsewhere and not yet queued here goes first (relaxed: see write_stream).
-  if (stream_writes_starting_.load(std::memory_order_relaxed) != 0) return false;
+  // An async_write started before (on its way here, waiting, or its completion on its way to
+  // its handler) completes first: this one must not complete ahead of it. acquire: pairs with
+  // the punch's release, so the handler reached is seen with what it did.
+  if (stream_writes_outstanding_.load(std::memory_order_acquire) != 0) return false;
   auto it = serving_.find(request_id);
   if (it == serving_.end()) return false;
   stream_writer_state& w = it->second.stream;
   // An earlier write still waiting goes first; a too-large item is refused on the async path.
-  if (!w.active || w.ended || !w.writes.empty() || w.credit == 0 || item.size() > reassembler_max())
+  if (!w.active || w.ended || !w.writes.empty() || !w.may_send() || item.size() > reassembler_max())
     return false;
   // Sent from where the item is: send() writes it now if the ring has room, or copies it.
   outgoing_message m{packet_type::stream_item, next_id(), request_id, {}};
@@ -259,12 +260,35 @@ bool rpc_channel::try_write_stream(std::uint64_t request_id, std::uint64_t sessi
   return true;
 }
 
+delivery_ticket rpc_channel::stream_write_ticket() noexcept {
+  // relaxed: whoever starts a co_write after this write started (through the user's own
+  // synchronisation, which orders the two) sees the count.
+  stream_writes_outstanding_.fetch_add(1, std::memory_order_relaxed);
+  return delivery_ticket(std::weak_ptr<delivery_owner>(weak_from_this()), 0);
+}
+
+void rpc_channel::delivered(std::size_t) noexcept {
+  // release: the handler's start (and what the write did) before a co_write that sees 0.
+  stream_writes_outstanding_.fetch_sub(1, std::memory_order_release);
+}
+
 void rpc_channel::send_stream_item(stream_writer_state& w, outgoing_message m) {
   --w.credit;
   // relaxed: counters.
   stats_.stream_items_sent.fetch_add(1, std::memory_order_relaxed);
   stats_.bytes_sent.fetch_add(m.size(), std::memory_order_relaxed);
+  const std::size_t queued = outbox_.size();
   send(std::move(m));
+  if (outbox_.size() > queued) ++w.unsent;  // not (all) in the ring: the writer loop has it
+}
+
+void rpc_channel::stream_item_left_outbox(std::uint64_t request_id) {
+  auto it = serving_.find(request_id);
+  if (it == serving_.end()) return;
+  stream_writer_state& w = it->second.stream;
+  if (w.unsent == 0) return;  // a stream since ended and reset
+  --w.unsent;
+  flush_stream_writes(request_id, w);
 }
 
 void rpc_channel::on_stream_credit(const incoming_message& m) {
@@ -276,9 +300,9 @@ void rpc_channel::on_stream_credit(const incoming_message& m) {
   }
   if (it == serving_.end() || !it->second.stream.active || it->second.stream.ended) return;
   auto& w = it->second.stream;
-  // Never more than a window's worth: a forged grant cannot make this end queue without bound
-  // (and the caller ends a stream that sends past what it granted).
-  w.credit = std::min<std::uint64_t>(w.credit + count, layout::max_stream_window);
+  // Never more than a window's worth (and the caller ends a stream that sends past what it
+  // granted). A grant for items never read is held back by `unsent`.
+  w.credit = std::min<std::uint64_t>(w.credit + count, w.window);
   flush_stream_writes(m.response_to, w);
 }
 
@@ -290,7 +314,7 @@ void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_st
       complete(std::move(op), errc::message_too_large, false);
       continue;
     }
-    if (w.credit == 0) break;
+    if (!w.may_send()) break;
     auto next = std::move(w.writes.front());
     w.writes.pop_front();
     send_stream_item(w, {packet_type::stream_item, next_id(), request_id, std::move(next.item)});

@@ -103,7 +103,7 @@ struct rpc_service {
   }
 };
 
-class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
+class rpc_channel : public std::enable_shared_from_this<rpc_channel>, public delivery_owner {
  public:
   using pending_call = detail::pending_call;
   using pending_signal = detail::pending_signal;
@@ -178,6 +178,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void cancel_stream_write(std::uint64_t request_id, std::uint64_t write_id);
   bool try_write_stream(std::uint64_t request_id, std::uint64_t session,
                         std::span<const std::byte> item);
+  /// Counts a handler's async_write from its start until its handler is reached (punched).
+  delivery_ticket stream_write_ticket() noexcept;
   /// Gives up on a call (cancellation through its slot): completes it with operation_aborted.
   /// `total` alone cancels only a request not yet sent (Asio's "no side effects").
   void cancel_call(std::uint64_t id, asio::cancellation_type type);
@@ -216,9 +218,12 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   static std::shared_ptr<rpc_channel> make_owner(const asio::any_io_executor& ex,
                                                  std::string_view name, rpc_service service,
                                                  const rpc_options& options, std::error_code& ec);
+  // With `expected`, a channel whose sizes, limit or timeout differ is refused (incompatible)
+  // before anything of it is used: a client's, which the service checks against its listener.
   static std::shared_ptr<rpc_channel> make_opener(const asio::any_io_executor& ex,
                                                   std::string_view name, rpc_service service,
-                                                  wait_strategy strategy, std::error_code& ec);
+                                                  wait_strategy strategy, std::error_code& ec,
+                                                  const rpc_options* expected = nullptr);
   std::error_code attach(segment seg, bool owner, const geometry& g, wait_strategy strategy);
   // Whether a node of either ring can carry a claim made under our participant number by a
   // process that is gone (which recover_own_nodes() then gives back). Reading every node touches
@@ -301,10 +306,13 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   /// An item of `st` was read: counts it, and grants credit for what was read once that is
   /// half a window.
   void credit_read(stream_state& st);
-  /// Sends the writes of `w` that its credit allows.
+  /// Sends the writes of `w` that its credit (and the outbox, see stream_writer_state) allows.
   void flush_stream_writes(std::uint64_t request_id, stream_writer_state& w);
   /// Sends the stream item `m`, paying one of `w`'s credits for it.
   void send_stream_item(stream_writer_state& w, outgoing_message m);
+  /// The writer loop is done with a stream item of request `request_id` that waited in the
+  /// outbox (written, or dropped): its stream may send more.
+  void stream_item_left_outbox(std::uint64_t request_id);
   /// A handler's stream can go no further: its waiting writes fail with `why`.
   void end_stream_writes(stream_writer_state& w, std::error_code why);
   void on_packet(std::span<const std::byte> bytes);
@@ -329,6 +337,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   /// Takes back request `id` if none of it has been written (waiting for credit, or queued
   /// whole): true if it was, and then the other end never hears of it.
   bool withdraw(std::uint64_t id);
+  /// Whether none of request `id` (whose entry is `entry`) has been written yet.
+  bool request_unsent(const call_entry& entry, std::uint64_t id) const noexcept;
   /// Gives up on call `id` with `ec`: completes it, and tells the other end if it was sent.
   void abandon_call(std::uint64_t id, std::error_code ec);
   void admit_waiting();
@@ -403,11 +413,13 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::size_t max_in_flight_ = 1024;
   std::size_t max_handlers_ = 1024;
   std::atomic<std::uint32_t> stream_window_{32};  // read by callers off the strand
-  // Stream writes started (async_write) and not yet queued on the strand (rpc_streams.cpp).
-  std::atomic<std::uint32_t> stream_writes_starting_{0};
-  std::deque<incoming_message> deferred_;  // requests waiting for a handler slot
-  std::vector<std::uint64_t> expired_;     // housekeeping's scratch list, kept for its capacity
-  serving_table serving_;                  // by request id
+  // Stream writes started (async_write) whose handler has not been reached yet: co_write's
+  // fast path waits for none (rpc_streams.cpp).
+  std::atomic<std::uint32_t> stream_writes_outstanding_{0};
+  void delivered(std::size_t) noexcept override;  // a stream write's ticket was punched
+  std::deque<incoming_message> deferred_;         // requests waiting for a handler slot
+  std::vector<std::uint64_t> expired_;  // housekeeping's scratch list, kept for its capacity
+  serving_table serving_;               // by request id
   // Nodes of erased entries, for the next insertions: a steady flow of calls allocates none.
   std::vector<call_table::node_type> spare_calls_;
   std::vector<serving_table::node_type> spare_serving_;
@@ -445,7 +457,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // A connection (rpc_acceptor, async_connect) has one other end, once: when it goes, the
   // channel takes no other (peer_lost_), and an owner ignores any later opener's packets.
   bool connection_ = false;
-  // An acceptor's end: its reader takes turns with the other connections (reader_turn).
+  // An acceptor's end: its reader takes short turns with the other connections (reader_turn).
   bool takes_turns_ = false;
   bool peer_lost_ = false;
   bool accepted_ = false;        // a connecting owner: the accept packet came (strand-only)

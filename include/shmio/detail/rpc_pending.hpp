@@ -21,6 +21,9 @@
 #include <asio/prefer.hpp>
 #include <asio/recycling_allocator.hpp>
 
+#include "shmio/detail/handler_wait_op.hpp"
+#include "shmio/detail/op_queue.hpp"
+
 namespace shmio::detail {
 
 /// A reply (or stream item, or error text) as it reaches its caller: bytes seen where they are
@@ -163,6 +166,18 @@ class tracked_handler {
     else
       asio::post(work, std::move(bound));
   }
+  /// deliver(), with `ticket` punched just before the upcall (counted_handler).
+  template <class... Args>
+  void deliver_counted(delivery_ticket ticket, bool may_dispatch, Args&&... args) {
+    auto work = std::move(work_);
+    auto bound =
+        asio::experimental::append(counted_handler<Handler>(std::move(handler_), std::move(ticket)),
+                                   std::forward<Args>(args)...);
+    if (may_dispatch)
+      asio::dispatch(work, std::move(bound));
+    else
+      asio::post(work, std::move(bound));
+  }
 
  private:
   Handler handler_;
@@ -187,6 +202,13 @@ class pending_handler {
     auto h = std::move(handler_);
     memory::free(static_cast<Op*>(this));
     h.deliver(may_dispatch, std::forward<Args>(args)...);
+  }
+  /// finish(), with `ticket` punched just before the upcall.
+  template <class... Args>
+  void finish_counted(delivery_ticket ticket, bool may_dispatch, Args&&... args) {
+    auto h = std::move(handler_);
+    memory::free(static_cast<Op*>(this));
+    h.deliver_counted(std::move(ticket), may_dispatch, std::forward<Args>(args)...);
   }
   void free() noexcept { memory::free(static_cast<Op*>(this)); }
 
@@ -225,6 +247,27 @@ class rpc_signal final : public pending_signal,
   using pending_handler<rpc_signal, Handler>::pending_handler;
   void complete(std::error_code ec, bool may_dispatch) override { this->finish(may_dispatch, ec); }
   void destroy() noexcept override { this->free(); }
+};
+
+/// A stream handler's write: a signal whose ticket counts it from its start until its handler
+/// is reached, so that the fast form co_write never completes ahead of it.
+template <class Handler>
+class rpc_write_signal final : public pending_signal,
+                               public pending_handler<rpc_write_signal<Handler>, Handler> {
+  using base = pending_handler<rpc_write_signal, Handler>;
+
+ public:
+  rpc_write_signal(typename base::memory::alloc_type alloc, Handler h,
+                   const asio::any_io_executor& ex, delivery_ticket ticket)
+      : base(std::move(alloc), std::move(h), ex), ticket_(std::move(ticket)) {}
+  void complete(std::error_code ec, bool may_dispatch) override {
+    delivery_ticket t = std::move(ticket_);
+    this->finish_counted(std::move(t), may_dispatch, ec);
+  }
+  void destroy() noexcept override { this->free(); }
+
+ private:
+  delivery_ticket ticket_;  // punched by its destructor too, if the write never completes
 };
 
 }  // namespace shmio::detail

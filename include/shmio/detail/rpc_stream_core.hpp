@@ -48,6 +48,8 @@ void stream_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_
 /// nothing done, otherwise (the caller then starts stream_write).
 bool stream_try_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_id,
                       std::uint64_t session, std::span<const std::byte> item);
+/// Counts a write from its start until its handler is reached: the ticket its operation keeps.
+delivery_ticket stream_write_ticket(const std::shared_ptr<rpc_channel>& ch) noexcept;
 /// Cancels the write `write_id` if it is still waiting for room (nothing of it was sent).
 void stream_cancel_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_id,
                          std::uint64_t write_id);

@@ -46,14 +46,23 @@ struct stream_writer_state {
     pending_signal_ptr op;
   };
 
-  bool active = false;  // the request is a stream's
-  bool ended = false;   // the caller cancelled, or the session ended: writes fail
+  bool active = false;       // the request is a stream's
+  bool ended = false;        // the caller cancelled, or the session ended: writes fail
+  std::uint32_t window = 0;  // the caller's: at most this much credit
   std::uint64_t credit = 0;
+  // Items given to send() that still wait in the outbox, not yet in the ring. A caller that
+  // grants credit for items it never read would otherwise have them pile up there: at most a
+  // window's worth waits.
+  std::uint64_t unsent = 0;
   std::deque<write> writes;  // waiting for credit, oldest first
 
+  /// An item may go now.
+  bool may_send() const noexcept { return credit != 0 && unsent < window; }
   void reset() noexcept {
     active = ended = false;
+    window = 0;
     credit = 0;
+    unsent = 0;
     writes.clear();
   }
 };

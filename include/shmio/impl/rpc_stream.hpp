@@ -108,9 +108,10 @@ auto rpc_stream_writer::async_write(asio::const_buffer item, CompletionToken&& t
         if (slot.is_connected())
           slot.template emplace<detail::stream_write_cancel>(
               detail::stream_write_cancel{ch, id, write_id});
-        detail::stream_write(ch, id, session, write_id, std::move(data),
-                             detail::make_pending<detail::rpc_signal>(
-                                 std::move(handler), detail::stream_executor(*ch)));
+        detail::stream_write(
+            ch, id, session, write_id, std::move(data),
+            detail::make_pending<detail::rpc_write_signal>(
+                std::move(handler), detail::stream_executor(*ch), detail::stream_write_ticket(ch)));
       },
       token, channel_, id_, session_, std::vector<std::byte>(p, p + item.size()));
 }
