@@ -74,6 +74,26 @@ std::size_t resident_bytes() {
   return resident * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
 }
 
+// Publishes `count` first packets of requests (ids from 1000, of `total` bytes in `packets`
+// packets, each carrying `chunk` bytes) into the ring the owner reads, as its opener would, from
+// a coroutine on `io`; `done` counts them.
+void inject_requests(asio::io_context& io, shmio::test::rpc::ring_injector& injector,
+                     std::uint64_t count, std::uint32_t total, std::uint32_t packets,
+                     std::size_t chunk, std::uint64_t& done) {
+  namespace raw = shmio::test::rpc;
+  asio::co_spawn(
+      io,
+      [&injector, count, total, packets, chunk, &done]() -> asio::awaitable<void> {
+        const auto request = static_cast<std::uint8_t>(shmio::detail::layout::packet_type::request);
+        for (std::uint64_t i = 0; i < count; ++i) {
+          co_await injector.publish(
+              raw::node(raw::header(request, 1, 1000 + i, total, packets), chunk));
+          ++done;
+        }
+      },
+      asio::detached);
+}
+
 }  // namespace
 
 TEST_CASE("rpc bounds: calls past max_in_flight wait for credit, unsent", "[rpc][bounds]") {
@@ -323,16 +343,7 @@ TEST_CASE("rpc bounds: requests from a peer that never reads its answers are she
   raw::ring_injector injector(name);
   constexpr std::uint64_t offered = 200;
   std::uint64_t injected = 0;
-  asio::co_spawn(
-      io,
-      [&]() -> asio::awaitable<void> {
-        const auto request = static_cast<std::uint8_t>(shmio::detail::layout::packet_type::request);
-        for (std::uint64_t i = 0; i < offered; ++i) {
-          co_await injector.publish(raw::node(raw::header(request, 1, 1000 + i, 4, 1), 4));
-          ++injected;
-        }
-      },
-      asio::detached);
+  inject_requests(io, injector, offered, 4, 1, 4, injected);
   // The owner reads on (the other end's answers and cancels would come the same way), and
   // serves no more than its answers' bound past what the ring and the writer hold.
   REQUIRE(run_until(io, [&] { return injected == offered; }));
@@ -371,18 +382,9 @@ TEST_CASE(
   raw::ring_injector injector(name);
   constexpr std::uint64_t offered = 200;
   std::uint64_t injected = 0;
-  asio::co_spawn(
-      io,
-      [&]() -> asio::awaitable<void> {
-        const auto request = static_cast<std::uint8_t>(shmio::detail::layout::packet_type::request);
-        // The first of the 9 packets of a request past max_message_size (984 bytes a packet):
-        // each is answered with message_too_large at once, the rest never comes.
-        for (std::uint64_t i = 0; i < offered; ++i) {
-          co_await injector.publish(raw::node(raw::header(request, 1, 1000 + i, 8192, 9), 984));
-          ++injected;
-        }
-      },
-      asio::detached);
+  // The first of the 9 packets of a request past max_message_size (984 bytes a packet): each is
+  // answered with message_too_large at once, the rest never comes.
+  inject_requests(io, injector, offered, 8192, 9, 984, injected);
   REQUIRE(run_until(io, [&] { return injected == offered; }));
   REQUIRE(run_until(io, [&] { return owner.statistics().packets_received == offered; }));
   const auto stats = owner.statistics();
@@ -421,8 +423,8 @@ TEST_CASE(
   std::atomic<std::uint64_t> flooded{0};
   std::atomic<bool> flood_over{false};
   asio::io_context fio;  // stopped at the end: its publish may wait for room for ever then
+  raw::ring_injector injector(name);  // made here: its checks are Catch's, on this thread
   std::thread flooder([&] {
-    raw::ring_injector injector(name);
     asio::co_spawn(
         fio,
         [&]() -> asio::awaitable<void> {
@@ -450,6 +452,8 @@ TEST_CASE(
       t.join();
     }
   } guard{stop, fio, flooder};
+  // The ring full before the call starts (io has not run: nobody has read).
+  REQUIRE(shmio::test::eventually([&] { return flooded.load() >= 256; }));
   outcome call;
   const auto started = std::chrono::steady_clock::now();
   owner.async_request(asio::buffer(service::hold.data(), service::hold.size()), 100ms,

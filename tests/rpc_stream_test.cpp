@@ -573,6 +573,32 @@ TEST_CASE(
   });
 }
 
+// A message of one packet, its total size set from `payload`, into the ring the owner reads.
+asio::awaitable<void> publish_message(ring_injector& inject, layout::packet_header h,
+                                      const bytes_t& payload) {
+  h.total_size = static_cast<std::uint32_t>(payload.size());
+  bytes_t n(sizeof h);
+  std::memcpy(n.data(), &h, sizeof h);
+  n.insert(n.end(), payload.begin(), payload.end());
+  co_await inject.publish(n);
+}
+
+// A stream request `id` for "items" of `seed`, with `window`, as a caller would send it.
+asio::awaitable<void> publish_stream_request(ring_injector& inject, std::uint64_t id,
+                                             std::uint32_t window, std::uint64_t seed) {
+  bytes_t request(sizeof window);
+  std::memcpy(request.data(), &window, sizeof window);
+  const std::string_view method = "items";
+  request.push_back(static_cast<std::byte>(method.size()));
+  for (char c : method)
+    request.push_back(static_cast<std::byte>(c));
+  const bytes_t s = seed_bytes(seed);
+  request.insert(request.end(), s.begin(), s.end());
+  auto h = header(static_cast<std::uint8_t>(layout::packet_type::request), 1, id, 0, 1);
+  h.flags = layout::packet_flag_method | layout::packet_flag_stream;
+  co_await publish_message(inject, h, request);
+}
+
 TEST_CASE(
     "rpc_stream: credit granted for items never read lets no more than a window wait at the "
     "handler's end",
@@ -588,38 +614,54 @@ TEST_CASE(
                     options(window));
   rpc_buffer caller(io.get_executor(), shmio::open_only, name);  // reads nothing
   ring_injector inject(name);
-  auto publish = [&](layout::packet_header h, bytes_t payload) -> asio::awaitable<void> {
-    h.total_size = static_cast<std::uint32_t>(payload.size());
-    bytes_t n(sizeof h);
-    std::memcpy(n.data(), &h, sizeof h);
-    n.insert(n.end(), payload.begin(), payload.end());
-    co_await inject.publish(n);
-  };
   run_until_done(io, [&]() -> asio::awaitable<void> {
-    bytes_t request(sizeof window);
-    std::memcpy(request.data(), &window, sizeof window);
-    const std::string_view method = "items";
-    request.push_back(static_cast<std::byte>(method.size()));
-    for (char c : method)
-      request.push_back(static_cast<std::byte>(c));
-    const bytes_t seed = seed_bytes(3);
-    request.insert(request.end(), seed.begin(), seed.end());
-    auto h = header(static_cast<std::uint8_t>(layout::packet_type::request), 1, 7000, 0, 1);
-    h.flags = layout::packet_flag_method | layout::packet_flag_stream;
-    co_await publish(h, request);
+    co_await publish_stream_request(inject, 7000, window, 3);
     constexpr std::uint64_t grants = 50;
     bytes_t grant(sizeof window);
     std::memcpy(grant.data(), &window, sizeof window);
     for (std::uint64_t i = 0; i < grants; ++i)
-      co_await publish(header(static_cast<std::uint8_t>(layout::packet_type::stream_credit), 1,
-                              7100 + i, 0, 1, 7000),
-                       grant);
+      co_await publish_message(inject,
+                               header(static_cast<std::uint8_t>(layout::packet_type::stream_credit),
+                                      1, 7100 + i, 0, 1, 7000),
+                               grant);
     CO_REQUIRE(
         co_await wait_until([&] { return server.statistics().packets_received >= 1 + grants; }));
     co_await yield_turns(50);
     CHECK(log.written >= 1);
     CHECK(log.written <= static_cast<int>(window + 8 + 2));  // window + the ring's 8 nodes
     CHECK_FALSE(log.done);                                   // its next write waits
+    caller.close();
+    server.close();
+  });
+}
+
+TEST_CASE(
+    "rpc_stream: streams that ended with their items still waiting at the handler's end count "
+    "toward shedding",
+    "[rpc][stream]") {
+  // A third party asks for stream after stream while nobody reads: each handler writes its few
+  // items and returns, leaving them (and its end) for the ring. They wait as answers do, so new
+  // requests are shed rather than served into an outbox without bound.
+  scoped_name name("stream");
+  asio::io_context io;
+  writer_log log;
+  constexpr std::uint32_t window = 4;
+  constexpr std::uint64_t offered = 200;
+  rpc_options o = options(window);
+  o.max_concurrent_handlers = 4;  // the bound on answers waiting
+  rpc_buffer server(io.get_executor(), shmio::create_only, name, streaming(log, 4), o);
+  rpc_buffer caller(io.get_executor(), shmio::open_only, name);  // reads nothing
+  ring_injector inject(name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    for (std::uint64_t i = 0; i < offered; ++i)
+      co_await publish_stream_request(inject, 7000 + i, window, i);
+    CO_REQUIRE(
+        co_await wait_until([&] { return server.statistics().requests_received == offered; }));
+    co_await yield_turns(50);
+    const auto stats = server.statistics();
+    CHECK(stats.requests_shed > 0);
+    // What the ring's 8 nodes took, and what waits: some handlers' worth, not every request's.
+    CHECK(log.written <= 4 * static_cast<int>(o.max_concurrent_handlers + 8 + 2));
     caller.close();
     server.close();
   });

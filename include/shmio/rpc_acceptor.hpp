@@ -92,8 +92,8 @@ class rpc_acceptor {
 
   /// Stops taking connections: pending accepts complete with operation_aborted, and new
   /// clients get errc::not_found. Connections already made are not affected. An accept making
-  /// its connection on another thread at that moment (its handler bound elsewhere) finishes
-  /// first, and completes with it; once close() returns, no connection is made.
+  /// its connection on another thread at that moment (its handler bound elsewhere) gives it up
+  /// and completes with operation_aborted, unless it had it made before close() began.
   void close() noexcept;
 
  private:

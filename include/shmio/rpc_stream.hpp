@@ -153,7 +153,8 @@ class rpc_stream_writer {
 
   /// The fast form of `co_await async_write(item, use_awaitable)` for the stream handler's own
   /// coroutine: when it runs on its channel's strand (as the channel starts it), the stream has
-  /// credit and no earlier write waits, the item is sent at once, from where it is, and the
+  /// credit and no earlier write of this stream is still on its way (its handler not yet
+  /// reached), the item is sent at once, from where it is, and the
   /// coroutine goes on without a trip through the executor. Otherwise it is async_write.
   /// Throws std::system_error with async_write's errors.
   asio::awaitable<void> co_write(asio::const_buffer item);
@@ -162,11 +163,17 @@ class rpc_stream_writer {
   friend struct detail::rpc_stream_access;
   rpc_stream_writer(std::shared_ptr<detail::rpc_channel> ch, std::uint64_t id,
                     std::uint64_t session)
-      : channel_(std::move(ch)), id_(id), session_(session) {}
+      : channel_(std::move(ch)),
+        id_(id),
+        session_(session),
+        writes_(std::make_shared<detail::stream_write_count>()) {}
 
   std::shared_ptr<detail::rpc_channel> channel_;
   std::uint64_t id_;
   std::uint64_t session_;
+  // This stream's async_writes whose handlers have not been reached, shared by the copies:
+  // co_write's fast path waits for none of them.
+  std::shared_ptr<detail::stream_write_count> writes_;
 };
 
 /// Serves one stream request: its id and payload (valid until the handler completes) in, items

@@ -74,12 +74,13 @@ std::optional<outcome<layout::connect_request>> rpc_acceptor_impl::take_request(
 std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_executor& ex,
                                                        const layout::connect_request& request,
                                                        rpc_service handlers, std::error_code& ec) {
-  std::lock_guard lock(close_mutex_);
-  if (closed_) {
+  if (closed()) {
     ec = asio::error::operation_aborted;
     return nullptr;
   }
   handlers.count_into(counters_);
+  // Made without the mutex: close() does not wait for it, and the handlers (user code) of a
+  // channel refused are destroyed here, under no lock of ours.
   auto channel =
       rpc_channel::accept(ex, name(), request, std::move(handlers), settings_.channel, ec);
   // relaxed: counters; the header's is informational (shmio stat shows it).
@@ -87,15 +88,25 @@ std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_execut
     refused_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
-  accepted_.fetch_add(1, std::memory_order_relaxed);
-  reinterpret_cast<layout::listener_header*>(seg_.body().data())
-      ->accepted.fetch_add(1, std::memory_order_relaxed);
-  return channel;
+  {
+    // Counted as accepted only if close() has not begun: then the statistics it keeps count it.
+    std::lock_guard lock(close_mutex_);
+    if (!closed_) {
+      accepted_.fetch_add(1, std::memory_order_relaxed);
+      reinterpret_cast<layout::listener_header*>(seg_.body().data())
+          ->accepted.fetch_add(1, std::memory_order_relaxed);
+      return channel;
+    }
+  }
+  // close() came while it was made: it goes, and its client hears that the service went.
+  channel->close();
+  ec = asio::error::operation_aborted;
+  return nullptr;
 }
 
 void rpc_acceptor_impl::close() noexcept {
   {
-    // Waits for an accept() making a connection: once we return, none is made.
+    // After this, an accept() making a connection gives it up (see accept()).
     std::lock_guard lock(close_mutex_);
     if (std::exchange(closed_, true)) return;
   }

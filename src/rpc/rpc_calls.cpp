@@ -67,9 +67,12 @@ void rpc_channel::start_call(std::uint64_t id, pending_call_ptr call, outgoing_m
       ++self->in_flight_;
       self->stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
       self->stats_.bytes_sent.fetch_add(request.size(), std::memory_order_relaxed);
-      self->send(std::move(request));
+      const bool whole = self->send(std::move(request));
       // send() may have failed the call (a damaged ring), erasing its entry: look again.
-      if (auto it = self->calls_.find(id); it != self->calls_.end()) self->call_sent(it->second);
+      if (auto it = self->calls_.find(id); it != self->calls_.end()) {
+        it->second.queued_whole = whole;
+        self->call_sent(it->second);
+      }
     } else {
       // No credit: it waits here, not in the outbox, so that nothing queues for the ring past
       // max_in_flight; its deadline runs meanwhile.
@@ -100,12 +103,8 @@ void rpc_channel::cancel_call(std::uint64_t id, asio::cancellation_type type) {
   });
 }
 
-bool rpc_channel::request_unsent(const call_entry& entry, std::uint64_t id) const noexcept {
-  if (entry.waiting) return true;
-  for (const outgoing_message& m : outbox_)  // bounded by max_in_flight; mostly empty
-    if (m.type == packet_type::request && m.id == id) return m.next_packet == 1;
-  return current_ && !current_started_ && !current_withdrawn_ &&
-         current_->type == packet_type::request && current_->id == id;
+void rpc_channel::request_started(std::uint64_t id) noexcept {
+  if (auto it = calls_.find(id); it != calls_.end()) it->second.queued_whole = false;
 }
 
 bool rpc_channel::withdraw(std::uint64_t id) {
@@ -170,9 +169,12 @@ void rpc_channel::admit_waiting() {
     ++in_flight_;
     stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
     stats_.bytes_sent.fetch_add(m.size(), std::memory_order_relaxed);
-    send(std::move(m));
+    const bool whole = send(std::move(m));
     // send() may have failed the call (a damaged ring): look again.
-    if (auto again = calls_.find(id); again != calls_.end()) call_sent(again->second);
+    if (auto again = calls_.find(id); again != calls_.end()) {
+      again->second.queued_whole = whole;
+      call_sent(again->second);
+    }
   }
 }
 
@@ -192,7 +194,7 @@ void rpc_channel::finish_call(std::uint64_t id, std::error_code ec, reply_bytes 
   // An answer from the other end (may_dispatch) to a request it cannot have had, still waiting
   // for credit or queued whole (its id was guessed): the other end broke the protocol. The
   // call fails, and its request is not sent after it.
-  if (may_dispatch && request_unsent(it->second, id)) {
+  if (may_dispatch && (it->second.waiting || it->second.queued_whole)) {
     withdraw(id);
     ec = errc::corrupted;
     reply = {};

@@ -42,9 +42,10 @@ constexpr auto linger_for_packets = std::chrono::microseconds(4);
 constexpr auto reader_turn = std::chrono::microseconds(200);
 constexpr std::uint32_t packets_looked_at_each = 16;
 constexpr std::uint32_t packets_per_clock_look = 8;
-// Any other end's turn: longer, and its clock read only every few packets. It has the strand to
-// share all the same (its timeouts, its writer, the user's handlers there), and a peer that
-// never lets the ring go empty, with packets good or bad, must not keep them from running.
+// Any other end's turn: longer, and its clock read at the second packet and then only every
+// few. It has the strand to share all the same (its timeouts, its writer, the user's handlers
+// there), and a peer that never lets the ring go empty, with packets good or bad, must not keep
+// them from running.
 constexpr auto lone_reader_turn = std::chrono::milliseconds(1);
 
 std::error_code error_from_wire(int value) {
@@ -180,7 +181,7 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
       }
       const bool look_at_clock = takes_turns_ ? taken >= 2 && (taken < packets_looked_at_each ||
                                                                taken % packets_per_clock_look == 0)
-                                              : taken % packets_per_clock_look == 0;
+                                              : taken == 2 || taken % packets_per_clock_look == 0;
       if (look_at_clock) {
         const auto now = std::chrono::steady_clock::now();
         if (!std::exchange(turn_started, true)) {
@@ -281,8 +282,10 @@ void rpc_channel::on_message(incoming_message m) {
         // taken back (bounded by its window), then its coroutine hears of it.
         if (it->second.stream.active)
           std::erase_if(outbox_, [&](const outgoing_message& q) {
-            return q.type == packet_type::stream_item && q.response_to == m.response_to &&
-                   q.next_packet == 1;
+            const bool drop = q.type == packet_type::stream_item &&
+                              q.response_to == m.response_to && q.next_packet == 1;
+            if (drop && queued_answers_ != 0) --queued_answers_;
+            return drop;
           });
         end_stream_writes(it->second.stream, asio::error::operation_aborted);
         if (auto again = serving_.find(m.response_to); again != serving_.end())
@@ -313,9 +316,9 @@ void rpc_channel::on_message(incoming_message m) {
 
 // ---- writing -----------------------------------------------------------------------------
 
-void rpc_channel::send(outgoing_message m) {
+bool rpc_channel::send(outgoing_message m) {
   // After close() began, the other end has had our close packet: nothing follows it.
-  if (closing()) return;
+  if (closing()) return false;
   m.generation = generation_;
   // Fast path: nothing queued and the writer idle, so write now, packet by packet, as far as
   // the ring has room. Order is kept: the writer only ever starts on the outbox's front.
@@ -327,20 +330,25 @@ void rpc_channel::send(outgoing_message m) {
       };
       const auto written = write_unless_closing(fill);
       if (!written) break;  // full: the writer loop waits for room
-      if (written->ec == asio::error::operation_aborted) return;  // close() began
-      if (written->ec) return send_failed(m, written->ec);
+      if (written->ec == asio::error::operation_aborted) return false;  // close() began
+      if (written->ec) {
+        send_failed(m, written->ec);
+        return false;
+      }
       stats_.packets_sent.fetch_add(1, std::memory_order_relaxed);
       ++m.next_packet;
     }
-    if (m.next_packet > count) return;
+    if (m.next_packet > count) return false;
   }
   m.own();  // what waits in the outbox owns its bytes: a borrower may be gone before it goes
   if (is_answer(m)) ++queued_answers_;  // bounded: see queued_answers_
+  const bool whole = m.next_packet == 1;
   outbox_.push_back(std::move(m));
   if (!writer_running_) {
     writer_running_ = true;
     asio::co_spawn(strand_, writer_loop(shared_from_this()), asio::detached);
   }
+  return whole;
 }
 
 void rpc_channel::send_failed(const outgoing_message& m, std::error_code ec) {
@@ -396,7 +404,8 @@ asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<
       auto write_packet = [&]() -> size_outcome {
         if (current_withdrawn_) return outcome<std::size_t>{asio::error::operation_aborted, 0};
         auto r = write_unless_closing(fill);  // operation_aborted once close() began
-        if (r && !r->ec) current_started_ = true;
+        if (r && !r->ec && !std::exchange(current_started_, true) && m.type == packet_type::request)
+          request_started(m.id);
         return r;
       };
       // A free node is taken without a trip through the strand's scheduler.

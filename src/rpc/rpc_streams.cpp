@@ -72,10 +72,6 @@ void stream_cancel_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t r
   ch->cancel_stream_write(request_id, write_id);
 }
 
-delivery_ticket stream_write_ticket(const std::shared_ptr<rpc_channel>& ch) noexcept {
-  return ch->stream_write_ticket();
-}
-
 // ---- the caller's side ---------------------------------------------------------------------
 
 void rpc_channel::read_stream(std::shared_ptr<stream_state> st, stream_state::read r) {
@@ -243,10 +239,6 @@ bool rpc_channel::try_write_stream(std::uint64_t request_id, std::uint64_t sessi
                   : any_strand && any_strand->running_in_this_thread()))
     return false;
   if (closed_ || session != session_) return false;
-  // An async_write started before (on its way here, waiting, or its completion on its way to
-  // its handler) completes first: this one must not complete ahead of it. acquire: pairs with
-  // the punch's release, so the handler reached is seen with what it did.
-  if (stream_writes_outstanding_.load(std::memory_order_acquire) != 0) return false;
   auto it = serving_.find(request_id);
   if (it == serving_.end()) return false;
   stream_writer_state& w = it->second.stream;
@@ -258,18 +250,6 @@ bool rpc_channel::try_write_stream(std::uint64_t request_id, std::uint64_t sessi
   m.borrowed[0] = item;
   send_stream_item(w, std::move(m));
   return true;
-}
-
-delivery_ticket rpc_channel::stream_write_ticket() noexcept {
-  // relaxed: whoever starts a co_write after this write started (through the user's own
-  // synchronisation, which orders the two) sees the count.
-  stream_writes_outstanding_.fetch_add(1, std::memory_order_relaxed);
-  return delivery_ticket(std::weak_ptr<delivery_owner>(weak_from_this()), 0);
-}
-
-void rpc_channel::delivered(std::size_t) noexcept {
-  // release: the handler's start (and what the write did) before a co_write that sees 0.
-  stream_writes_outstanding_.fetch_sub(1, std::memory_order_release);
 }
 
 void rpc_channel::send_stream_item(stream_writer_state& w, outgoing_message m) {

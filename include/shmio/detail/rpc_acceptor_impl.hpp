@@ -43,8 +43,9 @@ class rpc_acceptor_impl {
   }
   /// The end of the connection `request` asks for, serving `handlers`; null with `ec` set if
   /// it cannot be taken (the client went, or made its channel wrong): counted as refused.
-  /// After close() has begun, null with operation_aborted, and nothing made: the two exclude
-  /// each other, so a connection is either made before close() returns or not at all.
+  /// Once close() has begun, null with operation_aborted: a connection made meanwhile is closed
+  /// again (its client hears the service went). So a connection is counted and completes only
+  /// if it was made before close() began.
   std::shared_ptr<rpc_channel> accept(const asio::any_io_executor& ex,
                                       const layout::connect_request& request, rpc_service handlers,
                                       std::error_code& ec);
@@ -59,8 +60,12 @@ class rpc_acceptor_impl {
   ring_view ring_;
   std::shared_ptr<waiter> waiter_;
   std::shared_ptr<method_counters> counters_;  // calls per method, in the listener
-  std::mutex close_mutex_;  // held by close() and across accept()'s check and making
+  std::mutex close_mutex_;  // orders close() with accept()'s last check and count
   bool closed_ = false;     // under close_mutex_
+  bool closed() {
+    std::lock_guard lock(close_mutex_);
+    return closed_;
+  }
   std::atomic<std::uint64_t> accepted_{0};
   std::atomic<std::uint64_t> refused_{0};
 };

@@ -103,7 +103,7 @@ struct rpc_service {
   }
 };
 
-class rpc_channel : public std::enable_shared_from_this<rpc_channel>, public delivery_owner {
+class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
  public:
   using pending_call = detail::pending_call;
   using pending_signal = detail::pending_signal;
@@ -178,8 +178,6 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel>, public del
   void cancel_stream_write(std::uint64_t request_id, std::uint64_t write_id);
   bool try_write_stream(std::uint64_t request_id, std::uint64_t session,
                         std::span<const std::byte> item);
-  /// Counts a handler's async_write from its start until its handler is reached (punched).
-  delivery_ticket stream_write_ticket() noexcept;
   /// Gives up on a call (cancellation through its slot): completes it with operation_aborted.
   /// `total` alone cancels only a request not yet sent (Asio's "no side effects").
   void cancel_call(std::uint64_t id, asio::cancellation_type type);
@@ -193,6 +191,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel>, public del
     std::optional<outgoing_message> waiting;
     // A stream request's: where its items go (`call` completed when the request was sent).
     std::shared_ptr<stream_state> stream;
+    // Given to send(), and waiting in the outbox (or the writer's hands) with none of it written.
+    bool queued_whole = false;
   };
   struct counters {
     std::atomic<std::uint64_t> requests_sent{0}, requests_received{0}, responses_sent{0},
@@ -273,7 +273,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel>, public del
   }
   void ensure_reader();
   static bool is_answer(const outgoing_message& m) noexcept {
-    return m.type == layout::packet_type::response || m.type == layout::packet_type::error;
+    return m.type == layout::packet_type::response || m.type == layout::packet_type::error ||
+           m.type == layout::packet_type::stream_item || m.type == layout::packet_type::stream_end;
   }
   /// New requests are shed while this many answers wait (see queued_answers_).
   bool answers_backlogged() const noexcept { return queued_answers_ >= max_handlers_; }
@@ -333,12 +334,14 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel>, public del
                    bool may_dispatch = false, bool stream_end = false);
   /// A call's request went out (or will, queued whole): a stream's opening completes.
   void call_sent(call_entry& entry);
-  void send(outgoing_message m);
+  /// Writes `m` now as far as the ring has room, and queues the rest for the writer loop. True
+  /// if it waits in the outbox with none of it written.
+  bool send(outgoing_message m);
   /// Takes back request `id` if none of it has been written (waiting for credit, or queued
   /// whole): true if it was, and then the other end never hears of it.
   bool withdraw(std::uint64_t id);
-  /// Whether none of request `id` (whose entry is `entry`) has been written yet.
-  bool request_unsent(const call_entry& entry, std::uint64_t id) const noexcept;
+  /// The writer loop wrote the first packet of request `id`, which had waited whole.
+  void request_started(std::uint64_t id) noexcept;
   /// Gives up on call `id` with `ec`: completes it, and tells the other end if it was sent.
   void abandon_call(std::uint64_t id, std::error_code ec);
   void admit_waiting();
@@ -413,10 +416,6 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel>, public del
   std::size_t max_in_flight_ = 1024;
   std::size_t max_handlers_ = 1024;
   std::atomic<std::uint32_t> stream_window_{32};  // read by callers off the strand
-  // Stream writes started (async_write) whose handler has not been reached yet: co_write's
-  // fast path waits for none (rpc_streams.cpp).
-  std::atomic<std::uint32_t> stream_writes_outstanding_{0};
-  void delivered(std::size_t) noexcept override;  // a stream write's ticket was punched
   std::deque<incoming_message> deferred_;         // requests waiting for a handler slot
   std::vector<std::uint64_t> expired_;  // housekeeping's scratch list, kept for its capacity
   serving_table serving_;               // by request id
@@ -440,11 +439,12 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel>, public del
   // Packets taken since the reader last found its ring empty: a ring that was full may have had
   // no room for the other end's close packet (see check_peer_after_full_ring).
   std::size_t taken_since_empty_ = 0;
-  // Answers (responses, errors) waiting in the outbox for room in a ring the other end does
-  // not read. At max_concurrent_handlers, new requests are shed (counted, not served) until
-  // some have gone: the reader itself never stops, since the other end's answers, credits,
-  // cancels and close come through the same ring (two ends that stopped reading while each
-  // waited for the other would wait for ever).
+  // Answers (responses, errors, stream items and ends) waiting in the outbox for room in a ring
+  // the other end does not read (a stream that ended leaves its items there). At
+  // max_concurrent_handlers, new requests are shed (counted, not served) until some have gone: the
+  // reader itself never stops, since the other end's answers, credits, cancels and close come
+  // through the same ring (two ends that stopped reading while each waited for the other would wait
+  // for ever).
   std::size_t queued_answers_ = 0;
   bool writer_running_ = false;  // the writer loop runs: the outbox holds something
   bool reader_running_ = false;  // the reader loop runs (see idle())

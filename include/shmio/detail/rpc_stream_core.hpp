@@ -5,6 +5,7 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/cancellation_type.hpp>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -48,8 +49,26 @@ void stream_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_
 /// nothing done, otherwise (the caller then starts stream_write).
 bool stream_try_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_id,
                       std::uint64_t session, std::span<const std::byte> item);
-/// Counts a write from its start until its handler is reached: the ticket its operation keeps.
-delivery_ticket stream_write_ticket(const std::shared_ptr<rpc_channel>& ch) noexcept;
+/// A stream handler's writes started with async_write whose handlers have not been reached.
+struct stream_write_count final : delivery_owner {
+  std::atomic<std::uint32_t> outstanding{0};
+  // release: the handler's start (and the write) before a co_write that then sees none.
+  void delivered(std::size_t) noexcept override {
+    outstanding.fetch_sub(1, std::memory_order_release);
+  }
+  /// Counts one more write, until the ticket (kept by its operation) is punched.
+  static delivery_ticket ticket(const std::shared_ptr<stream_write_count>& c) noexcept {
+    if (!c) return {};
+    // relaxed: whoever starts a co_write after this write started (through the user's own
+    // synchronisation, which orders the two) sees the count.
+    c->outstanding.fetch_add(1, std::memory_order_relaxed);
+    return delivery_ticket(std::weak_ptr<delivery_owner>(c), 0);
+  }
+  /// None on its way: acquire pairs with delivered()'s release.
+  static bool none(const std::shared_ptr<stream_write_count>& c) noexcept {
+    return c && c->outstanding.load(std::memory_order_acquire) == 0;
+  }
+};
 /// Cancels the write `write_id` if it is still waiting for room (nothing of it was sent).
 void stream_cancel_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_id,
                          std::uint64_t write_id);

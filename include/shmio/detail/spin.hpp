@@ -104,8 +104,9 @@ class spin_policy {
     const std::int64_t budget = budget_.load(std::memory_order_relaxed);
     if (budget <= 0) return {};
     // Look again at once for a while: a blocking caller has nothing else to do, and a pause
-    // between looks delays the one that sees the peer's store (docs/performance.md, "The
-    // blocking spin"). Then yield between looks, so a peer on this same CPU can run.
+    // between looks cost a flow whose waiting side waits on nearly every message
+    // (docs/performance.md, "The blocking spin"). Then yield between looks, so a peer on this
+    // same CPU can run.
     for (std::uint32_t i = 1; i < pause_rounds; ++i)
       if (auto r = attempt()) return r;
     using clock = std::chrono::steady_clock;

@@ -102,22 +102,23 @@ auto rpc_stream_writer::async_write(asio::const_buffer item, CompletionToken&& t
   const auto* p = static_cast<const std::byte*>(item.data());
   return asio::async_initiate<CompletionToken, void(std::error_code)>(
       [](auto handler, const std::shared_ptr<detail::rpc_channel>& ch, std::uint64_t id,
-         std::uint64_t session, std::vector<std::byte> data) {
+         std::uint64_t session, const std::shared_ptr<detail::stream_write_count>& writes,
+         std::vector<std::byte> data) {
         const std::uint64_t write_id = detail::stream_op_id(*ch);
         auto slot = asio::get_associated_cancellation_slot(handler);
         if (slot.is_connected())
           slot.template emplace<detail::stream_write_cancel>(
               detail::stream_write_cancel{ch, id, write_id});
-        detail::stream_write(
-            ch, id, session, write_id, std::move(data),
-            detail::make_pending<detail::rpc_write_signal>(
-                std::move(handler), detail::stream_executor(*ch), detail::stream_write_ticket(ch)));
+        detail::stream_write(ch, id, session, write_id, std::move(data),
+                             detail::make_pending<detail::rpc_write_signal>(
+                                 std::move(handler), detail::stream_executor(*ch),
+                                 detail::stream_write_count::ticket(writes)));
       },
-      token, channel_, id_, session_, std::vector<std::byte>(p, p + item.size()));
+      token, channel_, id_, session_, writes_, std::vector<std::byte>(p, p + item.size()));
 }
 
 inline asio::awaitable<void> rpc_stream_writer::co_write(asio::const_buffer item) {
-  if (channel_ &&
+  if (channel_ && detail::stream_write_count::none(writes_) &&
       detail::stream_try_write(channel_, id_, session_,
                                {static_cast<const std::byte*>(item.data()), item.size()}))
     co_return;
