@@ -667,6 +667,40 @@ TEST_CASE(
   });
 }
 
+TEST_CASE(
+    "rpc_stream: a live stream's items waiting at the handler's end do not make new requests "
+    "shed",
+    "[rpc][stream]") {
+  // A stream of window 64 to a caller whose end does not run: the handler's items fill the
+  // ring and wait in its end's outbox, as many as the window allows. They are bounded by the
+  // window already: a plain request that comes meanwhile is served, not shed.
+  scoped_name name("stream");
+  asio::io_context io;
+  writer_log log;
+  constexpr std::uint32_t window = 64;
+  rpc_options o = options(window);
+  o.max_concurrent_handlers = 16;  // fewer than the items that will wait
+  rpc_buffer server(io.get_executor(), shmio::create_only, name, streaming(log, -1), o);
+  asio::io_context caller_io;  // never run: the caller's end reads nothing
+  rpc_buffer caller(caller_io.get_executor(), shmio::open_only, name);
+  ring_injector inject(name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    co_await publish_stream_request(inject, 7000, window, 3);
+    CO_REQUIRE(co_await wait_until([&] { return log.written == static_cast<int>(window); }));
+    bytes_t plain{std::byte{5}};
+    for (char c : std::string_view("plain"))
+      plain.push_back(static_cast<std::byte>(c));
+    auto h = header(static_cast<std::uint8_t>(layout::packet_type::request), 1, 8000, 0, 1);
+    h.flags = layout::packet_flag_method;
+    co_await publish_message(inject, h, plain);
+    CO_REQUIRE(co_await wait_until([&] { return server.statistics().requests_received == 2; }));
+    CHECK(server.statistics().requests_shed == 0);
+    CHECK(server.statistics().responses_sent == 1);
+    caller.close();
+    server.close();
+  });
+}
+
 TEST_CASE("rpc_stream: the server killed mid-stream: the reader hears peer_gone",
           "[rpc][stream][process]") {
   scoped_name name("stream");

@@ -117,8 +117,9 @@ class rpc_acceptor {
       }
       // A step that starts after close() finds the waiter shut (bad_descriptor): to the caller
       // that is the documented operation_aborted. So is a request taken before close() whose
-      // step runs after close() began (its handler's executor is elsewhere): accept() makes no
-      // connection then, and its client learns that the service went.
+      // step runs after close() began (its handler's executor is elsewhere): accept() then
+      // makes no connection, or closes the one it made, and its client learns that the service
+      // went.
       if (ec == asio::error::bad_descriptor) ec = asio::error::operation_aborted;
       if (ec) return self.complete(ec, rpc_buffer(ex));
       std::error_code refused;

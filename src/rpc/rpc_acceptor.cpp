@@ -160,7 +160,7 @@ rpc_acceptor_statistics rpc_acceptor::statistics() const noexcept {
 
 void rpc_acceptor::close() noexcept {
   if (auto im = std::exchange(impl_, nullptr)) {
-    im->close();  // first: a connection it waited for is counted
+    im->close();  // first: after it, accept() counts no more connections
     last_statistics_ = im->statistics();
   }
 }

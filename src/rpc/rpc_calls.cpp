@@ -67,12 +67,9 @@ void rpc_channel::start_call(std::uint64_t id, pending_call_ptr call, outgoing_m
       ++self->in_flight_;
       self->stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
       self->stats_.bytes_sent.fetch_add(request.size(), std::memory_order_relaxed);
-      const bool whole = self->send(std::move(request));
+      self->send(std::move(request));
       // send() may have failed the call (a damaged ring), erasing its entry: look again.
-      if (auto it = self->calls_.find(id); it != self->calls_.end()) {
-        it->second.queued_whole = whole;
-        self->call_sent(it->second);
-      }
+      if (auto it = self->calls_.find(id); it != self->calls_.end()) self->call_sent(it->second);
     } else {
       // No credit: it waits here, not in the outbox, so that nothing queues for the ring past
       // max_in_flight; its deadline runs meanwhile.
@@ -169,12 +166,9 @@ void rpc_channel::admit_waiting() {
     ++in_flight_;
     stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
     stats_.bytes_sent.fetch_add(m.size(), std::memory_order_relaxed);
-    const bool whole = send(std::move(m));
+    send(std::move(m));
     // send() may have failed the call (a damaged ring): look again.
-    if (auto again = calls_.find(id); again != calls_.end()) {
-      again->second.queued_whole = whole;
-      call_sent(again->second);
-    }
+    if (auto again = calls_.find(id); again != calls_.end()) call_sent(again->second);
   }
 }
 

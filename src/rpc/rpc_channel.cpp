@@ -42,8 +42,9 @@ constexpr auto linger_for_packets = std::chrono::microseconds(4);
 constexpr auto reader_turn = std::chrono::microseconds(200);
 constexpr std::uint32_t packets_looked_at_each = 16;
 constexpr std::uint32_t packets_per_clock_look = 8;
-// Any other end's turn: longer, and its clock read at the second packet and then only every
-// few. It has the strand to share all the same (its timeouts, its writer, the user's handlers
+// Any other end's turn: longer, and timed from its 8th packet on, its clock read every 8 (a
+// round trip, whose server end often takes a second request within its linger, pays none). It
+// has the strand to share all the same (its timeouts, its writer, the user's handlers
 // there), and a peer that never lets the ring go empty, with packets good or bad, must not keep
 // them from running.
 constexpr auto lone_reader_turn = std::chrono::milliseconds(1);
@@ -181,7 +182,7 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
       }
       const bool look_at_clock = takes_turns_ ? taken >= 2 && (taken < packets_looked_at_each ||
                                                                taken % packets_per_clock_look == 0)
-                                              : taken == 2 || taken % packets_per_clock_look == 0;
+                                              : taken % packets_per_clock_look == 0;
       if (look_at_clock) {
         const auto now = std::chrono::steady_clock::now();
         if (!std::exchange(turn_started, true)) {
@@ -284,7 +285,7 @@ void rpc_channel::on_message(incoming_message m) {
           std::erase_if(outbox_, [&](const outgoing_message& q) {
             const bool drop = q.type == packet_type::stream_item &&
                               q.response_to == m.response_to && q.next_packet == 1;
-            if (drop && queued_answers_ != 0) --queued_answers_;
+            if (drop && it->second.stream.unsent != 0) --it->second.stream.unsent;
             return drop;
           });
         end_stream_writes(it->second.stream, asio::error::operation_aborted);
@@ -316,9 +317,9 @@ void rpc_channel::on_message(incoming_message m) {
 
 // ---- writing -----------------------------------------------------------------------------
 
-bool rpc_channel::send(outgoing_message m) {
+void rpc_channel::send(outgoing_message m) {
   // After close() began, the other end has had our close packet: nothing follows it.
-  if (closing()) return false;
+  if (closing()) return;
   m.generation = generation_;
   // Fast path: nothing queued and the writer idle, so write now, packet by packet, as far as
   // the ring has room. Order is kept: the writer only ever starts on the outbox's front.
@@ -330,25 +331,33 @@ bool rpc_channel::send(outgoing_message m) {
       };
       const auto written = write_unless_closing(fill);
       if (!written) break;  // full: the writer loop waits for room
-      if (written->ec == asio::error::operation_aborted) return false;  // close() began
-      if (written->ec) {
-        send_failed(m, written->ec);
-        return false;
-      }
+      if (written->ec == asio::error::operation_aborted) return;  // close() began
+      if (written->ec) return send_failed(m, written->ec);
       stats_.packets_sent.fetch_add(1, std::memory_order_relaxed);
       ++m.next_packet;
     }
-    if (m.next_packet > count) return false;
+    if (m.next_packet > count) return;
   }
   m.own();  // what waits in the outbox owns its bytes: a borrower may be gone before it goes
   if (is_answer(m)) ++queued_answers_;  // bounded: see queued_answers_
-  const bool whole = m.next_packet == 1;
+  // Before the writer loop may start: co_spawn runs it here, inside this call, on the strand.
+  note_queued(m);
   outbox_.push_back(std::move(m));
   if (!writer_running_) {
     writer_running_ = true;
     asio::co_spawn(strand_, writer_loop(shared_from_this()), asio::detached);
   }
-  return whole;
+}
+
+void rpc_channel::note_queued(const outgoing_message& m) noexcept {
+  if (m.type == packet_type::request && m.next_packet == 1) {
+    if (auto it = calls_.find(m.id); it != calls_.end()) it->second.queued_whole = true;
+  } else if (m.type == packet_type::stream_item) {
+    if (auto it = serving_.find(m.response_to); it != serving_.end())
+      ++it->second.stream.unsent;
+    else
+      ++ended_stream_items_;
+  }
 }
 
 void rpc_channel::send_failed(const outgoing_message& m, std::error_code ec) {

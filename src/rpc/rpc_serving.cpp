@@ -233,7 +233,11 @@ rpc_channel::serving_call* rpc_channel::start_serving(std::uint64_t id) {
 void rpc_channel::end_serving(std::uint64_t id, const serving_call* call) {
   // The co_spawn has completed: its coroutine no longer uses the signal, which may serve again.
   auto it = serving_.find(id);
-  if (it != serving_.end() && &it->second == call) erase_recycled(serving_, spare_serving_, it);
+  if (it != serving_.end() && &it->second == call) {
+    // Its items still waiting in the outbox count with the answers from now on.
+    if (it->second.stream.active) ended_stream_items_ += it->second.stream.unsent;
+    erase_recycled(serving_, spare_serving_, it);
+  }
   // A slot is free: the next request waiting for one starts, on the strand (this runs where
   // the coroutine finished, inside co_spawn's completion).
   if (!deferred_.empty())

@@ -90,6 +90,9 @@ void rpc_channel::end_session() {
   reassembler_.clear();
   outbox_.clear();  // nobody to read them
   queued_answers_ = 0;
+  ended_stream_items_ = 0;
+  for (auto& entry : serving_)  // their items left with the outbox
+    entry.second.stream.unsent = 0;
   credit_queue_.clear();  // nor the calls waiting to be sent: they fail below, unsent
   deferred_.clear();
   if (writer_busy_) writer_cancel_.emit(asio::cancellation_type::terminal);
@@ -167,6 +170,9 @@ void rpc_channel::shutdown_on_strand() {
   cancel_serving(asio::error::operation_aborted);
   outbox_.clear();
   queued_answers_ = 0;
+  ended_stream_items_ = 0;
+  for (auto& entry : serving_)  // their items left with the outbox
+    entry.second.stream.unsent = 0;
   credit_queue_.clear();
   deferred_.clear();
   tick_.cancel();

@@ -257,16 +257,17 @@ void rpc_channel::send_stream_item(stream_writer_state& w, outgoing_message m) {
   // relaxed: counters.
   stats_.stream_items_sent.fetch_add(1, std::memory_order_relaxed);
   stats_.bytes_sent.fetch_add(m.size(), std::memory_order_relaxed);
-  const std::size_t queued = outbox_.size();
-  send(std::move(m));
-  if (outbox_.size() > queued) ++w.unsent;  // not (all) in the ring: the writer loop has it
+  send(std::move(m));  // counted in w.unsent if it waits in the outbox (note_queued)
 }
 
 void rpc_channel::stream_item_left_outbox(std::uint64_t request_id) {
   auto it = serving_.find(request_id);
-  if (it == serving_.end()) return;
+  if (it == serving_.end()) {  // its stream ended meanwhile (end_serving)
+    if (ended_stream_items_ != 0) --ended_stream_items_;
+    return;
+  }
   stream_writer_state& w = it->second.stream;
-  if (w.unsent == 0) return;  // a stream since ended and reset
+  if (w.unsent == 0) return;
   --w.unsent;
   flush_stream_writes(request_id, w);
 }

@@ -274,10 +274,12 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void ensure_reader();
   static bool is_answer(const outgoing_message& m) noexcept {
     return m.type == layout::packet_type::response || m.type == layout::packet_type::error ||
-           m.type == layout::packet_type::stream_item || m.type == layout::packet_type::stream_end;
+           m.type == layout::packet_type::stream_end;
   }
   /// New requests are shed while this many answers wait (see queued_answers_).
-  bool answers_backlogged() const noexcept { return queued_answers_ >= max_handlers_; }
+  bool answers_backlogged() const noexcept {
+    return queued_answers_ + ended_stream_items_ >= max_handlers_;
+  }
   /// Stops a parked reader once this end is idle (after a completion that may have made it so),
   /// and the housekeeping tick once it has nothing to watch.
   void stop_reader_if_idle();
@@ -334,9 +336,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
                    bool may_dispatch = false, bool stream_end = false);
   /// A call's request went out (or will, queued whole): a stream's opening completes.
   void call_sent(call_entry& entry);
-  /// Writes `m` now as far as the ring has room, and queues the rest for the writer loop. True
-  /// if it waits in the outbox with none of it written.
-  bool send(outgoing_message m);
+  /// Writes `m` now as far as the ring has room, and queues the rest for the writer loop.
+  void send(outgoing_message m);
+  /// `m` goes into the outbox: notes it where its request or stream keeps count.
+  void note_queued(const outgoing_message& m) noexcept;
   /// Takes back request `id` if none of it has been written (waiting for credit, or queued
   /// whole): true if it was, and then the other end never hears of it.
   bool withdraw(std::uint64_t id);
@@ -439,13 +442,18 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // Packets taken since the reader last found its ring empty: a ring that was full may have had
   // no room for the other end's close packet (see check_peer_after_full_ring).
   std::size_t taken_since_empty_ = 0;
-  // Answers (responses, errors, stream items and ends) waiting in the outbox for room in a ring
-  // the other end does not read (a stream that ended leaves its items there). At
+  // Answers (responses, errors, stream ends) waiting in the outbox for room in a ring the other
+  // end does not read. At
   // max_concurrent_handlers, new requests are shed (counted, not served) until some have gone: the
   // reader itself never stops, since the other end's answers, credits, cancels and close come
   // through the same ring (two ends that stopped reading while each waited for the other would wait
   // for ever).
   std::size_t queued_answers_ = 0;
+  // Items in the outbox of streams whose handler has returned: they count with the answers. (A
+  // live stream's are bounded by its window, stream_writer_state::unsent, and by the handler
+  // slots; a stream that ended holds no slot, so only this bounds what stream after stream
+  // leaves behind.)
+  std::size_t ended_stream_items_ = 0;
   bool writer_running_ = false;  // the writer loop runs: the outbox holds something
   bool reader_running_ = false;  // the reader loop runs (see idle())
   bool reader_parked_ = false;   // ... and waits for a packet
