@@ -104,11 +104,16 @@ class spin_policy {
     const std::int64_t budget = budget_.load(std::memory_order_relaxed);
     if (budget <= 0) return {};
     // Look again at once for a while: a blocking caller has nothing else to do, and a pause
-    // between looks cost a flow whose waiting side waits on nearly every message
-    // (docs/performance.md, "The blocking spin"). Then yield between looks, so a peer on this
-    // same CPU can run.
+    // between looks cost a flow whose waiting side waits on nearly every message. Then with a
+    // pause between looks for as many again: back-to-back looks alone last too short a time
+    // for a round trip's answer, which a yield would then make late (docs/performance.md, "The
+    // blocking spin"). Then yield between looks, so a peer on this same CPU can run.
     for (std::uint32_t i = 1; i < pause_rounds; ++i)
       if (auto r = attempt()) return r;
+    for (std::uint32_t i = 0; i < pause_rounds; ++i) {
+      if (auto r = attempt()) return r;
+      platform::cpu_relax();
+    }
     using clock = std::chrono::steady_clock;
     const auto deadline = clock::now() + std::chrono::nanoseconds(budget);
     for (;;) {
