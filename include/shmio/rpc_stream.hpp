@@ -154,8 +154,8 @@ class rpc_stream_writer {
   /// The fast form of `co_await async_write(item, use_awaitable)` for the stream handler's own
   /// coroutine: when it runs on its channel's strand (as the channel starts it), the stream has
   /// credit and no earlier write of this stream is still on its way (its handler not yet
-  /// reached), the item is sent at once, from where it is, and the
-  /// coroutine goes on without a trip through the executor. Otherwise it is async_write.
+  /// reached), the item is sent at once, from where it is, and the coroutine goes on without a
+  /// trip through the executor. Otherwise it is async_write.
   /// Throws std::system_error with async_write's errors.
   asio::awaitable<void> co_write(asio::const_buffer item);
 

@@ -2,11 +2,11 @@
 // How a shmio wait spends the time before the condition it waits for becomes true.
 //
 // A wait first checks its condition, then spins (re-checking, at first without giving the CPU
-// away and then with sched_yield between looks so a peer sharing this CPU can run), then parks: blocking waits sleep
-// on a futex, async waits register with their executor's reactor and return the thread to it.
-// Parking and being woken costs ~60 µs between processes on a typical VM; a spin that catches
-// the peer costs ~0.2 µs. Spinning is what makes shmio fast when both sides are busy, and the
-// yield is what keeps it from starving a peer that shares the core.
+// away and then with sched_yield between looks so a peer sharing this CPU can run), then parks:
+// blocking waits sleep on a futex, async waits register with their executor's reactor and return
+// the thread to it. Parking and being woken costs ~60 µs between processes on a typical VM; a spin
+// that catches the peer costs ~0.2 µs. Spinning is what makes shmio fast when both sides are busy,
+// and the yield is what keeps it from starving a peer that shares the core.
 
 #include <chrono>
 #include <cstdint>

@@ -44,9 +44,9 @@ constexpr std::uint32_t packets_looked_at_each = 16;
 constexpr std::uint32_t packets_per_clock_look = 8;
 // Any other end's turn: longer, and timed from its 8th packet on, its clock read every 8 (a
 // round trip, whose server end often takes a second request within its linger, pays none). It
-// has the strand to share all the same (its timeouts, its writer, the user's handlers
-// there), and a peer that never lets the ring go empty, with packets good or bad, must not keep
-// them from running.
+// has the strand to share all the same (its timeouts, its writer, the user's handlers there),
+// and a peer that never lets the ring go empty, with packets good or bad, must not keep them
+// from running.
 constexpr auto lone_reader_turn = std::chrono::milliseconds(1);
 
 std::error_code error_from_wire(int value) {

@@ -443,11 +443,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // no room for the other end's close packet (see check_peer_after_full_ring).
   std::size_t taken_since_empty_ = 0;
   // Answers (responses, errors, stream ends) waiting in the outbox for room in a ring the other
-  // end does not read. At
-  // max_concurrent_handlers, new requests are shed (counted, not served) until some have gone: the
-  // reader itself never stops, since the other end's answers, credits, cancels and close come
-  // through the same ring (two ends that stopped reading while each waited for the other would wait
-  // for ever).
+  // end does not read. At max_concurrent_handlers, new requests are shed (counted, not served)
+  // until some have gone: the reader itself never stops, since the other end's answers, credits,
+  // cancels and close come through the same ring (two ends that stopped reading while each
+  // waited for the other would wait for ever).
   std::size_t queued_answers_ = 0;
   // Items in the outbox of streams whose handler has returned: they count with the answers. (A
   // live stream's are bounded by its window, stream_writer_state::unsent, and by the handler

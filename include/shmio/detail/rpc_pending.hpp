@@ -159,27 +159,26 @@ class tracked_handler {
   /// `may_dispatch`: see pending_call::complete.
   template <class... Args>
   void deliver(bool may_dispatch, Args&&... args) {
-    auto work = std::move(work_);
-    auto bound = asio::experimental::append(std::move(handler_), std::forward<Args>(args)...);
-    if (may_dispatch)
-      asio::dispatch(work, std::move(bound));
-    else
-      asio::post(work, std::move(bound));
+    deliver_as(std::move(handler_), may_dispatch, std::forward<Args>(args)...);
   }
   /// deliver(), with `ticket` punched just before the upcall (counted_handler).
   template <class... Args>
   void deliver_counted(delivery_ticket ticket, bool may_dispatch, Args&&... args) {
+    deliver_as(counted_handler<Handler>(std::move(handler_), std::move(ticket)), may_dispatch,
+               std::forward<Args>(args)...);
+  }
+
+ private:
+  template <class H, class... Args>
+  void deliver_as(H h, bool may_dispatch, Args&&... args) {
     auto work = std::move(work_);
-    auto bound =
-        asio::experimental::append(counted_handler<Handler>(std::move(handler_), std::move(ticket)),
-                                   std::forward<Args>(args)...);
+    auto bound = asio::experimental::append(std::move(h), std::forward<Args>(args)...);
     if (may_dispatch)
       asio::dispatch(work, std::move(bound));
     else
       asio::post(work, std::move(bound));
   }
 
- private:
   Handler handler_;
   work_type work_;
 };
@@ -261,8 +260,7 @@ class rpc_write_signal final : public pending_signal,
                    const asio::any_io_executor& ex, delivery_ticket ticket)
       : base(std::move(alloc), std::move(h), ex), ticket_(std::move(ticket)) {}
   void complete(std::error_code ec, bool may_dispatch) override {
-    delivery_ticket t = std::move(ticket_);
-    this->finish_counted(std::move(t), may_dispatch, ec);
+    this->finish_counted(std::move(ticket_), may_dispatch, ec);  // moved out before the free
   }
   void destroy() noexcept override { this->free(); }
 
