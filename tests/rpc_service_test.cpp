@@ -28,6 +28,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -462,6 +463,70 @@ TEST_CASE(
     }
     client.close();  // its channel's file goes in a step it leaves to io
     CHECK(shmio::test::run_until(io, [&] { return shm_files_with(name.str() + "#") == 0; }));
+  }
+}
+
+TEST_CASE(
+    "rpc_acceptor: a connection given up as close() runs never starts a handler for a request "
+    "already waiting in it",
+    "[rpc][service]") {
+  // The client calls as soon as it hears the accept packet, and the acceptor's end runs on two
+  // threads: were the packet sent, or the end's reader started, before the acceptor's last
+  // check, the request could reach the handler of a connection then given up.
+  for (int round = 0; round < 40; ++round) {
+    CAPTURE(round);
+    scoped_name name("svc");
+    asio::io_context io;
+    asio::io_context other;
+    auto io_guard = asio::make_work_guard(io);
+    auto other_guard = asio::make_work_guard(other);
+    std::thread io_runner([&] { io.run(); });
+    std::thread other_runners[] = {std::thread([&] { other.run(); }),
+                                   std::thread([&] { other.run(); })};
+    std::atomic<int> handled{0};
+    shmio::rpc_methods methods;
+    methods.add("", shmio::rpc_sync_handler([&](std::uint64_t, std::span<const std::byte> in) {
+                  handled.fetch_add(1);
+                  return bytes_t(in.begin(), in.end());
+                }));
+    rpc_acceptor acceptor(other.get_executor(), shmio::create_only, name, small_rings());
+    rpc_buffer client(io.get_executor());
+    std::promise<std::error_code> connected, called;
+    client.async_connect(name.str(), 1h, [&](std::error_code ec) {
+      connected.set_value(ec);
+      client.async_request(asio::buffer(bytes("x")),
+                           [&](std::error_code e, bytes_t) { called.set_value(e); });
+    });
+    std::promise<std::error_code> accepted;
+    std::optional<rpc_buffer> end;  // kept open until the client has heard
+    acceptor.async_accept(methods, [&](std::error_code ec, rpc_buffer e) {
+      end.emplace(std::move(e));
+      accepted.set_value(ec);
+    });
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(5 * round);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    acceptor.close();
+    const std::error_code accept_ec = accepted.get_future().get();
+    CHECK(connected.get_future().get() ==
+          (accept_ec ? std::error_code(errc::peer_gone) : std::error_code()));
+    const std::error_code call_ec = called.get_future().get();
+    client.close();
+    end.reset();
+    io_guard.reset();
+    other_guard.reset();
+    io_runner.join();
+    for (auto& t : other_runners)
+      t.join();
+    // Read after both contexts stopped: a handler started late would be counted too.
+    if (accept_ec) {
+      CHECK(accept_ec == asio::error::operation_aborted);
+      CHECK(call_ec == errc::peer_gone);
+      CHECK(handled == 0);
+    } else {
+      CHECK_FALSE(call_ec);
+      CHECK(handled == 1);
+    }
   }
 }
 

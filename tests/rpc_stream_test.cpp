@@ -460,6 +460,49 @@ TEST_CASE("rpc_stream: writes after the handler returned fail; the stream had en
   });
 }
 
+TEST_CASE("rpc_stream: a moved-from writer keeps its executor; its writes fail, posted",
+          "[rpc][stream]") {
+  scoped_name name("stream");
+  asio::io_context io;
+  std::error_code moved_ec, co_ec;
+  bool ran_inline = false, same_executor = false;
+  rpc_methods methods;
+  methods.add("",
+              [&](std::uint64_t, std::span<const std::byte>,
+                  rpc_stream_writer out) -> asio::awaitable<void> {
+                rpc_stream_writer moved = std::move(out);
+                same_executor = out.get_executor() == moved.get_executor();
+                bool returned = false;
+                out.async_write(asio::buffer(bytes("lost")), [&](std::error_code ec) {
+                  ran_inline = !returned;
+                  moved_ec = ec;
+                });
+                returned = true;
+                try {
+                  co_await out.co_write(asio::buffer(bytes("lost too")));
+                } catch (const std::system_error& e) {
+                  co_ec = e.code();
+                }
+                co_await moved.async_write(asio::buffer(bytes("one")), asio::use_awaitable);
+              });
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, methods);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    rpc_stream s = co_await caller.async_request_stream({}, asio::use_awaitable);
+    auto [ec1, one] = co_await s.async_read(tuple_awaitable);
+    CHECK(!ec1);
+    CHECK(text(one) == "one");
+    auto [ec2, end] = co_await s.async_read(tuple_awaitable);
+    CHECK(ec2 == asio::error::eof);
+    caller.close();
+    server.close();
+  });
+  CHECK(same_executor);
+  CHECK_FALSE(ran_inline);
+  CHECK(moved_ec == asio::error::bad_descriptor);
+  CHECK(co_ec == asio::error::bad_descriptor);
+}
+
 TEST_CASE("rpc_stream: a write too large to send completes in its turn, after earlier writes",
           "[rpc][stream]") {
   scoped_name name("stream");

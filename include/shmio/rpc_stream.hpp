@@ -131,11 +131,32 @@ class rpc_stream {
 };
 
 /// A stream handler's way to send items to its caller. Copyable; valid while its channel is.
+/// A moved-from writer keeps its executor; its writes complete with asio::error::bad_descriptor.
 class rpc_stream_writer {
  public:
   using executor_type = asio::any_io_executor;
 
-  executor_type get_executor() const noexcept;
+  rpc_stream_writer(const rpc_stream_writer&) = default;
+  rpc_stream_writer& operator=(const rpc_stream_writer&) = default;
+  rpc_stream_writer(rpc_stream_writer&& other) noexcept
+      : ex_(other.ex_),
+        channel_(std::move(other.channel_)),
+        id_(other.id_),
+        session_(other.session_),
+        writes_(std::move(other.writes_)) {}
+  rpc_stream_writer& operator=(rpc_stream_writer&& other) noexcept {
+    if (this != &other) {
+      ex_ = other.ex_;
+      channel_ = std::move(other.channel_);
+      id_ = other.id_;
+      session_ = other.session_;
+      writes_ = std::move(other.writes_);
+    }
+    return *this;
+  }
+
+  /// The channel's strand, on which the stream handler runs.
+  executor_type get_executor() const noexcept { return ex_; }
   /// The id of the request being answered.
   std::uint64_t request_id() const noexcept { return id_; }
 
@@ -145,7 +166,7 @@ class rpc_stream_writer {
   /// Completion signature: `void(std::error_code)`. Errors: asio::error::operation_aborted (the
   /// caller closed or cancelled the stream, this end closed, or the write was cancelled while it
   /// waited for room: then nothing of it was sent); errc::peer_gone (the caller's end went);
-  /// errc::message_too_large.
+  /// errc::message_too_large; asio::error::bad_descriptor (a moved-from writer).
   ///
   /// Per-operation cancellation: any type, while the item waits for room.
   template <class CompletionToken>
@@ -163,11 +184,13 @@ class rpc_stream_writer {
   friend struct detail::rpc_stream_access;
   rpc_stream_writer(std::shared_ptr<detail::rpc_channel> ch, std::uint64_t id,
                     std::uint64_t session)
-      : channel_(std::move(ch)),
+      : ex_(detail::stream_executor(*ch)),
+        channel_(std::move(ch)),
         id_(id),
         session_(session),
         writes_(std::make_shared<detail::stream_write_count>()) {}
 
+  executor_type ex_;
   std::shared_ptr<detail::rpc_channel> channel_;
   std::uint64_t id_;
   std::uint64_t session_;

@@ -88,19 +88,33 @@ std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_execut
     refused_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
+  bool kept = false;
   {
-    // Counted as accepted only if close() has not begun: then the statistics it keeps count it.
+    // Kept only if close() has not begun: then the statistics it keeps count it. The accept
+    // packet goes under the lock (a write to the ring, no user code), so that a client hears
+    // of a connection only if it is kept.
     std::lock_guard lock(close_mutex_);
     if (!closed_) {
+      ec = channel->send_accept();
+      kept = !ec;
+    }
+    if (kept) {
       accepted_.fetch_add(1, std::memory_order_relaxed);
       reinterpret_cast<layout::listener_header*>(seg_.body().data())
           ->accepted.fetch_add(1, std::memory_order_relaxed);
-      return channel;
     }
   }
-  // close() came while it was made: it goes, and its client hears that the service went.
+  if (kept) {
+    channel->start_accepted();  // only now may a request of its client reach a handler
+    return channel;
+  }
+  // Refused (its ring was full), or close() came while it was made: it goes, and its client
+  // hears that the service went. Its loops never started: no request reached a handler.
   channel->close();
-  ec = asio::error::operation_aborted;
+  if (ec)
+    refused_.fetch_add(1, std::memory_order_relaxed);
+  else
+    ec = asio::error::operation_aborted;
   return nullptr;
 }
 

@@ -80,23 +80,24 @@ std::shared_ptr<rpc_channel> rpc_channel::accept(const asio::any_io_executor& ex
   ch->set_limits(expected);
   ch->reassembler_ = reassembler(expected.max_message_size, reassembler::default_partial_messages,
                                  expected.max_reassembly_bytes);
-  // The accept packet goes first, before the loops start, into a ring nobody else writes yet.
-  outgoing_message hello{packet_type::accept, ch->next_id(), 0, {}};
-  hello.generation = ch->generation_;
+  return ch;  // the accept packet and the loops come when the acceptor keeps it
+}
+
+std::error_code rpc_channel::send_accept() {
+  // Before the loops start, into a ring nobody else writes yet.
+  outgoing_message hello{packet_type::accept, next_id(), 0, {}};
+  hello.generation = generation_;
   auto fill = [&](std::span<std::byte> node) {
-    return encode_packet(hello, 1, ch->out_.node_size(), node);
+    return encode_packet(hello, 1, out_.node_size(), node);
   };
-  const auto written = attempt_write(ch->out_, fill);
-  if (!written || written->ec) {
-    ec = written ? written->ec : std::error_code(errc::busy);  // a client that filled it first
-    ch->close();
-    return nullptr;
-  }
+  const auto written = attempt_write(out_, fill);
+  if (!written) return errc::busy;  // a client that filled it first
+  if (written->ec) return written->ec;
   // The ring woke one reader; a blocking connect may sleep beside the client's reader loop.
-  notify_all(ch->out_.state().readers);
-  ch->stats_.packets_sent.fetch_add(1, std::memory_order_relaxed);
-  ch->start_loops();
-  return ch;
+  notify_all(out_.state().readers);
+  // relaxed: a counter.
+  stats_.packets_sent.fetch_add(1, std::memory_order_relaxed);
+  return {};
 }
 
 void rpc_channel::async_connected(pending_signal_ptr op, std::chrono::milliseconds timeout) {

@@ -115,12 +115,19 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
                                               std::string_view service, rpc_service handlers,
                                               wait_strategy strategy, std::error_code& ec);
   /// An acceptor's end of the connection `request` asked for: opens the client's channel
-  /// (which must have the listener's sizes, `expected`) and sends it the accept packet.
+  /// (which must have the listener's sizes, `expected`). The client learns nothing of it and it
+  /// reads nothing until the acceptor keeps it (send_accept, then start_accepted): an acceptor
+  /// closing meanwhile gives it up, and its client hears only that the service went.
   static std::shared_ptr<rpc_channel> accept(const asio::any_io_executor& ex,
                                              std::string_view service,
                                              const layout::connect_request& request,
                                              rpc_service handlers, const rpc_options& expected,
                                              std::error_code& ec);
+  /// Writes the accept packet of an end accept() made: errc::busy if the client filled the
+  /// ring first. Touches only the shared memory: no user code runs in it.
+  std::error_code send_accept();
+  /// Starts the loops of an end accept() made, after send_accept().
+  void start_accepted() { start_loops(); }
   /// Completes `op` when the acceptor took the connection: errc::timed_out after `timeout`,
   /// errc::peer_gone if the acceptor went first. A failed connect closes the channel.
   void async_connected(pending_signal_ptr op, std::chrono::milliseconds timeout);

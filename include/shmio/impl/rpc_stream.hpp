@@ -92,18 +92,20 @@ auto rpc_stream::async_read_batch(std::size_t max_items, CompletionToken&& token
       token, ex_, channel_, state_, max_items);
 }
 
-inline rpc_stream_writer::executor_type rpc_stream_writer::get_executor() const noexcept {
-  return detail::stream_executor(*channel_);
-}
-
 template <class CompletionToken>
 auto rpc_stream_writer::async_write(asio::const_buffer item, CompletionToken&& token) {
   // Copied now, not when the operation starts: a lazy token may start it after the buffer went.
   const auto* p = static_cast<const std::byte*>(item.data());
   return asio::async_initiate<CompletionToken, void(std::error_code)>(
-      [](auto handler, const std::shared_ptr<detail::rpc_channel>& ch, std::uint64_t id,
-         std::uint64_t session, const std::shared_ptr<detail::stream_write_count>& writes,
-         std::vector<std::byte> data) {
+      [](auto handler, const executor_type& ex, const std::shared_ptr<detail::rpc_channel>& ch,
+         std::uint64_t id, std::uint64_t session,
+         const std::shared_ptr<detail::stream_write_count>& writes, std::vector<std::byte> data) {
+        if (!ch) {  // moved from: completes as any other completion, never inside this function
+          auto hex = asio::get_associated_executor(handler, ex);
+          return asio::post(
+              hex, asio::experimental::append(std::move(handler),
+                                              std::error_code(asio::error::bad_descriptor)));
+        }
         const std::uint64_t write_id = detail::stream_op_id(*ch);
         auto slot = asio::get_associated_cancellation_slot(handler);
         if (slot.is_connected())
@@ -114,7 +116,7 @@ auto rpc_stream_writer::async_write(asio::const_buffer item, CompletionToken&& t
                                  std::move(handler), detail::stream_executor(*ch),
                                  detail::stream_write_count::ticket(writes)));
       },
-      token, channel_, id_, session_, writes_, std::vector<std::byte>(p, p + item.size()));
+      token, ex_, channel_, id_, session_, writes_, std::vector<std::byte>(p, p + item.size()));
 }
 
 inline asio::awaitable<void> rpc_stream_writer::co_write(asio::const_buffer item) {
