@@ -71,6 +71,36 @@ TEST_CASE("a shared_array is shared by name, with its length", "[array]") {
   CHECK(reinterpret_cast<std::uintptr_t>(consumer.data()) % 64 == 0);
 }
 
+namespace {
+struct alignas(128) line_pair {
+  std::uint64_t value;
+};
+struct alignas(4096) page {
+  std::uint64_t value;
+};
+}  // namespace
+
+TEST_CASE("a shared_array's elements are aligned as their type asks, up to a page", "[array]") {
+  asio::io_context io;
+  scoped_name name("array");
+  SECTION("128") {
+    shared_array<line_pair> a(io.get_executor(), shmio::create_only, name, 3);
+    shared_array<line_pair> b(io.get_executor(), shmio::open_only, name);
+    CHECK(reinterpret_cast<std::uintptr_t>(a.data()) % 128 == 0);
+    CHECK(reinterpret_cast<std::uintptr_t>(b.data()) % 128 == 0);
+    a[2].value = 7;
+    CHECK(b[2].value == 7);
+  }
+  SECTION("4096") {
+    shared_array<page> a(io.get_executor(), shmio::create_only, name, 2);
+    shared_array<page> b(io.get_executor(), shmio::open_only, name);
+    CHECK(reinterpret_cast<std::uintptr_t>(a.data()) % 4096 == 0);
+    CHECK(reinterpret_cast<std::uintptr_t>(b.data()) % 4096 == 0);
+    a[1].value = 9;
+    CHECK(b[1].value == 9);
+  }
+}
+
 TEST_CASE("shared_array::at throws std::out_of_range past the end", "[array]") {
   asio::io_context io;
   scoped_name name("array");

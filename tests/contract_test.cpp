@@ -212,6 +212,50 @@ TEST_CASE("async writes of one handle are published in the order they were start
   CHECK(second == "B");
 }
 
+TEST_CASE(
+    "an async operation refused at once (too large, a batch of none) completes after the "
+    "operations started before it that still wait",
+    "[contract][ring][async]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 2, 16);
+  circular_buffer other(io.get_executor(), shmio::open_only, name);
+  std::vector<std::string> completed;
+  auto note = [&](std::string what) {
+    return [&, what](std::error_code ec, std::size_t) {
+      completed.push_back(what + (ec == shmio::errc::message_too_large ? " too large"
+                                  : ec                                 ? " failed"
+                                                                       : ""));
+    };
+  };
+  std::string buf(16, '\0');
+  SECTION("writes") {
+    REQUIRE(ring.write(asio::buffer("old0", 4), bound) == 4);
+    REQUIRE(ring.write(asio::buffer("old1", 4), bound) == 4);  // full
+    ring.async_write(asio::buffer("A", 1), note("A"));
+    const std::string huge(17, 'x');
+    ring.async_write(asio::buffer(huge), note("huge"));
+    const asio::const_buffer batch[] = {asio::buffer("b", 1), asio::buffer(huge)};
+    ring.async_write_batch(batch, note("batch"));
+    for (int i = 0; i < 20; ++i)
+      io.poll_one();
+    CHECK(completed.empty());  // all behind A, which waits for room
+    REQUIRE(other.read(asio::buffer(buf), bound) == 4);
+    REQUIRE(shmio::test::run_until(io, [&] { return completed.size() == 3; }));
+    CHECK(completed == std::vector<std::string>{"A", "huge too large", "batch too large"});
+  }
+  SECTION("reads") {
+    ring.async_read(asio::buffer(buf), note("A"));
+    ring.async_read_batch_in_place([](std::span<const std::byte>) {}, 0, note("none"));
+    for (int i = 0; i < 20; ++i)
+      io.poll_one();
+    CHECK(completed.empty());  // behind A, which waits for a message
+    REQUIRE(other.write(asio::buffer("m", 1), bound) == 1);
+    REQUIRE(shmio::test::run_until(io, [&] { return completed.size() == 2; }));
+    CHECK(completed == std::vector<std::string>{"A", "none"});
+  }
+}
+
 TEST_CASE("async reads of one handle take messages in the order they were started",
           "[contract][ring][async]") {
   asio::io_context io;

@@ -318,6 +318,26 @@ TEST_CASE("a read on an empty ring returns 0 after its timeout, and a 0 ms read 
   CHECK(buf.substr(0, 4) == "here");
 }
 
+TEST_CASE("a blocking call's timeout holds when it is shorter than its strategy's spin", "[ring]") {
+  asio::io_context io;
+  scoped_name name("ring");
+  // A spin of 2 s, which the 20 ms calls below must cut short.
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 2, 16,
+                       shmio::wait_strategy::spin_then_park(2s));
+  std::string buf(16, '\0');
+  std::error_code ec;
+  auto start = steady::now();
+  CHECK(ring.read(asio::buffer(buf), 20ms, ec) == 0);
+  CHECK(ec == shmio::errc::timed_out);
+  CHECK(steady::now() - start < 1s);
+  put(ring, "a");
+  put(ring, "b");  // full
+  start = steady::now();
+  CHECK(ring.write(asio::buffer("c", 1), 20ms, ec) == 0);
+  CHECK(ec == shmio::errc::timed_out);
+  CHECK(steady::now() - start < 1s);
+}
+
 TEST_CASE(
     "a ring read with a finite timeout too large for nanoseconds waits instead of "
     "returning at once",
@@ -647,6 +667,37 @@ TEST_CASE("a head or tail moved far ahead of every node is corrupted, not empty 
   }
   SECTION("tail") {
     raw.state().tail.position.store(far);
+    ring.write(asio::buffer("n", 1), 0ms, ec);
+  }
+  CHECK(ec == shmio::errc::corrupted);
+}
+
+TEST_CASE("a head or tail moved a lap or so ahead is corrupted, not empty or full for ever",
+          "[ring][hostile]") {
+  // One message in a ring of 4 (head 0, tail 1). Each cursor below is moved to where no node
+  // can be in its state: a reader or writer that took it for "empty" or "full" would wait for
+  // ever, as would every one after it.
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, 4, 64);
+  REQUIRE(ring.write(asio::buffer("m", 1), 1s) == 1);
+  raw_map raw(name);
+  std::string buf(64, '\0');
+  std::error_code ec;
+  SECTION("head a lap ahead, at the published message") {
+    raw.state().head.position.store(4);
+    ring.read(asio::buffer(buf), 0ms, ec);
+  }
+  SECTION("head a lap and two ahead, at a free node") {
+    raw.state().head.position.store(6);
+    ring.read(asio::buffer(buf), 0ms, ec);
+  }
+  SECTION("tail a lap ahead, at a free node") {
+    raw.state().tail.position.store(5);
+    ring.write(asio::buffer("n", 1), 0ms, ec);
+  }
+  SECTION("tail ahead by less than a lap, at a free node") {
+    raw.state().tail.position.store(3 + 4 * 2);  // node 3, free for lap 0
     ring.write(asio::buffer("n", 1), 0ms, ec);
   }
   CHECK(ec == shmio::errc::corrupted);

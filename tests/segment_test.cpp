@@ -11,7 +11,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -23,6 +25,8 @@
 
 #include "shmio/detail/layout.hpp"
 #include "shmio/detail/names.hpp"
+#include "shmio/detail/platform.hpp"
+#include "shmio/detail/segment_locks.hpp"
 #include "shmio/error.hpp"
 #include "shmio/segment.hpp"
 #include "support.hpp"
@@ -570,6 +574,57 @@ TEST_CASE(
   auto s = segment::open(name, object_kind::raw, ec);
   CHECK(ec == errc::not_found);
   CHECK_FALSE(exists(path_of(name)));
+}
+
+TEST_CASE("a create removes temporary files that killed creators left, not young or held ones",
+          "[segment][process]") {
+  // Files as a creator killed before its rename leaves them (the pid in the name is not ours,
+  // and no guide: the sweep goes by the holder lock and the age).
+  struct files_guard {
+    std::vector<std::string> paths;
+    ~files_guard() {
+      for (const std::string& p : paths)
+        ::unlink(p.c_str());
+    }
+  } guard;
+  std::vector<shmio::detail::platform::unique_fd> kept;  // the held file's lock
+  auto make = [&](bool old, bool held) {
+    char suffix[40];
+    std::snprintf(suffix, sizeof suffix, "4000000000.%016llx",
+                  static_cast<unsigned long long>(shmio::detail::platform::random_u64()));
+    const std::string path = std::string(shmio::detail::shm_directory) +
+                             std::string(shmio::detail::temporary_file_prefix) + suffix;
+    guard.paths.push_back(path);
+    shmio::detail::platform::unique_fd fd(
+        ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    REQUIRE(fd.get() >= 0);
+    REQUIRE(::ftruncate(fd.get(), 4096) == 0);
+    if (old) {
+      const timespec times[2] = {{0, UTIME_OMIT}, {::time(nullptr) - 3600, 0}};
+      REQUIRE(::futimens(fd.get(), times) == 0);
+    }
+    if (held) {
+      std::error_code ec;
+      REQUIRE(
+          shmio::detail::platform::try_lock_byte(fd.get(), shmio::detail::layout::holder_lock_byte,
+                                                 shmio::detail::platform::lock_kind::shared, ec));
+      kept.push_back(std::move(fd));
+    }
+    return path;
+  };
+  const std::string abandoned = make(true, false);
+  const std::string young = make(false, false);
+  const std::string held = make(true, true);
+  // A new process: its first create sweeps.
+  scoped_name name;
+  inherited_pipe ready;
+  child creator(
+      {peer_path(), "segment-create-and-wait", name.str(), "512", "15", ready.write_end()});
+  REQUIRE(ready.wait() == 'r');
+  CHECK_FALSE(exists(abandoned));
+  CHECK(exists(young));  // its creator may be between its create and its lock
+  CHECK(exists(held));   // its creator is building it
+  CHECK(creator.kill9() == killed_by_sigkill);
 }
 
 TEST_CASE("a segment held by a live exec'd creator is neither stale nor replaceable",

@@ -17,6 +17,11 @@
 //
 // Waiting: see shmio/wait_strategy.hpp. A write wakes a parked reader and a read a parked writer
 // with one shared-memory load when nobody is parked, and no system call.
+//
+// Threads: several threads may read and write through one handle at once. Closing, moving or
+// destroying it must not overlap a blocking call on it (as for an Asio socket's synchronous
+// operations: a blocking call is not woken by close(); give it a timeout). Pending async
+// operations are aborted by close() from any thread, a handler's included.
 
 #include <chrono>
 #include <cstddef>
@@ -217,8 +222,8 @@ class circular_buffer {
   template <class Fill>
   asio::awaitable<std::size_t> co_write_in_place(Fill fill);
 
-  /// Closes this handle: pending operations are aborted; the last handle on the machine
-  /// removes the ring's segment.
+  /// Closes this handle: pending async operations are aborted (blocking calls must not be in
+  /// progress, see above); the last handle on the machine removes the ring's segment.
   void close() noexcept;
 
  private:

@@ -178,7 +178,7 @@ struct segment_info {
   std::uint32_t temp_pid = 0;  ///< for a temporary file, the creating process
   std::uint64_t file_size = 0;
   bool live = false;  ///< some process holds the segment
-  /// Nobody holds it, and (for a temporary file) its creator is gone: removable.
+  /// Nobody holds it, and (for a temporary file) its creator is gone or it is 10 s old: removable.
   bool stale = false;
   std::error_code status;  ///< clear, or why the contents cannot be trusted
   std::string problem;     ///< what exactly is wrong, when status is set
@@ -216,7 +216,9 @@ segment_info examine_file(const std::string& path, std::error_code& ec);
 /// a create that finds it stale. A live segment is left alone: false, errc::busy.
 bool remove_if_stale(std::string_view name, std::error_code& ec);
 /// Removes the file `path` (a segment or temporary file) if it is stale; see remove_if_stale.
-/// A temporary file counts as stale when its creating process is gone.
+/// A temporary file counts as stale when nobody holds it and its creating process is gone, or
+/// it was last changed 10 s ago or more (creates also remove those, at most once a minute in a
+/// process: a creator killed before it renamed its file leaves it behind).
 bool remove_file_if_stale(const std::string& path, std::error_code& ec);
 
 }  // namespace shmio::inspect

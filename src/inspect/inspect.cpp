@@ -23,7 +23,7 @@ namespace platform = detail::platform;
 namespace layout = detail::layout;
 using namespace std::chrono_literals;
 
-constexpr std::string_view temp_prefix = ".shmio.tmp.";
+constexpr std::string_view temp_prefix = detail::temporary_file_prefix;
 constexpr std::string_view global_part = "global.";
 constexpr std::string_view global_name_prefix = "Global\\";
 constexpr std::size_t hash_suffix_length = 17;  // "~" + 16 hex digits, as in names.cpp
@@ -59,6 +59,12 @@ bool looks_cut(std::string_view file) {
   std::string_view tail = file.substr(file.size() - hash_suffix_length);
   return tail[0] == '~' &&
          std::all_of(tail.begin() + 1, tail.end(), [](char c) { return hex_value(c) >= 0; });
+}
+
+bool old_enough_to_be_abandoned(const platform::file_status& st) {
+  const std::uint64_t now = platform::realtime_ns();
+  return now > st.modified_ns &&
+         std::chrono::nanoseconds(now - st.modified_ns) >= detail::temporary_abandoned_after;
 }
 
 // Fills name, name_cut, temporary and temp_pid from a file name. False if it is not one of
@@ -169,8 +175,10 @@ segment_info examine_one(const std::string& path, std::error_code& ec) {
   info.file_size = st.size;
   std::error_code lock_ec;
   info.live = platform::byte_locked_by_other(fd.get(), layout::holder_lock_byte, lock_ec);
-  // A creator locks its temporary file a moment after creating it: ask for its pid too.
-  info.stale = !info.live && !(info.temporary && platform::process_alive(info.temp_pid));
+  // A creator locks its temporary file a moment after creating it: until then only its pid or
+  // the file's age tells (segment_locks.hpp).
+  info.stale = !info.live && !(info.temporary && platform::process_alive(info.temp_pid) &&
+                               !old_enough_to_be_abandoned(st));
   if (st.size < sizeof(layout::segment_header)) {
     set_problem(info, errc::corrupted, "shorter than a segment header");
     return info;
@@ -314,10 +322,6 @@ bool remove_file_if_stale(const std::string& path, std::error_code& ec) {
     ec = errc::invalid_name;
     return false;
   }
-  if (parsed.temporary && platform::process_alive(parsed.temp_pid)) {
-    ec = errc::busy;  // its creator may still finish it
-    return false;
-  }
   platform::unique_fd fd = platform::open_existing(path, ec);
   if (ec) {
     ec = from_open_error(ec);
@@ -329,9 +333,13 @@ bool remove_file_if_stale(const std::string& path, std::error_code& ec) {
     ec = errc::access_denied;
     return false;
   }
-  // As a create that finds a stale file does (segment_locks.hpp).
+  // As a create that finds a stale file does (segment_locks.hpp). A temporary file whose
+  // creator lives (or whose pid was reused) goes only once abandoned: its creator may still
+  // finish it.
   if (!detail::lock_admin(fd.get(), ec)) return false;
-  const detail::stale_test found = detail::remove_if_unheld(fd.get(), path, ec);
+  const detail::stale_test found = parsed.temporary && platform::process_alive(parsed.temp_pid)
+                                       ? detail::remove_if_abandoned_temporary(fd.get(), path, ec)
+                                       : detail::remove_if_unheld(fd.get(), path, ec);
   if (!ec && found == detail::stale_test::gone) ec = errc::not_found;  // removed meanwhile
   if (!ec && found == detail::stale_test::held) ec = errc::busy;       // some process holds it
   detail::unlock_admin(fd.get());

@@ -179,13 +179,13 @@ bool byte_held(int fd, std::uint64_t lock_byte) {
 void read_locked(std::span<const std::byte> body, int fd, segment_info& info) {
   if (body.size() < layout::locked_data_offset_for(1))
     return set_problem(info, errc::corrupted, "locked-buffer body too small");
-  const auto& h = *reinterpret_cast<const layout::locked_buffer_header*>(body.data());
   const auto& st =
       *reinterpret_cast<const layout::rw_lock_state*>(body.data() + layout::locked_lock_offset);
   // relaxed, here and below: a snapshot for display; nothing is derived from it but numbers.
   const std::uint32_t word = st.control.writer.load(std::memory_order_relaxed);
   const std::uint32_t died = st.control.owner_died.load(std::memory_order_relaxed);
-  if (detail::validate_locked_body(body, 0, 0)) {
+  layout::locked_buffer_header h;  // the copy validated is the copy shown
+  if (detail::validate_locked_body(body, 0, 0, h)) {
     // Which part: the lock's words (each checked again, as they may have changed) or the rest.
     const std::uint32_t high = st.control.participant_high.load(std::memory_order_relaxed);
     if (st.control.slot_count != layout::rw_reader_slots)
@@ -225,6 +225,10 @@ void read_locked(std::span<const std::byte> body, int fd, segment_info& info) {
     return set_problem(info, errc::corrupted,
                        "shares in slot " + std::to_string(last_share) + " past the " +
                            std::to_string(high) + " participants");
+  // `word` was read before the validation, which read the word again: it is checked itself
+  // before it indexes a slot (another process may have changed it in between).
+  if (!detail::rw_lock_view::well_formed(word))
+    return set_problem(info, errc::corrupted, "lock word " + hex(word));
   l.writer = word & layout::rw_owner_mask;
   if (l.writer != 0) {
     l.state = (word & layout::rw_writer_held) != 0 ? lock_info::state_kind::exclusive

@@ -68,9 +68,16 @@ file_status status(int fd, std::error_code& ec) {
     ec = last_error();
     return {};
   }
-  return {static_cast<std::uint64_t>(st.st_size),  static_cast<std::uint64_t>(st.st_ino),
-          static_cast<std::uint32_t>(st.st_uid),   static_cast<std::uint32_t>(st.st_mode & 07777),
-          static_cast<std::uint32_t>(st.st_nlink), S_ISREG(st.st_mode)};
+  file_status out;
+  out.size = static_cast<std::uint64_t>(st.st_size);
+  out.inode = static_cast<std::uint64_t>(st.st_ino);
+  out.owner_uid = static_cast<std::uint32_t>(st.st_uid);
+  out.mode = static_cast<std::uint32_t>(st.st_mode & 07777);
+  out.links = static_cast<std::uint32_t>(st.st_nlink);
+  out.regular = S_ISREG(st.st_mode);
+  out.modified_ns = static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1'000'000'000u +
+                    static_cast<std::uint64_t>(st.st_mtim.tv_nsec);
+  return out;
 }
 
 void reserve(int fd, std::uint64_t size, std::error_code& ec) {

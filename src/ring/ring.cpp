@@ -42,8 +42,16 @@ constexpr std::int64_t distance(std::uint64_t turn, std::uint64_t position) {
 
 // Moves a cursor past `position` if nobody has yet; losing the race is fine.
 void help_advance(layout::ring_cursor& c, std::uint64_t position) {
-  // relaxed: cursors are hints; node words carry all the ordering.
-  c.position.compare_exchange_strong(position, position + 1, std::memory_order_relaxed);
+  // acq_rel: the claim of the node at `position` (or its skip) happens before any look that
+  // loads the cursor past it (acquire), through every advance after this one; that look then
+  // never finds the node older than its claim, which is how a damaged cursor is told from a
+  // busy one (the d < 0 branches of the claims). Free on x86, where a CAS is a full barrier.
+  c.position.compare_exchange_strong(position, position + 1, std::memory_order_acq_rel,
+                                     std::memory_order_relaxed);
+}
+// acquire: see help_advance.
+std::uint64_t load_cursor(const layout::ring_cursor& c) {
+  return c.position.load(std::memory_order_acquire);
 }
 
 }  // namespace
@@ -74,7 +82,7 @@ bool ring_view::owner_is_dead(patience& record, std::uint64_t word, std::uint32_
 
 claim_status ring_view::try_claim_write(write_claim& out) noexcept {
   auto& tail = state_->tail;
-  std::uint64_t pos = tail.position.load(std::memory_order_relaxed);
+  std::uint64_t pos = load_cursor(tail);
   for (;;) {
     const auto i = index_of(pos);
     layout::node_header& n = node(i);
@@ -105,15 +113,15 @@ claim_status ring_view::try_claim_write(write_claim& out) noexcept {
       n.word.compare_exchange_strong(w, make_word(pos, i, 0), std::memory_order_acq_rel);
       continue;
     } else if (d < 0) {
-      // A node is never more than a lap behind the tail (its writer of the lap before claimed
-      // it before the tail passed): far behind, with the tail still there, the tail was moved
-      // ahead of every node, and "full" would leave the writer waiting for ever.
-      if (d < -2 * static_cast<std::int64_t>(count_) &&
-          tail.position.load(std::memory_order_relaxed) == pos)
-        return claim_status::corrupted;
-      return claim_status::would_block;  // a stale position from a lap ago: the ring is full
-    } else if (d > 2 * static_cast<std::int64_t>(count_) &&
-               tail.position.load(std::memory_order_relaxed) == pos) {
+      // The previous lap's writer claimed this node before the tail passed it, and we see that
+      // claim (help_advance): a node behind the tail is one lap behind and still held by that
+      // writer, which has yet to publish (the ring is full for us). Anything else (a node
+      // further behind, or not held) means the tail was moved, and "full" would leave every
+      // writer waiting for ever. A tail that moved on meanwhile is looked at again.
+      // (Its readers see to it if that writer died.)
+      if (d == -static_cast<std::int64_t>(count_) && owner != 0) return claim_status::would_block;
+      if (load_cursor(tail) == pos) return claim_status::corrupted;
+    } else if (d > 2 * static_cast<std::int64_t>(count_) && load_cursor(tail) == pos) {
       // No node is ever more than two laps past the tail (see try_claim_read): the tail itself
       // was damaged. Walking it forward one position at a time could take 2^48 steps; and
       // reporting "full" would leave the writer waiting for room that never comes.
@@ -123,7 +131,7 @@ claim_status ring_view::try_claim_write(write_claim& out) noexcept {
       // could move the tail): move the tail on, or we would look at this node for ever.
       help_advance(tail, pos);
     }
-    pos = tail.position.load(std::memory_order_relaxed);
+    pos = load_cursor(tail);
   }
 }
 
@@ -146,7 +154,7 @@ void ring_view::abandon(const write_claim& c) noexcept {
 claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
                                        bool skip_corrupted) noexcept {
   auto& head = state_->head;
-  std::uint64_t pos = head.position.load(std::memory_order_relaxed);
+  std::uint64_t pos = load_cursor(head);
   for (;;) {
     const auto i = index_of(pos);
     layout::node_header& n = node(i);
@@ -197,8 +205,7 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
                                          std::memory_order_acq_rel))
         notify_one(state_->writers);
       continue;
-    } else if (d > 2 * static_cast<std::int64_t>(count_) &&
-               head.position.load(std::memory_order_relaxed) == pos) {
+    } else if (d > 2 * static_cast<std::int64_t>(count_) && load_cursor(head) == pos) {
       // A node's turn is at most two laps past the head: a node at lap q was freed by the
       // reader of q - count, who had read a head >= q - count (and we acquired its store to the
       // word, so our head load sees at least that), and is at most "done with q" (q + count).
@@ -208,15 +215,17 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
     } else if (d > 1) {
       help_advance(head, pos);  // skipped (abandoned or recovered) for this lap: move on
     } else {
-      // A node is never more than a lap behind the head (its reader of the lap before claimed
-      // it before the head passed): far behind, with the head still there, the head was moved
-      // ahead of every node, and "empty" would leave the reader waiting for ever.
-      if (d < -2 * static_cast<std::int64_t>(count_) &&
-          head.position.load(std::memory_order_relaxed) == pos)
-        return claim_status::corrupted;
-      return claim_status::would_block;  // a stale position: nothing new
+      // The previous lap's reader claimed this node before the head passed it, and we see that
+      // claim (help_advance): a node behind the head is one lap behind and still held by that
+      // reader (nothing new for us). Anything else (a node further behind, or not held) means
+      // the head was moved, and "empty" would leave every reader waiting for ever. A head that
+      // moved on meanwhile is looked at again.
+      // (Its writers see to it if that reader died.)
+      if (d == 1 - static_cast<std::int64_t>(count_) && owner != 0)
+        return claim_status::would_block;
+      if (load_cursor(head) == pos) return claim_status::corrupted;
     }
-    pos = head.position.load(std::memory_order_relaxed);
+    pos = load_cursor(head);
   }
 }
 

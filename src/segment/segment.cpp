@@ -1,6 +1,7 @@
 // Named segments: creation by rename, opening with validation, and lifetime by file locks.
 #include "shmio/segment.hpp"
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -114,9 +115,24 @@ existing probe_existing(const std::string& path, object_kind kind, bool adopt, m
 
 std::string temp_path() {
   char buf[64];
-  std::snprintf(buf, sizeof buf, ".%stmp.%u.%016llx", detail::file_prefix.data(),
-                platform::process_id(), static_cast<unsigned long long>(platform::random_u64()));
-  return std::string(detail::shm_directory) + buf;
+  std::snprintf(buf, sizeof buf, "%u.%016llx", platform::process_id(),
+                static_cast<unsigned long long>(platform::random_u64()));
+  return std::string(detail::shm_directory) + std::string(detail::temporary_file_prefix) + buf;
+}
+
+// What creators killed before their rename left behind, removed by the next creates (at most
+// one sweep a minute in a process: it lists the directory).
+void sweep_temporaries_now_and_then() noexcept {
+  static std::atomic<std::int64_t> next_sweep_ns{0};
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+  // relaxed: a schedule; the CAS only keeps two threads from sweeping at once.
+  std::int64_t due = next_sweep_ns.load(std::memory_order_relaxed);
+  if (now < due) return;
+  const std::int64_t next = now + std::chrono::nanoseconds(std::chrono::minutes(1)).count();
+  if (!next_sweep_ns.compare_exchange_strong(due, next, std::memory_order_relaxed)) return;
+  detail::sweep_abandoned_temporaries();
 }
 
 // Builds a complete segment under a private name, locked and initialised.
@@ -133,9 +149,10 @@ mapping build_private(const std::string& temp, object_kind kind, std::size_t bod
     ec = from_system(ec);
     return m;
   }
-  platform::reserve(m.fd.get(), total, ec);
-  if (!ec)
-    platform::try_lock_byte(m.fd.get(), layout::holder_lock_byte, platform::lock_kind::shared, ec);
+  // Held from the start, before the reserve (which may take long for a large file): a sweep
+  // of abandoned temporaries never takes a file being built (segment_locks.hpp).
+  platform::try_lock_byte(m.fd.get(), layout::holder_lock_byte, platform::lock_kind::shared, ec);
+  if (!ec) platform::reserve(m.fd.get(), total, ec);
   void* base = ec ? nullptr : platform::map_shared(m.fd.get(), total, ec);
   if (ec) {
     ec = from_system(ec);
@@ -206,6 +223,7 @@ struct segment_access {
     ec.clear();
     std::string path = detail::segment_path(name, ec);
     if (ec) return {};
+    sweep_temporaries_now_and_then();
     const std::string temp = temp_path();
     mapping mine = build_private(temp, kind, body_size, init, ec);
     if (ec) return {};

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "shmio/detail/layout.hpp"
+#include "shmio/detail/names.hpp"
 #include "shmio/detail/platform.hpp"
 #include "shmio/error.hpp"
 
@@ -42,6 +43,38 @@ stale_test remove_if_unheld(int fd, const std::string& path, std::error_code& ec
   std::error_code ignored;
   platform::unlink(path, ignored);  // still ours: names are only made by rename-no-replace
   return stale_test::removed;
+}
+
+stale_test remove_if_abandoned_temporary(int fd, const std::string& path, std::error_code& ec) {
+  const auto st = platform::status(fd, ec);
+  if (ec) return stale_test::held;
+  const std::uint64_t now = platform::realtime_ns();
+  const auto age = std::chrono::nanoseconds(now > st.modified_ns ? now - st.modified_ns : 0);
+  if (age < temporary_abandoned_after) return stale_test::held;
+  return remove_if_unheld(fd, path, ec);
+}
+
+void sweep_abandoned_temporaries() noexcept {
+  try {
+    std::error_code ec;
+    const std::string dir(shm_directory);
+    for (const std::string& file : platform::list_directory(dir, ec)) {
+      if (!file.starts_with(temporary_file_prefix)) continue;
+      const std::string path = dir + file;
+      std::error_code file_ec;
+      platform::unique_fd fd = platform::open_existing(path, file_ec);
+      if (file_ec) continue;
+      const auto st = platform::status(fd.get(), file_ec);
+      if (file_ec || !st.regular || st.owner_uid != platform::user_id()) continue;
+      // One try at the admin lock: a sweep never waits (it runs inside a create).
+      if (!platform::try_lock_byte(fd.get(), layout::admin_lock_byte,
+                                   platform::lock_kind::exclusive, file_ec))
+        continue;
+      remove_if_abandoned_temporary(fd.get(), path, file_ec);
+      unlock_admin(fd.get());
+    }
+  } catch (...) {  // std::bad_alloc from the listing: the sweep is best effort
+  }
 }
 
 }  // namespace shmio::detail

@@ -35,7 +35,7 @@ auto blocking_wait(layout::wait_queue& queue, spin_policy& spin, Attempt& attemp
   const bool forever = timeout.count() < 0;
   const auto deadline = forever ? clock::time_point::max() : clock::now() + timeout;
   if (timeout.count() != 0)
-    if (auto r = spin.spin(attempt)) return r;
+    if (auto r = spin.spin(attempt, timeout)) return r;
   std::optional<sleeper> s;  // made at the first park: a poll or a spin that succeeds needs none
   std::optional<clock::time_point> slept_at;
   auto stall_slice = std::chrono::nanoseconds(stall_backoff::first);

@@ -448,8 +448,10 @@ static_assert(sizeof(rw_lock_state) == 1216 + 64 * rw_reader_slots);
 //  | header           |                             |                    |
 //  +------------------+-----------------------------+--------------------+
 //
-// data_offset = round_up(64 + sizeof(rw_lock_state), max(64, element_align)); the body ends at
-// the end of the data. A buffer_read_write has element_size 1 and element_align 1.
+// data_offset = round_up(64 + 64 + sizeof(rw_lock_state), max(64, element_align)) - 64: the data
+// is aligned in the file, whose mapping is page-aligned, and the body starts 64 bytes into it
+// (after the segment header). The body ends at the end of the data. A buffer_read_write has
+// element_size 1 and element_align 1.
 
 inline constexpr std::uint64_t locked_lock_offset = 64;
 inline constexpr std::uint32_t max_element_align = 4096;  // the page: segments are page-aligned
@@ -471,8 +473,13 @@ static_assert(offsetof(locked_buffer_header, element_align) == 28);
 
 inline constexpr std::uint64_t locked_data_offset_for(std::uint64_t element_align) {
   const std::uint64_t a = element_align > cache_line ? element_align : cache_line;
-  return (locked_lock_offset + sizeof(rw_lock_state) + a - 1) / a * a;
+  constexpr std::uint64_t body_start = sizeof(segment_header);
+  return (body_start + locked_lock_offset + sizeof(rw_lock_state) + a - 1) / a * a - body_start;
 }
+// Up to a cache line of alignment, as before the alignment was taken in the file.
+static_assert(locked_data_offset_for(1) == 17664 && locked_data_offset_for(64) == 17664);
+static_assert((sizeof(segment_header) + locked_data_offset_for(128)) % 128 == 0);
+static_assert((sizeof(segment_header) + locked_data_offset_for(4096)) % 4096 == 0);
 // ---- broadcast: the body of an object_kind::broadcast segment -------------------------------
 //
 //  0        64       128      192      256              832              1408

@@ -43,6 +43,7 @@ struct file_status {
   std::uint32_t mode = 0;  // permission bits only
   std::uint32_t links = 0;
   bool regular = false;
+  std::uint64_t modified_ns = 0;  // last modification, realtime clock
 };
 
 /// Creates `path` exclusively (O_CREAT|O_EXCL|O_NOFOLLOW), mode 0600.

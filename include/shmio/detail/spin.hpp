@@ -97,12 +97,16 @@ class spin_policy {
         adaptive_(s.adaptive),
         budget_(limit_) {}
 
-  /// Re-checks `attempt` until it yields a value or the spin budget is spent.
+  /// Re-checks `attempt` until it yields a value or the spin budget is spent, or `limit` (the
+  /// caller's time left; negative: none) if that is shorter.
   template <class Attempt>
-  auto spin(Attempt& attempt) -> decltype(attempt()) {
+  auto spin(Attempt& attempt, std::chrono::nanoseconds limit = std::chrono::nanoseconds(-1))
+      -> decltype(attempt()) {
     // relaxed: the budget is a per-object hint; a stale value only changes how long we spin.
     const std::int64_t budget = budget_.load(std::memory_order_relaxed);
     if (budget <= 0) return {};
+    // A spin cut short by the caller's timeout says nothing of whether spinning pays.
+    const bool capped = limit.count() >= 0 && limit.count() < budget;
     // Look again at once for a while: a blocking caller has nothing else to do, and a pause
     // between looks cost a flow whose waiting side waits on nearly every message. Then with a
     // pause between looks for as many again: back-to-back looks alone last too short a time
@@ -115,13 +119,13 @@ class spin_policy {
       platform::cpu_relax();
     }
     using clock = std::chrono::steady_clock;
-    const auto deadline = clock::now() + std::chrono::nanoseconds(budget);
+    const auto deadline = clock::now() + (capped ? limit : std::chrono::nanoseconds(budget));
     for (;;) {
       if (auto r = attempt()) return r;
       platform::yield();
       if (clock::now() >= deadline) break;
     }
-    spin_failed();
+    if (!capped) spin_failed();
     return {};
   }
 

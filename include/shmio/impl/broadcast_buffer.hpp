@@ -167,15 +167,14 @@ auto broadcast_buffer::async_write(asio::const_buffer message, CompletionToken&&
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex,
          asio::const_buffer msg) {
-        if (im && im->role == broadcast_role::publisher &&
-            msg.size() > im->geometry.message_size()) {
-          return detail::post_result<std::size_t>(std::move(handler), ex,
-                                                  {errc::message_too_large, 0});
-        }
+        // A message too large is refused in its turn: its completion must not overtake a
+        // write started before it that still waits.
         impl* raw = im.get();
         impl::start(
             im, ex, broadcast_role::publisher,
-            [raw, msg] {
+            [raw, msg]() -> detail::size_outcome {
+              if (msg.size() > raw->geometry.message_size())
+                return detail::outcome<std::size_t>{errc::message_too_large, 0};
               auto copy = [msg](std::span<std::byte> slot) {
                 detail::copy_bytes(slot.data(), msg.data(), msg.size());
                 return msg.size();

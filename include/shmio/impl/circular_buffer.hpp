@@ -173,14 +173,14 @@ auto circular_buffer::async_write(asio::const_buffer message, CompletionToken&& 
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex,
          asio::const_buffer msg) {
-        if (im && msg.size() > im->ring.node_size()) {
-          return detail::post_result<std::size_t>(std::move(handler), ex,
-                                                  {errc::message_too_large, 0});
-        }
+        // A message too large is refused in its turn, through the queue: its completion must
+        // not overtake a write started before it that still waits.
         impl* raw = im.get();
         impl::start(
             im, ex, detail::writers_queue,
-            [raw, msg] {
+            [raw, msg]() -> detail::size_outcome {
+              if (msg.size() > raw->ring.node_size())
+                return detail::outcome<std::size_t>{errc::message_too_large, 0};
               auto copy = [msg](std::span<std::byte> node) {
                 detail::copy_bytes(node.data(), msg.data(), msg.size());
                 return msg.size();
@@ -254,13 +254,15 @@ auto circular_buffer::async_write_batch(std::span<const asio::const_buffer> mess
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex,
          std::span<const asio::const_buffer> msgs) {
-        if (im && !detail::all_fit(im->ring, msgs))
-          return detail::post_result<std::size_t>(std::move(handler), ex,
-                                                  {errc::message_too_large, 0});
+        // Refused in its turn, as async_write's message too large is.
+        const bool fit = im && detail::all_fit(im->ring, msgs);
         impl* raw = im.get();
         impl::start(
             im, ex, detail::writers_queue,
-            [raw, msgs] { return detail::attempt_write_batch(raw->ring, msgs); },
+            [raw, msgs, fit]() -> detail::size_outcome {
+              if (!fit) return detail::outcome<std::size_t>{errc::message_too_large, 0};
+              return detail::attempt_write_batch(raw->ring, msgs);
+            },
             std::move(handler));
       },
       token, impl_, ex_, messages);
@@ -272,8 +274,13 @@ auto circular_buffer::async_read_batch_in_place(Use use, std::size_t max_message
   return asio::async_initiate<CompletionToken, void(std::error_code, std::size_t)>(
       [](auto handler, const std::shared_ptr<impl>& im, const executor_type& ex, Use u,
          std::size_t max) {
-        if (im && max == 0)
-          return detail::post_result<std::size_t>(std::move(handler), ex, {{}, 0});
+        if (max == 0)  // takes nothing, in its turn: after the reads started before it
+          return impl::start(
+              im, ex, detail::readers_queue,
+              []() -> detail::size_outcome {
+                return detail::outcome<std::size_t>{{}, 0};
+              },
+              std::move(handler));
         // The first message is claimed by the wait; the rest are taken in the handler's
         // context, one claim at a time, while the queue is still held.
         auto work = [u = std::move(u),
