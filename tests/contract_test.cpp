@@ -6,7 +6,9 @@
 
 #include <array>
 #include <asio/bind_allocator.hpp>
+#include <asio/bind_cancellation_slot.hpp>
 #include <asio/bind_executor.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/experimental/as_tuple.hpp>
@@ -243,6 +245,21 @@ TEST_CASE(
     REQUIRE(other.read(asio::buffer(buf), bound) == 4);
     REQUIRE(shmio::test::run_until(io, [&] { return completed.size() == 3; }));
     CHECK(completed == std::vector<std::string>{"A", "huge too large", "batch too large"});
+  }
+  SECTION("writes, the first cancelled: the one refused behind it completes at once") {
+    REQUIRE(ring.write(asio::buffer("old0", 4), bound) == 4);
+    REQUIRE(ring.write(asio::buffer("old1", 4), bound) == 4);  // full, and stays full
+    asio::cancellation_signal cancel_a;
+    ring.async_write(asio::buffer("A", 1),
+                     asio::bind_cancellation_slot(cancel_a.slot(), note("A")));
+    const std::string huge(17, 'x');
+    ring.async_write(asio::buffer(huge), note("huge"));
+    for (int i = 0; i < 20; ++i)
+      io.poll_one();
+    CHECK(completed.empty());
+    cancel_a.emit(asio::cancellation_type::terminal);
+    REQUIRE(shmio::test::run_until(io, [&] { return completed.size() == 2; }));
+    CHECK(completed == std::vector<std::string>{"A failed", "huge too large"});
   }
   SECTION("reads") {
     ring.async_read(asio::buffer(buf), note("A"));

@@ -62,7 +62,15 @@ std::error_code validate_locked_body(std::span<const std::byte> body, std::size_
   if (element_size != 0 && (h.element_size != element_size || h.element_align != element_align))
     return errc::incompatible;
   if (h.element_size == 0 || !valid_align(h.element_align)) return errc::corrupted;
-  if (h.data_offset != layout::locked_data_offset_for(h.element_align)) return errc::corrupted;
+  if (h.data_offset != layout::locked_data_offset_for(h.element_align)) {
+    // Made by a version that aligned the data in the body, not in the file (it differs above a
+    // cache line's alignment): another layout, not damage.
+    const std::uint64_t in_body =
+        (layout::locked_lock_offset + sizeof(layout::rw_lock_state) + h.element_align - 1) /
+        h.element_align * h.element_align;
+    if (h.element_align > layout::cache_line && h.data_offset == in_body) return errc::incompatible;
+    return errc::corrupted;
+  }
   if (h.element_count > max_locked_data_size / h.element_size ||
       h.data_size != h.element_count * h.element_size)
     return errc::corrupted;

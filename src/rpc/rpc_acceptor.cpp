@@ -91,8 +91,8 @@ std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_execut
   bool kept = false;
   {
     // Kept only if close() has not begun: then the statistics it keeps count it. The accept
-    // packet goes under the lock (a write to the ring, no user code), so that a client hears
-    // of a connection only if it is kept.
+    // packet goes under the lock (a write to the ring, no user code), so that an async connect
+    // hears of a connection only if it is kept.
     std::lock_guard lock(close_mutex_);
     if (!closed_) {
       ec = channel->send_accept();
@@ -102,6 +102,8 @@ std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_execut
       accepted_.fetch_add(1, std::memory_order_relaxed);
       reinterpret_cast<layout::listener_header*>(seg_.body().data())
           ->accepted.fetch_add(1, std::memory_order_relaxed);
+    } else if (ec) {
+      refused_.fetch_add(1, std::memory_order_relaxed);  // counted before a close() that follows
     }
   }
   if (kept) {
@@ -111,10 +113,7 @@ std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_execut
   // Refused (its ring was full), or close() came while it was made: it goes, and its client
   // hears that the service went. Its loops never started: no request reached a handler.
   channel->close();
-  if (ec)
-    refused_.fetch_add(1, std::memory_order_relaxed);
-  else
-    ec = asio::error::operation_aborted;
+  if (!ec) ec = asio::error::operation_aborted;
   return nullptr;
 }
 

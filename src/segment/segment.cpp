@@ -151,7 +151,10 @@ mapping build_private(const std::string& temp, object_kind kind, std::size_t bod
   }
   // Held from the start, before the reserve (which may take long for a large file): a sweep
   // of abandoned temporaries never takes a file being built (segment_locks.hpp).
-  platform::try_lock_byte(m.fd.get(), layout::holder_lock_byte, platform::lock_kind::shared, ec);
+  if (!platform::try_lock_byte(m.fd.get(), layout::holder_lock_byte, platform::lock_kind::shared,
+                               ec) &&
+      !ec)
+    ec = std::make_error_code(std::errc::resource_unavailable_try_again);  // swept: never, fresh
   if (!ec) platform::reserve(m.fd.get(), total, ec);
   void* base = ec ? nullptr : platform::map_shared(m.fd.get(), total, ec);
   if (ec) {

@@ -70,8 +70,10 @@ void sweep_abandoned_temporaries() noexcept {
       if (!platform::try_lock_byte(fd.get(), layout::admin_lock_byte,
                                    platform::lock_kind::exclusive, file_ec))
         continue;
-      remove_if_abandoned_temporary(fd.get(), path, file_ec);
-      unlock_admin(fd.get());
+      // Removed: the fd's close lets go of the admin and the exclusive holder lock together,
+      // as nothing else ever holds the latter without the former.
+      if (remove_if_abandoned_temporary(fd.get(), path, file_ec) != stale_test::removed)
+        unlock_admin(fd.get());
     }
   } catch (...) {  // std::bad_alloc from the listing: the sweep is best effort
   }

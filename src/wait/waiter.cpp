@@ -210,8 +210,15 @@ void waiter::cancel(std::uint64_t id) {
   for (std::size_t q = 0; q < reactor_.queue_count() && !found; ++q)
     found = ops_[q].find(id);
   if (!found) return;  // it completed first
+  const std::size_t q = found->queue;
+  const bool was_head = ops_[q].head() == found;
   // A cancelled wait never swallows a wake-up another waiter needs: complete() passes it on.
   complete(lock, found, asio::error::operation_aborted, false);
+  // The next head may be able to complete without any change in the ring (an operation whose
+  // result was known when it started, held back only to keep the order): look at it now.
+  if (!was_head) return;
+  lock.lock();
+  if (!closed_ && !ops_[q].empty()) post_recheck(weak_from_this(), ex_);
 }
 
 void waiter::on_bell(const std::error_code& ec) {

@@ -115,9 +115,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
                                               std::string_view service, rpc_service handlers,
                                               wait_strategy strategy, std::error_code& ec);
   /// An acceptor's end of the connection `request` asked for: opens the client's channel
-  /// (which must have the listener's sizes, `expected`). The client learns nothing of it and it
-  /// reads nothing until the acceptor keeps it (send_accept, then start_accepted): an acceptor
-  /// closing meanwhile gives it up, and its client hears only that the service went.
+  /// (which must have the listener's sizes, `expected`). It reads nothing, and an async connect
+  /// hears nothing of it, until the acceptor keeps it (send_accept, then start_accepted): an
+  /// acceptor closing meanwhile gives it up (a blocking connect, which looks at the attach,
+  /// learns it at its first call).
   static std::shared_ptr<rpc_channel> accept(const asio::any_io_executor& ex,
                                              std::string_view service,
                                              const layout::connect_request& request,
