@@ -101,26 +101,6 @@ TEST_CASE("a shared_array's elements are aligned as their type asks, up to a pag
   }
 }
 
-TEST_CASE(
-    "a shared_array of an alignment over a cache line laid out by the earlier rule is "
-    "incompatible",
-    "[array]") {
-  // Earlier versions aligned the data in the body, which starts 64 bytes into the file: the
-  // elements came out misaligned. Such a file is another layout, not a damaged one.
-  asio::io_context io;
-  scoped_name name("array");
-  {
-    shared_array<line_pair> made(io.get_executor(), shmio::create_only, name, 3);
-    const std::uint64_t in_body =
-        (layout::locked_lock_offset + sizeof(layout::rw_lock_state) + 127) / 128 * 128;
-    REQUIRE(in_body != layout::locked_data_offset_for(128));
-    poke(name, header_field(offsetof(layout::locked_buffer_header, data_offset)), &in_body, 8);
-    std::error_code ec;
-    shared_array<line_pair> opened(io.get_executor(), shmio::open_only, name, {}, ec);
-    CHECK(ec == shmio::errc::incompatible);
-  }
-}
-
 TEST_CASE("shared_array::at throws std::out_of_range past the end", "[array]") {
   asio::io_context io;
   scoped_name name("array");

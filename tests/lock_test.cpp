@@ -570,16 +570,22 @@ TEST_CASE("a corrupted writer word is reclaimed, not waited on for ever", "[lock
   buf.unlock_shared();
 }
 
-TEST_CASE("a malformed writer word is reclaimed even if it names a live handle or the waiter",
-          "[lock][hostile]") {
+TEST_CASE(
+    "a writer word that the holder of its number did not write is reclaimed, even if it names "
+    "a live handle or the waiter",
+    "[lock][hostile]") {
+  // Its tag is not the one in the number's slot: a dead earlier holder of the number left it
+  // (or memory was damaged), and no one will ever free it.
   asio::io_context io;
   scoped_name name("lock");
   auto buf = make_buffer(io, name);  // participant 1
   auto other = shmio::buffer_read_write(io.get_executor(), shmio::open_only, name);  // 2
   lock_probe probe(name);
-  const std::uint32_t stray = std::uint32_t{1} << 24;  // a bit no handle ever stores
-  const std::uint32_t owner = GENERATE(1u, 2u);        // the waiter itself, a live handle
+  const std::uint32_t owner = GENERATE(1u, 2u);  // the waiter itself, a live handle
   CAPTURE(owner);
+  const std::uint32_t holder_tag = probe.state().slots[owner - 1].tag.load();
+  REQUIRE(holder_tag != 0);
+  const std::uint32_t stray = (holder_tag % layout::rw_tag_mask + 1) << layout::rw_tag_shift;
   probe.state().control.writer.store(owner | layout::rw_writer_held | stray);
   std::error_code ec;
   CHECK(buf.try_lock_for(2s, ec));

@@ -133,16 +133,23 @@ std::error_code broadcast_geometry::validate(std::span<const std::byte> body,
 
 broadcast_publisher::broadcast_publisher(const broadcast_geometry& g, int fd,
                                          std::uint16_t me) noexcept
-    : g_(g), fd_(fd), me_(me) {}
+    : g_(g),
+      fd_(fd),
+      me_(me),
+      my_word_(me | static_cast<std::uint32_t>(1 + platform::random_u64() % 0xffff)
+                        << layout::broadcast_tag_shift) {}
 
 bool broadcast_publisher::alive(std::uint64_t lock_byte) const noexcept {
   return lock_byte_held(fd_, lock_byte);  // an error is no proof of death (liveness.hpp)
 }
 
 void broadcast_publisher::recover_own_lock() noexcept {
-  std::uint32_t mine = me_;
+  auto& owner = g_.state().writer.owner;
+  // acquire: as the CAS below.
+  std::uint32_t seen = owner.load(std::memory_order_acquire);
+  if ((seen & layout::broadcast_owner_mask) != me_) return;
   // acq_rel: the number is ours now, so a lock word naming it was left by a dead holder.
-  if (g_.state().writer.owner.compare_exchange_strong(mine, 0, std::memory_order_acq_rel))
+  if (owner.compare_exchange_strong(seen, 0, std::memory_order_acq_rel))
     notify_all(g_.state().writers);
 }
 
@@ -150,21 +157,23 @@ bool broadcast_publisher::take_lock(std::error_code& ec) noexcept {
   auto& owner = g_.state().writer.owner;
   std::uint32_t seen = 0;
   // acquire: the previous holder's slot and tail writes happen before our use of them.
-  if (owner.compare_exchange_strong(seen, me_, std::memory_order_acquire,
+  if (owner.compare_exchange_strong(seen, my_word_, std::memory_order_acquire,
                                     std::memory_order_relaxed))
     return true;
-  if (seen > layout::max_participants) {
+  const std::uint32_t number = seen & layout::broadcast_owner_mask;
+  if (number == 0 || number > layout::max_participants) {
     ec = errc::corrupted;  // no participant has that number
     return false;
   }
   // This handle's own write, in progress elsewhere (begin_write): wait for it. Our own lock
   // byte is never "held by another", so the liveness test below would take it over.
-  if (seen == me_) return false;
+  if (seen == my_word_) return false;
   note_stall();  // another writer holds the lock: if it never lets go, look again later
-  if (!lock_patience_.spent(seen) || participant_alive(fd_, seen)) return false;
+  if (!lock_patience_.spent(seen) || participant_alive(fd_, number)) return false;
   // Its holder died: take the lock over. A half-written slot it left is simply written again
-  // (tail never moved past it).
-  return owner.compare_exchange_strong(seen, me_, std::memory_order_acquire,
+  // (tail never moved past it). The CAS expects the very word seen, tag and all: a handle that
+  // took the dead holder's number and then the lock meanwhile has another word.
+  return owner.compare_exchange_strong(seen, my_word_, std::memory_order_acquire,
                                        std::memory_order_relaxed);
 }
 

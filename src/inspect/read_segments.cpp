@@ -261,9 +261,10 @@ void read_broadcast(std::span<const std::byte> body, int fd, segment_info& info)
   b.max_subscribers = h.subscriber_capacity;
   b.lease_ms = h.lease_ms;
   // relaxed, here and below: a snapshot for display; nothing is derived from it but numbers.
-  b.writer = st.writer.owner.load(std::memory_order_relaxed);
-  if (b.writer > layout::max_participants)
-    return set_problem(info, errc::corrupted, "writer lock word " + std::to_string(b.writer));
+  const std::uint32_t word = st.writer.owner.load(std::memory_order_relaxed);
+  b.writer = word & layout::broadcast_owner_mask;  // the number; the tag above it is no one's
+  if (b.writer > layout::max_participants || (word != 0 && b.writer == 0))
+    return set_problem(info, errc::corrupted, "writer lock word " + hex(word));
   if (b.writer != 0) b.writer_alive = byte_held(fd, layout::participant_lock_base + b.writer - 1);
   const std::uint32_t high = st.joins.high_water.load(std::memory_order_relaxed);
   if (high > h.subscriber_capacity)

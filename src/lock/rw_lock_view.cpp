@@ -14,9 +14,18 @@ namespace shmio::detail {
 namespace {
 
 using layout::rw_owner_mask;
+using layout::rw_tag_mask;
+using layout::rw_tag_shift;
 using layout::rw_writer_held;
 
 }  // namespace
+
+rw_lock_view::rw_lock_view(layout::rw_lock_state* state, int fd, std::uint16_t me) noexcept
+    : state_(state),
+      fd_(fd),
+      me_(me),
+      tag_(1 + static_cast<std::uint32_t>(platform::random_u64() % rw_tag_mask)),
+      my_word_(me | tag_ << rw_tag_shift) {}
 
 void rw_lock_view::initialize(layout::rw_lock_state* state) noexcept {
   auto* st = new (state) layout::rw_lock_state{};
@@ -26,8 +35,15 @@ void rw_lock_view::initialize(layout::rw_lock_state* state) noexcept {
 bool rw_lock_view::well_formed(std::uint32_t word) noexcept {
   if (word == 0) return true;
   const std::uint32_t owner = word & rw_owner_mask;
-  return (word & ~(rw_owner_mask | rw_writer_held)) == 0 && owner != 0 &&
-         owner <= layout::rw_reader_slots;
+  return owner != 0 && owner <= layout::rw_reader_slots;
+}
+
+bool rw_lock_view::written_by_holder(std::uint32_t word) const noexcept {
+  // acquire: a holder stores its tag (join) before its first claim, so a word of that holder
+  // seen here comes with its tag.
+  const std::uint32_t owner = word & rw_owner_mask;
+  return (word >> rw_tag_shift & rw_tag_mask) ==
+         state_->slots[owner - 1].tag.load(std::memory_order_acquire);
 }
 
 std::error_code rw_lock_view::validate(const layout::rw_lock_state& state) noexcept {
@@ -62,15 +78,7 @@ std::error_code validate_locked_body(std::span<const std::byte> body, std::size_
   if (element_size != 0 && (h.element_size != element_size || h.element_align != element_align))
     return errc::incompatible;
   if (h.element_size == 0 || !valid_align(h.element_align)) return errc::corrupted;
-  if (h.data_offset != layout::locked_data_offset_for(h.element_align)) {
-    // Made by a version that aligned the data in the body, not in the file (it differs above a
-    // cache line's alignment): another layout, not damage.
-    const std::uint64_t in_body =
-        (layout::locked_lock_offset + sizeof(layout::rw_lock_state) + h.element_align - 1) /
-        h.element_align * h.element_align;
-    if (h.element_align > layout::cache_line && h.data_offset == in_body) return errc::incompatible;
-    return errc::corrupted;
-  }
+  if (h.data_offset != layout::locked_data_offset_for(h.element_align)) return errc::corrupted;
   if (h.element_count > max_locked_data_size / h.element_size ||
       h.data_size != h.element_count * h.element_size)
     return errc::corrupted;
@@ -87,6 +95,8 @@ void rw_lock_view::join() noexcept {
   while (h < me_ && !high.compare_exchange_weak(h, me_, std::memory_order_seq_cst)) {
   }
   my_slot().pid.store(platform::process_id(), std::memory_order_relaxed);  // informational
+  // release: before any word of ours (see written_by_holder).
+  my_slot().tag.store(tag_, std::memory_order_release);
   leave();  // whatever a previous holder of our number left behind, it cannot use any more
 }
 
@@ -121,14 +131,18 @@ bool rw_lock_view::participant_dead(std::uint32_t number) noexcept {
 bool rw_lock_view::reclaim_writer(std::uint32_t word, bool for_me) noexcept {
   // Our own handle's writer, in another thread: the only two values it ever stores. Any other
   // word naming us was not written by this handle, and is reclaimed like a dead owner's.
-  if (word == me_ || word == (me_ | rw_writer_held)) return false;
+  if (word == my_word_ || word == (my_word_ | rw_writer_held)) return false;
   // Held by another participant: if it never lets go, look again later (stall.hpp).
   note_stall();
   if (!stuck_[0].spent(std::uint64_t{1} << 32 | word)) return false;
-  // A malformed word (damaged memory) has no owner that would ever free it.
-  if (well_formed(word) && !participant_dead(word & rw_owner_mask)) return false;
+  // A malformed word (damaged memory), or one that the present holder of its number did not
+  // write (a dead holder's, or damage), has no owner that would ever free it. The CAS below
+  // expects the very word seen, tag and all: if the number was taken again meanwhile and its new
+  // holder locked, that holder's word differs, and the CAS fails.
+  if (well_formed(word) && written_by_holder(word) && !participant_dead(word & rw_owner_mask))
+    return false;
   // seq_cst: as any change of the word (see try_claim).
-  if (!state_->control.writer.compare_exchange_strong(word, for_me ? me_ : 0,
+  if (!state_->control.writer.compare_exchange_strong(word, for_me ? my_word_ : 0,
                                                       std::memory_order_seq_cst))
     return false;
   // Only a holder that had the lock leaves guarded data half-written; a dead claimant had not
@@ -150,7 +164,7 @@ bool rw_lock_view::try_claim() noexcept {
   std::uint32_t w = writer.load(std::memory_order_seq_cst);
   if (w != 0) return reclaim_writer(w, true);
   // seq_cst: the claim must be visible before we load the share counts (StoreLoad, Dekker).
-  return writer.compare_exchange_strong(w, me_, std::memory_order_seq_cst);
+  return writer.compare_exchange_strong(w, my_word_, std::memory_order_seq_cst);
 }
 
 bool rw_lock_view::shares_gone() noexcept {
@@ -176,18 +190,18 @@ bool rw_lock_view::shares_gone() noexcept {
 
 bool rw_lock_view::finish_claim() noexcept {
   // release: only informational for others (recovery reads it), ordered after our claim.
-  state_->control.writer.store(me_ | rw_writer_held, std::memory_order_release);
+  state_->control.writer.store(my_word_ | rw_writer_held, std::memory_order_release);
   return take_owner_died();
 }
 
 void rw_lock_view::abandon_claim() noexcept {
-  std::uint32_t w = me_;
+  std::uint32_t w = my_word_;
   // seq_cst: the free word must be visible before notify reads `parked` (StoreLoad).
   if (state_->control.writer.compare_exchange_strong(w, 0, std::memory_order_seq_cst)) wake_all();
 }
 
 bool rw_lock_view::unlock() noexcept {
-  std::uint32_t w = me_ | rw_writer_held;
+  std::uint32_t w = my_word_ | rw_writer_held;
   // seq_cst: release for the guarded data, and before notify reads `parked` (StoreLoad).
   if (!state_->control.writer.compare_exchange_strong(w, 0, std::memory_order_seq_cst))
     return false;
@@ -197,7 +211,7 @@ bool rw_lock_view::unlock() noexcept {
 
 bool rw_lock_view::held_exclusively() const noexcept {
   // relaxed: only our own handle sets this value, and a thread asking about it set it itself.
-  return state_->control.writer.load(std::memory_order_relaxed) == (me_ | rw_writer_held);
+  return state_->control.writer.load(std::memory_order_relaxed) == (my_word_ | rw_writer_held);
 }
 
 bool rw_lock_view::try_lock_shared(bool& died) noexcept {

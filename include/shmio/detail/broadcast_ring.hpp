@@ -132,6 +132,7 @@ class broadcast_publisher {
   broadcast_geometry g_;
   int fd_;
   std::uint16_t me_;
+  std::uint32_t my_word_;  // the lock word while we hold it: me_ | a random tag << 16
   std::mutex mutex_;
   std::uint64_t gate_ = 0;  // no live subscriber's cursor was below this at our last scan
   bool gate_known_ = false;

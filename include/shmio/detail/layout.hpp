@@ -33,7 +33,9 @@ inline constexpr std::uint64_t segment_magic = 0x0031304f494d4853ull;  // "SHMIO
 // 2: blocking waiters take wait slots (sleeper ids, bit 63 set); a version 1 process would ring
 // them as doorbell sockets, find no socket, and free the slot of a live sleeper.
 // 3: a ring node's word holds its turn less the node's index (a new ring's words are zero).
-inline constexpr std::uint32_t layout_version = 3;
+// 4: the lock words of a reader/writer lock and of a broadcast carry their writer's tag (a
+// version 3 process would take a tagged word for a damaged one, and reclaim a live lock).
+inline constexpr std::uint32_t layout_version = 4;
 
 struct segment_header {
   std::uint64_t magic;        // segment_magic; anything else is not a shmio segment
@@ -393,9 +395,13 @@ static_assert(offsetof(connect_request, reserved) == 16);
 //  | control    | readers (queue) | writers (queue) | slot 0 | slot 1 | ...  255  |
 //  +------------+-----------------+-----------------+--------+--------+-----   ---+
 //
-// `writer` is 0 when no writer holds or claims the lock, else owner | rw_writer_held:
+// `writer` is 0 when no writer holds or claims the lock, else owner | rw_writer_held | tag:
 //   owner            : the participant number of the writer that claimed the lock;
-//   rw_writer_held   : set once every reader share was gone, i.e. the writer holds the lock.
+//   rw_writer_held   : set once every reader share was gone, i.e. the writer holds the lock;
+//   tag              : bits 17-31, the writing handle's tag (random, its slot holds it): a
+//                      word left by a dead holder differs from any word of the handle that
+//                      took its number next, so a waiter that found the holder dead can never
+//                      take over the lock of that next handle by mistake (ABA).
 // A claim without the held bit keeps new readers out while the writer waits for the current
 // ones to leave (writers are preferred, so they are never starved by a stream of readers).
 // Slot n - 1 counts the shares that participant n holds. Participant n holds an exclusive lock
@@ -404,10 +410,12 @@ static_assert(offsetof(connect_request, reserved) == 16);
 
 inline constexpr std::uint32_t rw_owner_mask = 0xffff;
 inline constexpr std::uint32_t rw_writer_held = std::uint32_t{1} << 16;
+inline constexpr std::uint32_t rw_tag_shift = 17;
+inline constexpr std::uint32_t rw_tag_mask = 0x7fff;   // after the shift
 inline constexpr std::uint32_t rw_reader_slots = 256;  // handles open at once, per segment
 
 struct rw_lock_control {
-  std::atomic<std::uint32_t> writer;            // 0, or owner | rw_writer_held (see above)
+  std::atomic<std::uint32_t> writer;            // 0, or owner | held | tag (see above)
   std::atomic<std::uint32_t> owner_died;        // 1: a dead holder was reclaimed; next one told
   std::atomic<std::uint32_t> participant_high;  // highest participant number claimed so far
   std::uint32_t slot_count;                     // rw_reader_slots
@@ -423,11 +431,13 @@ static_assert(offsetof(rw_lock_control, slot_count) == 12);
 struct alignas(cache_line) rw_reader_slot {
   std::atomic<std::uint32_t> shares;  // shares its participant holds now
   std::atomic<std::uint32_t> pid;     // of the last participant with this number; informational
-  std::uint8_t reserved[cache_line - 8];
+  std::atomic<std::uint32_t> tag;     // of the last participant with this number (writer word)
+  std::uint8_t reserved[cache_line - 12];
 };
 static_assert(sizeof(rw_reader_slot) == 64);
 static_assert(offsetof(rw_reader_slot, shares) == 0);
 static_assert(offsetof(rw_reader_slot, pid) == 4);
+static_assert(offsetof(rw_reader_slot, tag) == 8);
 
 struct rw_lock_state {
   rw_lock_control control;
@@ -532,8 +542,16 @@ static_assert(offsetof(broadcast_header, lease_ms) == 24);
 static_assert(offsetof(broadcast_header, subscribers_offset) == 32);
 static_assert(offsetof(broadcast_header, slots_offset) == 40);
 
+// The writer lock's word: 0 free; else the holder's participant number (bits 0-15) and its tag
+// (bits 16-31, random per handle, not 0): a word left by a dead holder differs from any word of
+// the handle that took its number next, so a writer that found the holder dead never takes over
+// that next handle's lock by mistake (ABA).
+inline constexpr std::uint32_t broadcast_owner_mask = 0xffff;
+inline constexpr std::uint32_t broadcast_tag_shift = 16;
+static_assert(max_participants <= broadcast_owner_mask);
+
 struct alignas(cache_line) broadcast_writer_line {
-  std::atomic<std::uint32_t> owner;  // 0: free; else the participant number of the writer
+  std::atomic<std::uint32_t> owner;  // 0: free; else number | tag << 16 (above)
   std::uint8_t reserved[cache_line - 4];
 };
 static_assert(sizeof(broadcast_writer_line) == cache_line);

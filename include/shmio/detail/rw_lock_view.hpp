@@ -36,14 +36,13 @@ class rw_lock_view {
  public:
   rw_lock_view() = default;
   /// `state` must have been validated; `fd` is the segment file, `me` this handle's participant
-  /// number (1-based, its lock byte held).
-  rw_lock_view(layout::rw_lock_state* state, int fd, std::uint16_t me) noexcept
-      : state_(state), fd_(fd), me_(me) {}
+  /// number (1-based, its lock byte held). The handle's tag is drawn here.
+  rw_lock_view(layout::rw_lock_state* state, int fd, std::uint16_t me) noexcept;
 
   static void initialize(layout::rw_lock_state* state) noexcept;
   static std::error_code validate(const layout::rw_lock_state& state) noexcept;
-  /// A writer word some handle could have stored: 0, or a participant number 1 .. 256 with
-  /// or without rw_writer_held, and no other bits.
+  /// A writer word some handle could have stored: 0, or a participant number 1 .. 256 (with
+  /// or without rw_writer_held, with any tag).
   static bool well_formed(std::uint32_t word) noexcept;
 
   /// Announces our number and reclaims whatever a dead previous holder of it left held.
@@ -70,6 +69,8 @@ class rw_lock_view {
 
  private:
   bool participant_dead(std::uint32_t number) noexcept;
+  // The present holder of the word's number wrote it (its tag is that holder's).
+  bool written_by_holder(std::uint32_t word) const noexcept;
   // Frees the writer word of a dead owner (to 0, or to us if `for_me`); true if it did.
   bool reclaim_writer(std::uint32_t word, bool for_me) noexcept;
   bool take_owner_died() noexcept;
@@ -79,7 +80,9 @@ class rw_lock_view {
   layout::rw_lock_state* state_ = nullptr;
   int fd_ = -1;
   std::uint16_t me_ = 0;
-  patience stuck_[2];  // the blocking state we last saw: [0] a writer, [1] readers
+  std::uint32_t tag_ = 0;      // this handle's, 1 .. rw_tag_mask
+  std::uint32_t my_word_ = 0;  // me_ | tag_ << rw_tag_shift: our claim; with held, our lock
+  patience stuck_[2];          // the blocking state we last saw: [0] a writer, [1] readers
 };
 
 /// The largest data size a locked buffer may have: far past any /dev/shm, and small enough
