@@ -10,6 +10,7 @@
 // arrive complete and in order, and prints "subscriber PID: N ticks in order, sum S". The
 // publisher prints the sum every subscriber must have reported, and exits 0 if all did.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,9 +89,18 @@ int run_publisher(int subscribers, std::uint64_t count, const std::string& name)
                                  shmio::broadcast_role::publisher, options);
 
   std::vector<pid_t> children;
+  const pid_t parent = ::getpid();
   for (int i = 0; i < subscribers; ++i) {
     const pid_t pid = ::fork();
+    if (pid < 0) {
+      std::perror("broadcast: fork");
+      for (pid_t child : children)
+        ::kill(child, SIGKILL);
+      return 1;
+    }
     if (pid == 0) {
+      // A subscriber dies with the publisher: it would wait for ever for ticks nobody sends.
+      if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(1);
       ::execl("/proc/self/exe", "broadcast", "subscriber", name.c_str(), nullptr);
       ::_exit(127);
     }

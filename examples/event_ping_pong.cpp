@@ -4,12 +4,14 @@
 //   event_ping_pong pong NAME         the other side (started by the first)
 //
 // The ping side is a coroutine on an io_context: it sets "ping" and co_awaits "pong".
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <asio.hpp>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <shmio/shmio.hpp>
 #include <string>
 
@@ -53,15 +55,41 @@ int main(int argc, char** argv) {
   shmio::named_event pong(io.get_executor(), shmio::create_only, name + ".pong",
                           shmio::event_mode::auto_reset);
 
+  const pid_t parent = ::getpid();
   pid_t child = ::fork();
+  if (child < 0) {
+    std::perror("fork");
+    return 1;
+  }
   if (child == 0) {
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(1);
     ::execl("/proc/self/exe", argv[0], "pong", name.c_str(), static_cast<char*>(nullptr));
     std::perror("exec");
     ::_exit(127);
   }
   std::printf("pong is process %d\n", static_cast<int>(child));
-  asio::co_spawn(io, play_ping(ping, pong, rounds), asio::detached);
+  // A pong that died would leave the ping waiting for ever: look for its exit now and then.
+  bool pong_died = false;
+  asio::steady_timer watch(io);
+  std::function<void()> look = [&] {
+    watch.expires_after(100ms);
+    watch.async_wait([&](std::error_code ec) {
+      if (ec) return;  // the game ended
+      if (::waitpid(child, nullptr, WNOHANG) == child) {
+        pong_died = true;
+        io.stop();
+        return;
+      }
+      look();
+    });
+  };
+  look();
+  asio::co_spawn(io, play_ping(ping, pong, rounds), [&](std::exception_ptr) { watch.cancel(); });
   io.run();
+  if (pong_died) {
+    std::fprintf(stderr, "event_ping_pong: the pong process died\n");
+    return 1;
+  }
   ::kill(child, SIGTERM);
   ::waitpid(child, nullptr, 0);
   return 0;

@@ -139,6 +139,11 @@ def test_tcp_bridge():
         late.write(b"still there?\n")
         late.flush()
         check(late.readline() == b"STILL THERE?\n", "a later client is served")
+        # The longest line the bridge takes (1000 characters) comes back whole.
+        longest = "x" * 1000
+        late.write((longest + "\n").encode())
+        late.flush()
+        check(late.readline() == (longest.upper() + "\n").encode(), "a 1000-character line")
         bridge.send_signal(signal.SIGTERM)
         check(bridge.wait(timeout=30) == 0, "SIGTERM stops bridge and worker cleanly")
         check("worker exit 0" in bridge.stdout.read(), "the worker finished")
@@ -207,6 +212,11 @@ def test_ticker():
                   f"{sym}: 20 ticks then the end: exit {w.returncode}, {out!r} {err!r}")
             check([ln.split()[1] for ln in lines[:-1]] == [f"#{i}" for i in range(1, 21)] and
                   all(ln.startswith(sym + " ") for ln in lines[:-1]), f"{sym}: in order")
+        # A symbol longer than a tick's line: the line is cut, nothing past it is sent.
+        p = run("watch", name, "L" * 200, "1", "1")
+        lines = p.stdout.splitlines()
+        check(p.returncode == 0 and len(lines) == 2 and lines[0] == "L" * 95,
+              f"a long symbol's tick is cut to the line: {p.stdout[:300]!r} {p.stderr!r}")
         # A watcher of an endless stream that stops: the service's handler is cancelled.
         p = run("watch", name, "FOREVER", "0", "5", "3")
         check(p.returncode == 0 and p.stdout.splitlines()[-1] == "stopped after 3 ticks",

@@ -10,12 +10,14 @@
 // and writes each line back to the client it came from. The TCP accept, the socket reads and
 // writes and the ring reads and writes are all operations of one io_context on one thread:
 // a shmio ring is just another Asio I/O object in an existing event loop.
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <cctype>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -29,8 +31,9 @@ namespace {
 using asio::ip::tcp;
 // Completion as (error_code, result) tuples: errors are values here, not exceptions.
 constexpr auto as_tuple = asio::experimental::as_tuple(asio::use_awaitable);
-constexpr std::size_t max_line = 1000;
-constexpr std::size_t node_size = sizeof(std::uint32_t) + max_line;  // connection id, then text
+constexpr std::size_t max_line = 1000;  // characters, before the newline
+// A message: the connection's id, then the line with its newline.
+constexpr std::size_t node_size = sizeof(std::uint32_t) + max_line + 1;
 
 // ---- the worker: blocking calls, in a process of its own ------------------------------------
 
@@ -65,15 +68,19 @@ class bridge {
     asio::co_spawn(io_, answer(), asio::detached);
   }
 
-  // Tells the worker to finish, then closes everything; run() returns when all is done.
-  void stop() {
+  // Tells the worker to finish, then closes everything; run() returns when all is done. False
+  // if the worker could not be told (its ring stayed full): it must then be stopped otherwise.
+  bool stop() {
     std::uint32_t none = 0;
-    in_.write(asio::buffer(&none, sizeof none), std::chrono::seconds(1));
+    std::error_code ec;
+    const bool told =
+        in_.write(asio::buffer(&none, sizeof none), std::chrono::seconds(1), ec) == sizeof none;
     acceptor_.close();
     for (auto& [id, socket] : clients_)
       socket->close();
     in_.close();
     out_.close();
+    return told;
   }
 
  private:
@@ -144,15 +151,23 @@ int main(int argc, char** argv) {
 
   asio::io_context io;
   bridge b(io, port, name);
+  const pid_t parent = ::getpid();
   pid_t worker = ::fork();
+  if (worker < 0) {
+    std::perror("tcp_bridge: fork");
+    return 1;
+  }
   if (worker == 0) {
+    // The worker dies with the bridge: it would wait for ever for lines nobody sends.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(1);
     ::execl("/proc/self/exe", "tcp_bridge", "worker", name.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   b.start();
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](std::error_code ec, int) {
-    if (!ec) b.stop();
+    // A worker stuck writing answers nobody reads cannot be told to finish: stop it.
+    if (!ec && !b.stop()) ::kill(worker, SIGKILL);
   });
   std::printf("ready %u\n", b.port());
   std::fflush(stdout);

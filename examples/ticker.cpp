@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <chrono>
@@ -24,6 +25,7 @@
 #include <functional>
 #include <shmio/shmio.hpp>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -65,8 +67,10 @@ asio::awaitable<void> ticks(std::uint64_t, std::span<const std::byte> payload,
       char line[96];
       const int n =
           std::snprintf(line, sizeof line, "%s #%lu %.2f", r.symbol.c_str(), sent + 1, price);
-      co_await out.async_write(asio::buffer(line, static_cast<std::size_t>(n)),
-                               asio::use_awaitable);
+      if (n < 0) throw std::runtime_error("cannot format a tick");
+      // snprintf returns the length the whole text would have had: a long symbol is cut.
+      const std::size_t length = std::min(static_cast<std::size_t>(n), sizeof line - 1);
+      co_await out.async_write(asio::buffer(line, length), asio::use_awaitable);
       ++sent;
       next.expires_after(std::chrono::milliseconds(r.interval_ms));
       co_await next.async_wait(asio::use_awaitable);
@@ -165,7 +169,10 @@ asio::awaitable<int> watch(std::string name, std::string request, unsigned long 
                    text_of(tick).c_str());
       co_return 1;
     }
-    std::printf("%s\n", text_of(tick).c_str());
+    // Every byte of the item as it came, a NUL included.
+    const std::string text = text_of(tick);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::putchar('\n');
   }
   stream.close();  // stops the service's handler for it
   std::printf("stopped after %lu ticks\n", stop_after);

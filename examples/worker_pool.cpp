@@ -8,6 +8,7 @@
 // Each job goes to exactly one worker: readers of a circular_buffer compete for messages. The
 // producer prints "job J worker PID" for each result and checks that every job came back
 // exactly once with the right answer.
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -89,9 +90,18 @@ int run_pool(int workers, std::uint64_t count, const std::string& name) {
   shmio::circular_buffer results(io.get_executor(), shmio::create_only, name + ".results", 64,
                                  sizeof(result));
   std::vector<pid_t> children;
+  const pid_t parent = ::getpid();
   for (int i = 0; i < workers; ++i) {
     pid_t pid = ::fork();
+    if (pid < 0) {
+      std::perror("worker_pool: fork");
+      for (pid_t child : children)
+        ::kill(child, SIGKILL);
+      return 1;
+    }
     if (pid == 0) {
+      // A worker dies with the pool: it would wait for ever for jobs nobody sends.
+      if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(1);
       ::execl("/proc/self/exe", "worker_pool", "worker", name.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }

@@ -220,6 +220,17 @@ corrupt(prefix + "badkind", 12, struct.pack("<I", 42))                 # unknown
 with open(path_of(prefix + "short"), "wb") as f:
     f.write(b"SHM")
 os.chmod(path_of(prefix + "short"), 0o600)
+# A name with bytes that are not UTF-8 (a byte no sequence starts with, a surrogate's): --json
+# must stay valid UTF-8 (the strict decoding of `run` fails otherwise).
+badutf = os.fsencode(path_of(prefix + "badutf")) + b"\xf8\x80\x80\xed\xa0\x80"
+with open(badutf, "wb") as f:
+    f.write(b"SHM")
+os.chmod(badutf, 0o600)
+# A name with a right-to-left override (U+202E) in it: shown escaped, as control bytes are.
+bidi = path_of(prefix + "bidi\u202eevil")
+with open(bidi, "wb") as f:
+    f.write(b"SHM")
+os.chmod(bidi, 0o600)
 def corrupt_as(what, name, offset, data):
     subprocess.run([fixture, what, name], timeout=30, check=True)
     with open(path_of(name), "r+b") as f:
@@ -245,6 +256,11 @@ with open(temp, "wb") as f:
     f.write(b"\0" * 100)
 
 listing = {s["name"]: s for s in js("ls", prefix)}
+check(any(n.startswith(prefix + "badutf") for n in listing), f"name not UTF-8 listed: {list(listing)}")
+human = run("ls", prefix).stdout
+check("badutf\\xf8\\x80\\x80\\xed\\xa0\\x80" in human, f"bytes not UTF-8 escaped: {human}")
+check("bidi\\xe2\\x80\\xaeevil" in human and "\u202e" not in human,
+      f"direction override escaped: {human}")
 for n, status in [("badmagic", "corrupted"), ("badsize", "corrupted"), ("badring", "corrupted"),
                   ("badnode", "corrupted"), ("badversion", "incompatible"), ("short", "corrupted"),
                   ("badkind", "ok"), ("deadlock", "ok"), ("badlockword", "corrupted"),
@@ -290,6 +306,8 @@ removed = js("rm", "--stale", prefix)
 names = {s["name"] for s in removed}
 check(prefix + "stale" in names and prefix + "badmagic" in names and prefix + "short" in names,
       f"rm --stale removed: {names}")
+check(not os.path.exists(badutf), "rm --stale removed the file whose name is not UTF-8")
+check(not os.path.exists(bidi), "rm --stale removed the file with a direction override")
 check(js("ls", prefix) == [], "nothing of ours left")
 removed = js("rm", "--stale", os.path.basename(temp))
 check(len(removed) == 1 and not os.path.exists(temp), "rm --stale swept the temporary file")

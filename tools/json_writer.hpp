@@ -9,6 +9,10 @@
 
 namespace shmio::tool {
 
+/// Length of the valid UTF-8 sequence starting at s[i], or 0 (RFC 3629: no overlong forms, no
+/// surrogates, nothing past U+10FFFF).
+std::size_t utf8_sequence(std::string_view s, std::size_t i);
+
 class json_writer {
  public:
   void begin_object();

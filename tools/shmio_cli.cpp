@@ -53,16 +53,47 @@ std::string utc_time(std::uint64_t ns) {
   return buf;
 }
 
-// Control bytes in names are shown escaped, so that a name cannot play with the terminal.
+// A character a terminal acts on rather than shows: C1 controls (U+0080-U+009F) and the
+// direction marks and overrides (U+200E, U+200F, U+202A-U+202E, U+2066-U+2069).
+bool terminal_control(std::string_view seq) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(seq[k]); };
+  if (seq.size() == 2) return b(0) == 0xC2 && b(1) < 0xA0;
+  if (seq.size() != 3 || b(0) != 0xE2) return false;
+  return (b(1) == 0x80 && (b(2) == 0x8E || b(2) == 0x8F || (b(2) >= 0xAA && b(2) <= 0xAE))) ||
+         (b(1) == 0x81 && b(2) >= 0xA6 && b(2) <= 0xA9);
+}
+
+// Control bytes and characters in names, and bytes that are not UTF-8, are shown escaped, so
+// that a name cannot play with the terminal.
 std::string printable(std::string_view s) {
   std::string out;
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) {
+  auto escape = [&](std::string_view bytes) {
+    for (unsigned char c : bytes) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\x%02x", c);
       out += buf;
+    }
+  };
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7f)
+        escape(s.substr(i, 1));
+      else
+        out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    const std::size_t n = shmio::tool::utf8_sequence(s, i);
+    if (n == 0) {
+      escape(s.substr(i, 1));
+      ++i;
     } else {
-      out += static_cast<char>(c);
+      if (terminal_control(s.substr(i, n)))
+        escape(s.substr(i, n));
+      else
+        out.append(s.substr(i, n));
+      i += n;
     }
   }
   return out;
@@ -584,10 +615,18 @@ int remove_stale(const std::string& prefix, bool json) {
   json_writer j;
   j.begin_array();
   int removed = 0;
+  int failed = 0;
   for (const auto& s : all) {
     if (!s.stale) continue;
     std::error_code one;
-    if (!inspect::remove_file_if_stale(s.file, one)) continue;  // in use again, or gone
+    if (!inspect::remove_file_if_stale(s.file, one)) {
+      // In use again, or gone: fine. Anything else is a failure, and the exit status says so.
+      if (one && one != shmio::errc::busy && one != shmio::errc::not_found) {
+        fail(s.file, one);
+        ++failed;
+      }
+      continue;
+    }
     ++removed;
     if (json)
       write_segment(j, s);
@@ -598,9 +637,9 @@ int remove_stale(const std::string& prefix, bool json) {
   j.end_array();
   if (json)
     std::printf("%s\n", j.str().c_str());
-  else if (removed == 0)
+  else if (removed == 0 && failed == 0)
     std::printf("nothing stale\n");
-  return 0;
+  return failed == 0 ? 0 : 1;
 }
 
 }  // namespace

@@ -46,7 +46,16 @@ int futex_wait_any(const futex_watch* words, std::size_t count) noexcept {
   const long rc = ::syscall(SYS_futex_waitv, waiters, static_cast<unsigned>(count), 0u, nullptr,
                             CLOCK_MONOTONIC);
   if (rc >= 0) return static_cast<int>(rc);
-  return errno == ENOSYS ? -2 : -1;
+  switch (errno) {
+    case EAGAIN:  // a word differed
+    case EINTR:
+    case EFAULT:  // a word no longer mapped
+      return -1;
+    case ENOSYS:
+      return -2;
+    default:  // EPERM from a seccomp filter, say: the call cannot be used here
+      return -3;
+  }
 #else
   (void)words;
   (void)count;

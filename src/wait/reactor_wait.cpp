@@ -44,8 +44,11 @@ reactor_wait::reactor_wait(const asio::any_io_executor& ex,
     queues_[i] = queues[i];
   platform::unique_fd fd = platform::open_doorbell(doorbell_id_, ec);
   if (ec) return;
-  bell_->assign(fd.release(), ec);
+  // Released only once the reactor took it: a failed assign (epoll_ctl's ENOSPC when the
+  // user's epoll watches are used up) leaves the descriptor ours, and `fd` closes it.
+  bell_->assign(fd.get(), ec);
   if (ec) return;
+  static_cast<void>(fd.release());
   for (std::size_t i = 0; i < queue_count_; ++i)
     slots_[i] = claim_slot(*queues_[i], doorbell_id_);
 }

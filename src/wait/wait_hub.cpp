@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -15,6 +16,10 @@
 
 namespace shmio::detail {
 namespace {
+
+// futex_waitv returns in a row that found nothing to wake before the thread pauses between
+// passes (see run()).
+constexpr int idle_returns_before_pause = 64;
 
 namespace platform = detail::platform;
 
@@ -194,6 +199,7 @@ class shard {
     std::vector<platform::futex_watch> watch;
     std::vector<wait_hub_group*> watched;  // the group of watch[i + 1]
     int woken = -1;
+    int idle_returns = 0;  // futex_waitv returned at once, and the pass after woke nobody
     for (;;) {
       {
         std::unique_lock lock(mutex_);
@@ -213,10 +219,17 @@ class shard {
         for (std::size_t i = 0; i < groups_.size();)
           i += pass(*groups_[i], watch, watched, wakes) ? 1 : 0;
         ++passes_;
+        idle_returns = woken < 0 && wakes == nullptr ? idle_returns + 1 : 0;
         // A wake posts to the member's executor, the user's code: not under the mutex. A ring
         // from here to the futex_waitv below is kept by the words themselves.
         call_wakes(lock, wakes);
       }
+      // A word that never holds what a pass expects (damaged shared memory) or a call that
+      // keeps failing would return at once for ever: the thread would burn a CPU. Such
+      // returns in a row make it pause between passes (a real change is rare between a pass
+      // and its wait, and is then found by the next pass).
+      if (idle_returns > idle_returns_before_pause)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       woken = platform::futex_wait_any(watch.data(), watch.size());
     }
   }
@@ -243,7 +256,7 @@ bool futex_waitv_works() {
   static const bool works = [] {
     std::atomic<std::uint32_t> word{1};
     const platform::futex_watch probe{&word, 0, false};
-    return platform::futex_wait_any(&probe, 1) != -2;
+    return platform::futex_wait_any(&probe, 1) == -1;  // "the value differed", as it does
   }();
   return works;
 }

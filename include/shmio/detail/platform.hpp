@@ -94,8 +94,8 @@ inline constexpr int futex_wait_any_max = 128;
 /// Sleeps until one of `words` (at most futex_wait_any_max) is woken, or returns at once if
 /// one differs from its expected value. Returns the index woken (the highest, if several were
 /// woken before the thread ran), -1 for "look again" (a value
-/// differed, a signal, a word that is no longer mapped), or -2 if the kernel has no
-/// futex_waitv (Linux before 5.16).
+/// differed, a signal, a word that is no longer mapped), -2 if the kernel has no
+/// futex_waitv (Linux before 5.16), -3 if the call failed otherwise (a seccomp filter's EPERM).
 int futex_wait_any(const futex_watch* words, std::size_t count) noexcept;
 
 // ---- doorbells: datagram sockets in the abstract namespace --------------------------------
