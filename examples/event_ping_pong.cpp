@@ -11,6 +11,7 @@
 #include <asio.hpp>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <functional>
 #include <shmio/shmio.hpp>
 #include <string>
@@ -70,11 +71,13 @@ int main(int argc, char** argv) {
   std::printf("pong is process %d\n", static_cast<int>(child));
   // A pong that died would leave the ping waiting for ever: look for its exit now and then.
   bool pong_died = false;
+  bool game_over = false;
   asio::steady_timer watch(io);
   std::function<void()> look = [&] {
     watch.expires_after(100ms);
     watch.async_wait([&](std::error_code ec) {
-      if (ec) return;  // the game ended
+      // The game ended (a tick already queued when it did is not cancelled: the flag tells).
+      if (ec || game_over) return;
       if (::waitpid(child, nullptr, WNOHANG) == child) {
         pong_died = true;
         io.stop();
@@ -84,10 +87,25 @@ int main(int argc, char** argv) {
     });
   };
   look();
-  asio::co_spawn(io, play_ping(ping, pong, rounds), [&](std::exception_ptr) { watch.cancel(); });
+  std::exception_ptr failure;
+  asio::co_spawn(io, play_ping(ping, pong, rounds), [&](std::exception_ptr e) {
+    failure = e;
+    game_over = true;
+    watch.cancel();
+  });
   io.run();
   if (pong_died) {
     std::fprintf(stderr, "event_ping_pong: the pong process died\n");
+    return 1;
+  }
+  if (failure) {
+    ::kill(child, SIGTERM);
+    ::waitpid(child, nullptr, 0);
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "event_ping_pong: %s\n", e.what());
+    }
     return 1;
   }
   ::kill(child, SIGTERM);

@@ -17,6 +17,7 @@
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <cctype>
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -25,6 +26,7 @@
 #include <memory>
 #include <shmio/shmio.hpp>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -172,8 +174,17 @@ int main(int argc, char** argv) {
   std::printf("ready %u\n", b.port());
   std::fflush(stdout);
   io.run();
+  // A worker told to finish may still be stuck writing answers nobody reads: give it 2 s.
   int status = 0;
-  ::waitpid(worker, &status, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (::waitpid(worker, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(worker, SIGKILL);
+      ::waitpid(worker, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   std::printf("tcp_bridge: stopped; worker exit %d\n",
               WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;

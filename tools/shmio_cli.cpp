@@ -54,10 +54,10 @@ std::string utc_time(std::uint64_t ns) {
 }
 
 // A character a terminal acts on rather than shows: C1 controls (U+0080-U+009F) and the
-// direction marks and overrides (U+200E, U+200F, U+202A-U+202E, U+2066-U+2069).
+// direction marks and overrides (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069).
 bool terminal_control(std::string_view seq) {
   const auto b = [&](std::size_t k) { return static_cast<unsigned char>(seq[k]); };
-  if (seq.size() == 2) return b(0) == 0xC2 && b(1) < 0xA0;
+  if (seq.size() == 2) return (b(0) == 0xC2 && b(1) < 0xA0) || (b(0) == 0xD8 && b(1) == 0x9C);
   if (seq.size() != 3 || b(0) != 0xE2) return false;
   return (b(1) == 0x80 && (b(2) == 0x8E || b(2) == 0x8F || (b(2) >= 0xAA && b(2) <= 0xAE))) ||
          (b(1) == 0x81 && b(2) >= 0xA6 && b(2) <= 0xA9);

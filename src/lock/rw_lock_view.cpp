@@ -95,6 +95,13 @@ void rw_lock_view::join() noexcept {
   while (h < me_ && !high.compare_exchange_weak(h, me_, std::memory_order_seq_cst)) {
   }
   my_slot().pid.store(platform::process_id(), std::memory_order_relaxed);  // informational
+  // Never the tag of our number's previous holder, whose word may still be in the lock (or in
+  // a waiter's hands): then that word differs from every word of ours. relaxed: only we
+  // write our slot's tag while we hold the number.
+  if (my_slot().tag.load(std::memory_order_relaxed) == tag_) {
+    tag_ = tag_ % rw_tag_mask + 1;
+    my_word_ = me_ | tag_ << rw_tag_shift;
+  }
   // release: before any word of ours (see written_by_holder).
   my_slot().tag.store(tag_, std::memory_order_release);
   leave();  // whatever a previous holder of our number left behind, it cannot use any more

@@ -213,13 +213,17 @@ class shard {
         // acquire: as in poke().
         // Watched as a shared word: poke() wakes it with platform::futex_wake, which is not
         // FUTEX_PRIVATE, and a private wait would never match it.
+        const std::uint32_t control_before = seen_control_;
         seen_control_ = control_.load(std::memory_order_acquire);
         watch.push_back({&control_, seen_control_, true});
         wait_hub_member* wakes = nullptr;
         for (std::size_t i = 0; i < groups_.size();)
           i += pass(*groups_[i], watch, watched, wakes) ? 1 : 0;
         ++passes_;
-        idle_returns = woken < 0 && wakes == nullptr ? idle_returns + 1 : 0;
+        // Idle: the wait returned at once, and neither a poke (a member arming or leaving)
+        // nor a ring came of it.
+        idle_returns =
+            woken < 0 && wakes == nullptr && seen_control_ == control_before ? idle_returns + 1 : 0;
         // A wake posts to the member's executor, the user's code: not under the mutex. A ring
         // from here to the futex_waitv below is kept by the words themselves.
         call_wakes(lock, wakes);

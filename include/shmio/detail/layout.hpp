@@ -398,10 +398,11 @@ static_assert(offsetof(connect_request, reserved) == 16);
 // `writer` is 0 when no writer holds or claims the lock, else owner | rw_writer_held | tag:
 //   owner            : the participant number of the writer that claimed the lock;
 //   rw_writer_held   : set once every reader share was gone, i.e. the writer holds the lock;
-//   tag              : bits 17-31, the writing handle's tag (random, its slot holds it): a
-//                      word left by a dead holder differs from any word of the handle that
-//                      took its number next, so a waiter that found the holder dead can never
-//                      take over the lock of that next handle by mistake (ABA).
+//   tag              : bits 17-31, the writing handle's tag (random, never its number's
+//                      previous holder's; its slot holds it): a word left by a dead holder
+//                      differs from any word of the handle that took its number next, so a
+//                      waiter that found the holder dead does not take over the lock of that
+//                      next handle by mistake (ABA).
 // A claim without the held bit keeps new readers out while the writer waits for the current
 // ones to leave (writers are preferred, so they are never starved by a stream of readers).
 // Slot n - 1 counts the shares that participant n holds. Participant n holds an exclusive lock
@@ -543,9 +544,9 @@ static_assert(offsetof(broadcast_header, subscribers_offset) == 32);
 static_assert(offsetof(broadcast_header, slots_offset) == 40);
 
 // The writer lock's word: 0 free; else the holder's participant number (bits 0-15) and its tag
-// (bits 16-31, random per handle, not 0): a word left by a dead holder differs from any word of
-// the handle that took its number next, so a writer that found the holder dead never takes over
-// that next handle's lock by mistake (ABA).
+// (bits 16-31, random per handle, not 0): a word left by a dead holder differs, but for a 1 in
+// 65 535 chance, from any word of the handle that took its number next, so a writer that found
+// the holder dead does not take over that next handle's lock by mistake (ABA).
 inline constexpr std::uint32_t broadcast_owner_mask = 0xffff;
 inline constexpr std::uint32_t broadcast_tag_shift = 16;
 static_assert(max_participants <= broadcast_owner_mask);
