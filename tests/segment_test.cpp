@@ -16,11 +16,13 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "shmio/detail/layout.hpp"
@@ -573,6 +575,36 @@ TEST_CASE(
   std::error_code ec;
   auto s = segment::open(name, object_kind::raw, ec);
   CHECK(ec == errc::not_found);
+  CHECK_FALSE(exists(path_of(name)));
+}
+
+TEST_CASE("segment::remove waits for the admin lock that a close or stale check holds",
+          "[segment]") {
+  // A last closer checks that the file is unused and unlinks it under this lock: a remove in
+  // between, then a new create of the name, and the closer would unlink the new segment.
+  scoped_name name;
+  std::error_code ec;
+  auto s = segment::create(name, object_kind::raw, 64, {}, ec);
+  REQUIRE_FALSE(ec);
+  shmio::detail::platform::unique_fd fd(::open(path_of(name).c_str(), O_RDWR | O_CLOEXEC));
+  REQUIRE(fd.get() >= 0);
+  REQUIRE(shmio::detail::platform::try_lock_byte(fd.get(), shmio::detail::layout::admin_lock_byte,
+                                                 shmio::detail::platform::lock_kind::exclusive,
+                                                 ec));
+  auto removal = std::async(std::launch::async, [&] {
+    std::error_code remove_ec;
+    const bool removed = segment::remove(name, remove_ec);
+    return std::make_pair(removed, remove_ec);
+  });
+  // An observation window, not synchronisation: the remove must still be waiting after it.
+  const bool returned_early = removal.wait_for(200ms) == std::future_status::ready;
+  CHECK_FALSE(returned_early);
+  CHECK(exists(path_of(name)));
+  REQUIRE(shmio::detail::platform::try_lock_byte(fd.get(), shmio::detail::layout::admin_lock_byte,
+                                                 shmio::detail::platform::lock_kind::unlock, ec));
+  const auto [removed, remove_ec] = removal.get();
+  CHECK(removed);
+  CHECK_FALSE(remove_ec);
   CHECK_FALSE(exists(path_of(name)));
 }
 

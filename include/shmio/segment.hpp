@@ -86,7 +86,9 @@ class segment {
   int native_handle() const noexcept { return fd_; }
 
   /// Removes the file of `name` whether or not it is in use; processes that have it mapped keep
-  /// their mapping. Returns false (and leaves `ec` clear) if there was no such file.
+  /// their mapping. Returns false (and leaves `ec` clear) if there was no such file. Takes the
+  /// file's admin lock, as opens and closes do (errc::timed_out if a process stopped in one of
+  /// them holds it for 2 s).
   static bool remove(std::string_view name, std::error_code& ec);
 
  private:

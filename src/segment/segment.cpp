@@ -382,7 +382,25 @@ bool segment::remove(std::string_view name, std::error_code& ec) {
   ec.clear();
   std::string path = detail::segment_path(name, ec);
   if (ec) return false;
+  // Under the file's admin lock, as every close and stale removal that unlinks it takes it: a
+  // closer that found the file unused, and unlinks it a moment later, must not find the name
+  // made free by us and taken by a new segment in between, and unlink that one.
+  std::error_code open_ec;
+  platform::unique_fd fd = platform::open_existing(path, open_ec);
+  if (open_ec == std::errc::no_such_file_or_directory) return false;
+  bool locked = false;
+  if (!open_ec) {  // otherwise not a segment file we can lock (a symlink, say): just the name
+    if (!detail::lock_admin(fd.get(), ec)) return false;
+    locked = true;
+    const auto st = platform::status(fd.get(), ec);
+    if (!ec && st.links == 0) {  // unlinked meanwhile, by its last closer or a stale check
+      detail::unlock_admin(fd.get());
+      return false;
+    }
+    ec.clear();
+  }
   platform::unlink(path, ec);
+  if (locked) detail::unlock_admin(fd.get());
   if (ec == std::errc::no_such_file_or_directory) {
     ec.clear();
     return false;
