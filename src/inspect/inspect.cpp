@@ -61,12 +61,6 @@ bool looks_cut(std::string_view file) {
          std::all_of(tail.begin() + 1, tail.end(), [](char c) { return hex_value(c) >= 0; });
 }
 
-bool old_enough_to_be_abandoned(const platform::file_status& st) {
-  const std::uint64_t now = platform::realtime_ns();
-  return now > st.modified_ns &&
-         std::chrono::nanoseconds(now - st.modified_ns) >= detail::temporary_abandoned_after;
-}
-
 // Fills name, name_cut, temporary and temp_pid from a file name. False if it is not one of
 // this user's shmio files by its name.
 bool parse_file_name(std::string_view file, segment_info& info) {
@@ -178,7 +172,7 @@ segment_info examine_one(const std::string& path, std::error_code& ec) {
   // A creator locks its temporary file a moment after creating it: until then only its pid or
   // the file's age tells (segment_locks.hpp).
   info.stale = !info.live && !(info.temporary && platform::process_alive(info.temp_pid) &&
-                               !old_enough_to_be_abandoned(st));
+                               !detail::old_enough_to_be_abandoned(st.modified_ns));
   if (st.size < sizeof(layout::segment_header)) {
     set_problem(info, errc::corrupted, "shorter than a segment header");
     return info;

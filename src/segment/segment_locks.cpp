@@ -45,12 +45,15 @@ stale_test remove_if_unheld(int fd, const std::string& path, std::error_code& ec
   return stale_test::removed;
 }
 
+bool old_enough_to_be_abandoned(std::uint64_t modified_ns) noexcept {
+  const std::uint64_t now = platform::realtime_ns();
+  return now > modified_ns &&
+         std::chrono::nanoseconds(now - modified_ns) >= temporary_abandoned_after;
+}
+
 stale_test remove_if_abandoned_temporary(int fd, const std::string& path, std::error_code& ec) {
   const auto st = platform::status(fd, ec);
-  if (ec) return stale_test::held;
-  const std::uint64_t now = platform::realtime_ns();
-  const auto age = std::chrono::nanoseconds(now > st.modified_ns ? now - st.modified_ns : 0);
-  if (age < temporary_abandoned_after) return stale_test::held;
+  if (ec || !old_enough_to_be_abandoned(st.modified_ns)) return stale_test::held;
   return remove_if_unheld(fd, path, ec);
 }
 

@@ -5,6 +5,7 @@
 // take the admin lock on byte 1 around their test-and-act.
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -32,6 +33,8 @@ stale_test remove_if_unheld(int fd, const std::string& path, std::error_code& ec
 /// covers that moment (its pid is no guide: it may be reused, or be another pid namespace's).
 inline constexpr std::string_view temporary_file_prefix = ".shmio.tmp.";
 inline constexpr std::chrono::seconds temporary_abandoned_after{10};
+/// A temporary file last changed `modified_ns` (realtime) is old enough to count as abandoned.
+bool old_enough_to_be_abandoned(std::uint64_t modified_ns) noexcept;
 /// With the admin lock held: unlinks the temporary file at `path` (open as `fd`) if abandoned.
 /// `held` also when it is too young to tell.
 stale_test remove_if_abandoned_temporary(int fd, const std::string& path, std::error_code& ec);
