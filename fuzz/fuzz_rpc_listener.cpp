@@ -1,5 +1,5 @@
 // Fuzz target: what a hostile process can put in front of an RPC service: the listener segment's
-// body (layout.hpp, "rpc listener") as validate_listener checks it, and the connect ring as the
+// body (layout/rpc.hpp, "rpc listener") as validate_listener checks it, and the connect ring as the
 // acceptor reads requests from it and a client writes them.
 // Input: [mode][...], where mode is
 //   bits 0-1: 0: the rest is a listener body, as is;
@@ -381,7 +381,7 @@ void set_word(input_reader& r, const connect_ring& ring) {
   const std::uint8_t how = r.u8();
   const std::uint8_t who = r.u8();
   const std::uint64_t n = ring.node_count();
-  // The turn: the states of layout.hpp around this position (free, being written, published,
+  // The turn: the states of layout/ring.hpp around this position (free, being written, published,
   // being read, freed for a later lap), the edges of "at most two laps ahead", or anything.
   const std::uint64_t deltas[] = {
       0,         1,         2,     n - 1, n,  n + 1, 2 * n,
@@ -394,7 +394,7 @@ void set_word(input_reader& r, const connect_ring& ring) {
     owner = r.u8();
     owner |= static_cast<std::uint16_t>(r.u8() << 8);
   }
-  // The word holds the turn less the node's index (layout.hpp).
+  // The word holds the turn less the node's index (layout/ring.hpp).
   ring.node_at(pos).word.store(make_word(turn - pos % n, owner, who & 0x80),
                                std::memory_order_relaxed);
 }

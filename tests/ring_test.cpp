@@ -67,7 +67,7 @@ namespace layout = shmio::detail::layout;
 // only a lost wake-up (or a hang) reaches it.
 constexpr auto bound = std::chrono::milliseconds(10'000);
 
-// The byte layout the corruption tests write through a raw mapping (see layout.hpp).
+// The byte layout the corruption tests write through a raw mapping (see layout/ring.hpp).
 constexpr std::size_t segment_header_size = 64;
 constexpr std::size_t ring_state_size = 1344;
 constexpr std::size_t node_header_size = 16;
@@ -101,7 +101,7 @@ std::string text(std::span<const std::byte> bytes) {
   return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
 }
 
-// The word of node `index` for `turn`: it holds the turn less the index (layout.hpp).
+// The word of node `index` for `turn`: it holds the turn less the index (layout/ring.hpp).
 std::uint64_t node_word(std::uint64_t index, std::uint64_t turn, std::uint16_t owner,
                         bool reading = false) {
   return (turn - index) << layout::node_turn_shift | (reading ? layout::node_reading_bit : 0) |

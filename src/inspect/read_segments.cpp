@@ -235,8 +235,7 @@ void read_locked(std::span<const std::byte> body, int fd, segment_info& info) {
                                                    : lock_info::state_kind::claimed;
     const auto& slot = st.slots[l.writer - 1];  // in range: well_formed
     // A word whose tag is not its number's holder's was left by an earlier, dead holder.
-    const bool by_holder = (word >> layout::rw_tag_shift & layout::rw_tag_mask) ==
-                           slot.tag.load(std::memory_order_relaxed);
+    const bool by_holder = detail::rw_lock_view::tag_matches(word, slot);
     l.writer_pid = by_holder ? slot.pid.load(std::memory_order_relaxed) : 0;
     l.dead_holders += !by_holder || !byte_held(fd, layout::participant_lock_base + l.writer - 1);
   } else if (l.shares != 0) {

@@ -38,12 +38,10 @@ bool rw_lock_view::well_formed(std::uint32_t word) noexcept {
   return owner != 0 && owner <= layout::rw_reader_slots;
 }
 
-bool rw_lock_view::written_by_holder(std::uint32_t word) const noexcept {
+bool rw_lock_view::tag_matches(std::uint32_t word, const layout::rw_reader_slot& slot) noexcept {
   // acquire: a holder stores its tag (join) before its first claim, so a word of that holder
   // seen here comes with its tag.
-  const std::uint32_t owner = word & rw_owner_mask;
-  return (word >> rw_tag_shift & rw_tag_mask) ==
-         state_->slots[owner - 1].tag.load(std::memory_order_acquire);
+  return (word >> rw_tag_shift & rw_tag_mask) == slot.tag.load(std::memory_order_acquire);
 }
 
 std::error_code rw_lock_view::validate(const layout::rw_lock_state& state) noexcept {

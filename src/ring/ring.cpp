@@ -17,7 +17,7 @@ using layout::node_reading_bit;
 using layout::node_turn_shift;
 
 constexpr std::uint64_t turn_mask = (std::uint64_t{1} << (64 - node_turn_shift)) - 1;
-// A word holds its node's turn less the node's index (layout.hpp), so that the words of a new
+// A word holds its node's turn less the node's index (layout/ring.hpp), so that the words of a new
 // ring are all zero: a new ring's nodes need no store, and their pages are first touched when
 // they are first used.
 constexpr std::uint64_t make_word(std::uint64_t turn, std::uint32_t index, std::uint16_t owner,

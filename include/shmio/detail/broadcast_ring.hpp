@@ -1,6 +1,6 @@
 #pragma once
 // The shared-memory algorithm of a broadcast_buffer, over layout::broadcast_state (see
-// layout.hpp for the fields and docs/protocol.md for the rules).
+// layout/broadcast.hpp for the fields and docs/protocol.md for the rules).
 //
 // Writers take turns through a lock word (a writer killed while holding it is detected through
 // its participant lock byte and the lock taken over); the holder writes slot tail % slot_count

@@ -1,6 +1,6 @@
 #pragma once
 // The lock-free multi-producer/multi-consumer node ring of a circular_buffer, over the shared
-// layout::ring_state (see layout.hpp for the node word's states).
+// layout::ring_state (see layout/ring.hpp for the node word's states).
 //
 // Based on Vyukov's bounded MPMC queue, with one change that makes it survive kill -9: a party
 // claims a *node* (CAS on its word, recording its participant number) before it advances the
@@ -93,7 +93,7 @@ class ring_view {
   static bool body_size_for(std::uint64_t node_count, std::uint64_t node_size,
                             std::uint64_t& body_size) noexcept;
   /// Writes a new ring's header into `body`, which must be all zero (a new segment file's):
-  /// the nodes are left as they are (see layout.hpp, the node word).
+  /// the nodes are left as they are (see layout/ring.hpp, the node word).
   static void initialize(std::span<std::byte> body, std::uint32_t node_count,
                          std::uint32_t node_size) noexcept;
   /// Checks a ring's header against the size of its body, reading each field once, and

@@ -4,7 +4,7 @@
 // channel's strand; the public entry points go there first.
 //
 // A session is the time between two ends of the other side: the owner's sessions are its
-// openers, one after the other (told apart by their generation, see layout.hpp); an opener has
+// openers, one after the other (told apart by their generation, see layout/rpc.hpp); an opener has
 // one session, with the owner. When a session ends (close packet, lock gone, or, at the owner, a
 // new generation), its calls fail with peer_gone, its handlers are cancelled, and whatever was
 // still to be sent to it (even the rest of a half-written message) is dropped.

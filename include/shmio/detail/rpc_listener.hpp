@@ -1,5 +1,5 @@
 #pragma once
-// The listener segment of an RPC service (layout.hpp, "rpc listener"): creating and checking it,
+// The listener segment of an RPC service (layout/rpc.hpp, "rpc listener"): creating and checking it,
 // the names of its connections, and a client's short-lived link to it while it connects.
 
 #include <atomic>
@@ -29,7 +29,7 @@ struct listener_settings {
 };
 
 /// The calls a service has taken per method, counted in its listener's method table
-/// (layout.hpp) for `shmio stat`. Made by the acceptor; its connections' channels count through
+/// (layout/rpc.hpp) for `shmio stat`. Made by the acceptor; its connections' channels count through
 /// it. It maps the listener's file a second time, so that a connection that outlives its
 /// acceptor (whose close may remove the file) counts into memory that stays mapped until the
 /// last of them goes.

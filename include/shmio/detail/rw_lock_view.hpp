@@ -1,5 +1,5 @@
 #pragma once
-// The cross-process reader/writer lock over a layout::rw_lock_state (see layout.hpp for the
+// The cross-process reader/writer lock over a layout::rw_lock_state (see layout/locks.hpp for the
 // writer word and the reader slots), one non-blocking step at a time; shmio::rw_lock waits
 // between the steps with a detail::waiter.
 //
@@ -44,6 +44,9 @@ class rw_lock_view {
   /// A writer word some handle could have stored: 0, or a participant number 1 .. 256 (with
   /// or without rw_writer_held, with any tag).
   static bool well_formed(std::uint32_t word) noexcept;
+  /// A well-formed, held writer word was stored by the present holder of its number: its tag is
+  /// the one in that number's reader slot (`slot`). Else an earlier holder, now dead, stored it.
+  static bool tag_matches(std::uint32_t word, const layout::rw_reader_slot& slot) noexcept;
 
   /// Announces our number and reclaims whatever a dead previous holder of it left held.
   void join() noexcept;
@@ -69,8 +72,10 @@ class rw_lock_view {
 
  private:
   bool participant_dead(std::uint32_t number) noexcept;
-  // The present holder of the word's number wrote it (its tag is that holder's).
-  bool written_by_holder(std::uint32_t word) const noexcept;
+  // The present holder of the word's number wrote it (tag_matches, with that number's slot).
+  bool written_by_holder(std::uint32_t word) const noexcept {
+    return tag_matches(word, state_->slots[(word & layout::rw_owner_mask) - 1]);
+  }
   // Frees the writer word of a dead owner (to 0, or to us if `for_me`); true if it did.
   bool reclaim_writer(std::uint32_t word, bool for_me) noexcept;
   bool take_owner_died() noexcept;
