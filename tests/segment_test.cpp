@@ -1,6 +1,8 @@
 // Named segments (include/shmio/segment.hpp): creation, opening, validation, lifetime, security.
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -30,6 +32,7 @@
 #include "shmio/detail/platform.hpp"
 #include "shmio/detail/segment_locks.hpp"
 #include "shmio/error.hpp"
+#include "shmio/inspect.hpp"
 #include "shmio/segment.hpp"
 #include "support.hpp"
 
@@ -552,6 +555,46 @@ TEST_CASE("an open_or_create of a segment whose creator was killed creates a new
   CHECK(s.created());
   CHECK(s.body().size() == 100);
   CHECK(has_pattern(s.body(), 11));
+}
+
+TEST_CASE("a stale segment whose file cannot be unlinked makes creates and opens fail and stays",
+          "[segment][process]") {
+  scoped_name name;
+  create_in_child_and_kill(name, 14);
+  const std::string path = path_of(name);
+  // In a child with a mount namespace of its own, the file is mounted over itself: it opens as
+  // before, and an unlink of a mount point fails with EBUSY. The mount goes with the child.
+  enum : int { not_tried = 50, passed = 0 };
+  child c([&]() -> int {
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount(path.c_str(), path.c_str(), nullptr, MS_BIND, nullptr) != 0)
+      return not_tried;  // needs CAP_SYS_ADMIN
+    auto busy = [](const std::error_code& e) {
+      return e.category() == std::system_category() && e.value() == EBUSY;
+    };
+    std::error_code ec;
+    // Before: errc::busy, after looking for the file again and again (create), errc::not_found
+    // with the file still there (open), true: "removed" (the inspector).
+    auto created = segment::create(name, object_kind::raw, 100, {}, ec);
+    if (!busy(ec) || created.is_open()) return 1;
+    auto opened = segment::open(name, object_kind::raw, ec);
+    if (!busy(ec) || opened.is_open()) return 2;
+    if (shmio::inspect::remove_if_stale(name.str(), ec) || !busy(ec)) return 3;
+    if (!exists(path)) return 4;
+    return passed;
+  });
+  const int rc = c.wait();
+  if (rc == not_tried) {
+    WARN("no mount namespace here (it needs CAP_SYS_ADMIN): not tried");
+    return;
+  }
+  CHECK(rc == passed);
+  // Outside the child's namespace the file is an ordinary stale one: it goes as any does.
+  std::error_code ec;
+  auto again = segment::create(name, object_kind::raw, 100, {}, ec);
+  REQUIRE_FALSE(ec);
+  CHECK(again.created());
 }
 
 TEST_CASE("a create of a segment whose exec'd creator was killed removes it and succeeds",

@@ -40,9 +40,20 @@ stale_test remove_if_unheld(int fd, const std::string& path, std::error_code& ec
   // An exclusive holder lock succeeds only if no process holds the segment: it is stale.
   if (!platform::try_lock_byte(fd, layout::holder_lock_byte, platform::lock_kind::exclusive, ec))
     return stale_test::held;
+  // Still ours: names are only made by rename-no-replace, and removed under the admin lock.
+  platform::unlink(path, ec);
+  if (!ec) return stale_test::removed;
+  // Removed by something that does not take the admin lock (rm): as good as gone.
+  if (ec == std::errc::no_such_file_or_directory) {
+    ec.clear();
+    return stale_test::gone;
+  }
+  // Not removable (an immutable file, say): the stale file stays, and the caller says why
+  // rather than take it for removed and look for it again. The holder lock goes back to what a
+  // look leaves; the admin lock is the caller's.
   std::error_code ignored;
-  platform::unlink(path, ignored);  // still ours: names are only made by rename-no-replace
-  return stale_test::removed;
+  platform::try_lock_byte(fd, layout::holder_lock_byte, platform::lock_kind::unlock, ignored);
+  return stale_test::held;
 }
 
 bool old_enough_to_be_abandoned(std::uint64_t modified_ns) noexcept {

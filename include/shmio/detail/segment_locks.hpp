@@ -23,7 +23,8 @@ enum class stale_test {
   gone,     // the file was unlinked meanwhile
 };
 /// With the admin lock held: unlinks the file at `path` (open as `fd`) if no process holds the
-/// segment. Under the admin lock no process can open it between the test and the unlink.
+/// segment. Under the admin lock no process can open it between the test and the unlink. An
+/// unlink that fails leaves the file: `held`, with `ec` the unlink's error.
 stale_test remove_if_unheld(int fd, const std::string& path, std::error_code& ec);
 
 /// A segment is built under a temporary name in shm_directory and renamed into place
