@@ -67,7 +67,8 @@ namespace layout = shmio::detail::layout;
 // only a lost wake-up (or a hang) reaches it.
 constexpr auto bound = std::chrono::milliseconds(10'000);
 
-// The byte layout the corruption tests write through a raw mapping (see layout/ring.hpp).
+// The byte layout the corruption tests write through a raw mapping (see layout/segment.hpp and
+// layout/ring.hpp).
 constexpr std::size_t segment_header_size = 64;
 constexpr std::size_t ring_state_size = 1344;
 constexpr std::size_t node_header_size = 16;

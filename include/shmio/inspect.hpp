@@ -214,7 +214,8 @@ segment_info examine_file(const std::string& path, std::error_code& ec);
 
 /// Removes the segment `name` if no process holds it (true), with the same locking protocol as
 /// a create that finds it stale. A live segment is left alone: false, errc::busy. A stale file
-/// that cannot be unlinked (an immutable one) stays: false, with the unlink's error.
+/// that cannot be unlinked stays: false, with the unlink's error (errc::access_denied for EPERM
+/// or EACCES, else the system's).
 bool remove_if_stale(std::string_view name, std::error_code& ec);
 /// Removes the file `path` (a segment or temporary file) if it is stale; see remove_if_stale.
 /// A temporary file counts as stale when nobody holds it and its creating process is gone, or

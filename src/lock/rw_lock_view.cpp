@@ -100,7 +100,7 @@ void rw_lock_view::join() noexcept {
     tag_ = tag_ % rw_tag_mask + 1;
     my_word_ = me_ | tag_ << rw_tag_shift;
   }
-  // release: before any word of ours (see written_by_holder).
+  // release: before any word of ours (see tag_matches).
   my_slot().tag.store(tag_, std::memory_order_release);
   leave();  // whatever a previous holder of our number left behind, it cannot use any more
 }

@@ -83,7 +83,7 @@ existing probe_existing(const std::string& path, object_kind kind, bool adopt, m
     case detail::stale_test::removed:
       return existing::stale_removed;  // closing fd drops our locks
     case detail::stale_test::held:
-      ec = from_system(ec);  // a stale file that could not be removed: the unlink's reason
+      ec = from_system(ec);  // why it could not tell (for a stale file: why its unlink failed)
       break;
   }
   if (!ec && adopt) st = platform::status(fd.get(), ec);  // its size, as of under the lock

@@ -1,6 +1,6 @@
 #pragma once
-// The listener segment of an RPC service (layout/rpc.hpp, "rpc listener"): creating and checking it,
-// the names of its connections, and a client's short-lived link to it while it connects.
+// The listener segment of an RPC service (layout/rpc.hpp, "rpc listener"): creating and checking
+// it, the names of its connections, and a client's short-lived link to it while it connects.
 
 #include <atomic>
 #include <chrono>

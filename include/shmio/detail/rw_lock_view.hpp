@@ -44,8 +44,9 @@ class rw_lock_view {
   /// A writer word some handle could have stored: 0, or a participant number 1 .. 256 (with
   /// or without rw_writer_held, with any tag).
   static bool well_formed(std::uint32_t word) noexcept;
-  /// A well-formed, held writer word was stored by the present holder of its number: its tag is
-  /// the one in that number's reader slot (`slot`). Else an earlier holder, now dead, stored it.
+  /// A well-formed, non-zero writer word (claimed or held) was stored by the present holder of
+  /// its number: its tag is the one in that number's reader slot (`slot`). Else an earlier
+  /// holder, now dead, stored it, or it is damage.
   static bool tag_matches(std::uint32_t word, const layout::rw_reader_slot& slot) noexcept;
 
   /// Announces our number and reclaims whatever a dead previous holder of it left held.

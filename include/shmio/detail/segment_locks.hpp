@@ -20,11 +20,13 @@ void unlock_admin(int fd) noexcept;
 enum class stale_test {
   removed,  // nobody held the segment: its file is unlinked (fd holds the exclusive lock)
   held,     // some process holds it (or `ec` says why we could not tell)
-  gone,     // the file was unlinked meanwhile
+  gone,     // the file was unlinked meanwhile (if by someone who skipped the admin lock, fd
+            // holds the exclusive lock)
 };
 /// With the admin lock held: unlinks the file at `path` (open as `fd`) if no process holds the
 /// segment. Under the admin lock no process can open it between the test and the unlink. An
-/// unlink that fails leaves the file: `held`, with `ec` the unlink's error.
+/// unlink that fails leaves the file: `held`, with `ec` the unlink's error (the exclusive lock
+/// taken for the test let go again).
 stale_test remove_if_unheld(int fd, const std::string& path, std::error_code& ec);
 
 /// A segment is built under a temporary name in shm_directory and renamed into place
