@@ -11,10 +11,11 @@
 // last one closes it, the file is removed. A process killed while holding it leaves the file
 // behind, "stale": the next create of the name removes it and succeeds, the next open removes
 // it and fails with errc::not_found. A stale file that cannot be unlinked stays, and creates and
-// opens fail with the unlink's error: errc::access_denied for EPERM or EACCES (an immutable file),
-// else the system's (EBUSY for a mount point). Openers never see a half-initialised segment: a
-// creator builds it under a private name and renames it into place. A child forked without exec
-// shares its parent's open file and locks: closing an inherited handle there only unmaps it.
+// opens fail with the unlink's error: errc::access_denied for EPERM or EACCES (a security module
+// refused it, or /dev/shm was made immutable), else the system's (EBUSY for a mount point). Openers
+// never see a half-initialised segment: a creator builds it under a private name and renames it
+// into place. A child forked without exec shares its parent's open file and locks: closing an
+// inherited handle there only unmaps it.
 
 #include <cstddef>
 #include <cstdint>

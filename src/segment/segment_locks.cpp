@@ -48,7 +48,7 @@ stale_test remove_if_unheld(int fd, const std::string& path, std::error_code& ec
     ec.clear();
     return stale_test::gone;
   }
-  // Not removable (an immutable file, say): the stale file stays, and the caller says why
+  // Not removable (a mount point, or a security module's refusal): the stale file stays, and the caller says why
   // rather than take it for removed and look for it again. The holder lock goes back to what a
   // look leaves; the admin lock is the caller's.
   std::error_code ignored;
