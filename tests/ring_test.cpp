@@ -45,6 +45,8 @@
 #include "shmio/circular_buffer.hpp"
 #include "shmio/detail/layout.hpp"
 #include "shmio/detail/names.hpp"
+#include "shmio/detail/ring.hpp"
+#include "shmio/segment.hpp"
 #include "support.hpp"
 
 namespace {
@@ -1663,6 +1665,52 @@ TEST_CASE(
   replied.notify();
   CHECK(reopener.wait() == 0);
   CHECK(take(ring, 0ms) == "<timed out>");
+}
+
+TEST_CASE(
+    "a writer-only join recovers its number's claims between the head and the tail, and every "
+    "node when the cursors are crossed",
+    "[ring]") {
+  // recover_own_writes, as an RPC listener's clients join: number 9's previous holder died
+  // holding a write claim. Positions 0-2 are written and 0 read: head 1, tail 3.
+  const std::string where = GENERATE("at the tail, the tail moved on", "at the tail, not moved on",
+                                     "past crossed cursors");
+  CAPTURE(where);
+  asio::io_context io;
+  scoped_name name("ring");
+  constexpr std::size_t node_size = 16;
+  constexpr std::uint64_t count = 8;
+  circular_buffer ring(io.get_executor(), shmio::create_only, name, count, node_size);
+  raw_map raw(name);
+  for (int i = 0; i < 3; ++i)
+    put(ring, numbered(i));
+  REQUIRE(take(ring, 0ms) == numbered(0));
+  std::uint64_t claimed = 3;
+  if (where == "past crossed cursors") {
+    // A head past the tail (damage, or a reader that skipped a node whose dead writer never
+    // moved the tail) tells nothing: every node is looked at, the one at position 5 too.
+    claimed = 5;
+    raw.state().head.position.store(4);
+  }
+  raw.node(claimed, node_size).word.store(node_word(claimed, claimed, 9));
+  if (where == "at the tail, the tail moved on") raw.state().tail.position.store(4);
+
+  std::error_code ec;
+  shmio::segment seg = shmio::segment::open(name, shmio::object_kind::circular_buffer, ec);
+  REQUIRE_FALSE(ec);
+  shmio::detail::ring_geometry g;
+  REQUIRE_FALSE(shmio::detail::ring_view::validate(seg.body(), g));
+  shmio::detail::ring_view joiner(reinterpret_cast<layout::ring_state*>(seg.body().data()), g,
+                                  seg.native_handle(), 9);
+  joiner.recover_own_writes();
+  // Skipped: "done with its lap", free for the next lap's writer.
+  CHECK(raw.node(claimed, node_size).word.load() == node_word(claimed, claimed + count, 0));
+  if (where == "past crossed cursors") return;
+  // Readers pass the skipped node at once: nothing waits for the dead writer's patience.
+  CHECK(take(ring, 0ms) == numbered(1));
+  CHECK(take(ring, 0ms) == numbered(2));
+  CHECK(put(ring, "after", 0ms) == 5);
+  CHECK(take(ring, 0ms) == "after");
 }
 
 TEST_CASE("a ring reader that died between claiming its node and advancing the head stalls nobody",

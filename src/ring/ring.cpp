@@ -244,19 +244,41 @@ void ring_view::prefetch(std::uint64_t position) const noexcept {
   if (stride_ > layout::cache_line) __builtin_prefetch(p + layout::cache_line, 1);
 }
 
+bool ring_view::recover_node(std::uint32_t i) noexcept {
+  auto& n = node(i);
+  std::uint64_t w = n.word.load(std::memory_order_acquire);
+  if (owner_of(w) != me_ || owner_of(w) == 0) return false;
+  // A write claim of position p (turn p) is skipped; a read claim (turn p + 1) is freed. Both
+  // end as "done with lap p": turn p + count, owner 0.
+  const std::uint64_t lap_start = is_reading(w) ? turn_of(w, i) - 1 : turn_of(w, i);
+  return n.word.compare_exchange_strong(w, make_word(lap_start + count_, i, 0),
+                                        std::memory_order_acq_rel);
+}
+
 void ring_view::recover_own_nodes() noexcept {
   bool recovered = false;
-  for (std::uint32_t i = 0; i < count_; ++i) {
-    auto& n = node(i);
-    std::uint64_t w = n.word.load(std::memory_order_acquire);
-    if (owner_of(w) != me_ || owner_of(w) == 0) continue;
-    // A write claim of position p (turn p) is skipped; a read claim (turn p + 1) is freed. Both
-    // end as "done with lap p": turn p + count, owner 0.
-    const std::uint64_t lap_start = is_reading(w) ? turn_of(w, i) - 1 : turn_of(w, i);
-    recovered |= n.word.compare_exchange_strong(w, make_word(lap_start + count_, i, 0),
-                                                std::memory_order_acq_rel);
-  }
+  for (std::uint32_t i = 0; i < count_; ++i)
+    recovered |= recover_node(i);
   // Only then: every open would otherwise wake every parked waiter of the ring for nothing.
+  if (!recovered) return;
+  notify_all(state_->readers);
+  notify_all(state_->writers);
+}
+
+void ring_view::recover_own_writes() noexcept {
+  // A writer claims position p only after loading a tail of p, and the tail only grows: p is
+  // never past the tail. No reader moves the head past a node a writer holds (it waits there,
+  // or skips the node once its writer is dead, which recovers it): p is never before the head.
+  // So a dead writer's claim lies in [head, tail] (head first: a tail loaded later is no
+  // smaller). Cursors further apart than a lap, or crossed (damage, or a head moved past a
+  // skipped node before a dead writer's tail), mean every node.
+  const std::uint64_t head = load_cursor(state_->head);
+  const std::uint64_t tail = load_cursor(state_->tail);
+  const std::uint64_t span = tail - head;
+  const std::uint64_t looks = span < count_ ? span + 1 : count_;
+  bool recovered = false;
+  for (std::uint64_t k = 0; k < looks; ++k)
+    recovered |= recover_node(index_of(head + k));
   if (!recovered) return;
   notify_all(state_->readers);
   notify_all(state_->writers);

@@ -143,7 +143,8 @@ std::unique_ptr<listener_link> listener_link::open(std::string_view service, std
   auto* state =
       reinterpret_cast<layout::ring_state*>(link.seg_.body().data() + link.settings_.ring_offset);
   std::construct_at(&link.ring_, state, link.settings_.ring, fd, me);
-  link.ring_.recover_own_nodes();
+  // Clients only write this ring (the acceptor alone reads it, under a number of its own).
+  link.ring_.recover_own_writes();
   return owned;
 }
 

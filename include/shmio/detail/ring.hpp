@@ -88,6 +88,11 @@ class ring_view {
 
   /// Frees or skips every node a previous holder of our participant number left claimed.
   void recover_own_nodes() noexcept;
+  /// recover_own_nodes for a ring in which no handle holding our participant number ever read
+  /// (the connect ring of an RPC listener, which clients only write): a writer's claim lies
+  /// between the head and the tail, so only those nodes are looked at (all of them if the
+  /// cursors say otherwise), and a join touches the pages of a few nodes, not of all.
+  void recover_own_writes() noexcept;
 
   /// Sizes and offsets for a new ring; false if they do not fit the limits.
   static bool body_size_for(std::uint64_t node_count, std::uint64_t node_size,
@@ -113,6 +118,9 @@ class ring_view {
   // patience and is gone (liveness.hpp).
   bool owner_is_dead(patience& record, std::uint64_t word, std::uint32_t index,
                      std::uint16_t owner) noexcept;
+  // Frees or skips node i if we hold a claim on it (a previous holder of our number left it);
+  // true if it did.
+  bool recover_node(std::uint32_t i) noexcept;
 
   layout::ring_state* state_ = nullptr;
   std::byte* nodes_ = nullptr;
