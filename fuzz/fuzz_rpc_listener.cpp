@@ -260,7 +260,7 @@ class connect_ring {
   /// A forged request: `bytes`, up to one past the node's size.
   void post_forged(std::span<const std::uint8_t> bytes) { write(bytes.data(), bytes.size()); }
 
-  void recover_client() { client_.recover_own_nodes(); }
+  void recover_client() { client_.recover_own_writes(); }  // as listener_link::open
 
  private:
   void write(const void* what, std::size_t length) {

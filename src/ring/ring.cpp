@@ -269,9 +269,10 @@ void ring_view::recover_own_writes() noexcept {
   // A writer claims position p only after loading a tail of p, and the tail only grows: p is
   // never past the tail. No reader moves the head past a node a writer holds (it waits there,
   // or skips the node once its writer is dead, which recovers it): p is never before the head.
-  // So a dead writer's claim lies in [head, tail] (head first: a tail loaded later is no
-  // smaller). Cursors further apart than a lap, or crossed (damage, or a head moved past a
-  // skipped node before a dead writer's tail), mean every node.
+  // So a dead writer's claim lies in [head, tail], both bounds holding for as long as it stands
+  // (the head loaded first, so that a head and tail moving meanwhile do not look crossed).
+  // Cursors further apart than a lap, or crossed (damage; or a head moved past a skipped node
+  // before a dead writer's tail, when no claim is left), mean every node.
   const std::uint64_t head = load_cursor(state_->head);
   const std::uint64_t tail = load_cursor(state_->tail);
   const std::uint64_t span = tail - head;

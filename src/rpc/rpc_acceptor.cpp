@@ -15,6 +15,11 @@ std::shared_ptr<rpc_acceptor_impl> rpc_acceptor_impl::create(const asio::any_io_
   im->seg_ = create_listener(name, options, ec);
   if (ec) return nullptr;
   const int fd = im->seg_.native_handle();
+  // Our participant number before the lock that lets clients in: a client that took a number
+  // first, and died holding a node with it, would hand us its number, and our reader would take
+  // its claim for one of ours and wait for it for ever.
+  const std::uint16_t me = claim_participant(fd, layout::max_participants, ec);
+  if (ec) return nullptr;
   // The lock clients look at to tell a live service from a stale listener.
   if (!platform::try_lock_byte(fd, layout::listener_server_lock_byte,
                                platform::lock_kind::exclusive, ec)) {
@@ -27,8 +32,6 @@ std::shared_ptr<rpc_acceptor_impl> rpc_acceptor_impl::create(const asio::any_io_
   im->settings_.channel.max_in_flight = options.max_in_flight;
   im->settings_.channel.max_concurrent_handlers = options.max_concurrent_handlers;
   im->settings_.channel.max_reassembly_bytes = options.max_reassembly_bytes;
-  const std::uint16_t me = claim_participant(fd, layout::max_participants, ec);
-  if (ec) return nullptr;
   auto* state =
       reinterpret_cast<layout::ring_state*>(im->seg_.body().data() + im->settings_.ring_offset);
   std::construct_at(&im->ring_, state, im->settings_.ring, fd, me);
