@@ -133,20 +133,21 @@ std::unique_ptr<listener_link> listener_link::open(std::string_view service, std
   if (ec) return nullptr;
   if ((ec = validate_listener(link.seg_.body(), link.settings_))) return nullptr;
   const int fd = link.seg_.native_handle();
-  // Our number first, then the acceptor's lock: a number taken while the acceptor lives is never
-  // the acceptor's, the one handle that reads this ring (see recover_own_writes below).
+  // Our number first, then the acceptor's lock: a number held while the acceptor lives (it took
+  // its own before that lock) is never the acceptor's, the one handle that reads this ring (see
+  // recover_own_writes below). A listener file has one acceptor, its creator, for its life.
   const std::uint16_t me = claim_participant(fd, layout::max_participants, ec);
-  if (ec) return nullptr;
-  // A listener whose acceptor is gone serves nobody: as good as none.
+  // A listener whose acceptor is gone serves nobody: as good as none (whatever else failed).
   if (!link.server_alive()) {
     ec = errc::not_found;
     return nullptr;
   }
+  if (ec) return nullptr;
   auto* state =
       reinterpret_cast<layout::ring_state*>(link.seg_.body().data() + link.settings_.ring_offset);
   std::construct_at(&link.ring_, state, link.settings_.ring, fd, me);
-  // Clients only write this ring: the acceptor alone reads it, under a number of its own that it
-  // took before any client could open the listener, and that it held when we took ours.
+  // Clients only write this ring: the acceptor alone reads it, under a number it took before any
+  // client could pass the check above, and held at the same time as ours: not ours.
   link.ring_.recover_own_writes();
   return owned;
 }
