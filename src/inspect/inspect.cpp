@@ -336,9 +336,6 @@ bool remove_file_if_stale(const std::string& path, std::error_code& ec) {
                                        : detail::remove_if_unheld(fd.get(), path, ec);
   if (!ec && found == detail::stale_test::gone) ec = errc::not_found;  // removed meanwhile
   if (!ec && found == detail::stale_test::held) ec = errc::busy;       // some process holds it
-  // A stale file that could not be unlinked: these two as a create reports them.
-  if (ec == std::errc::operation_not_permitted || ec == std::errc::permission_denied)
-    ec = errc::access_denied;
   detail::unlock_admin(fd.get());
   return found == detail::stale_test::removed;
 }

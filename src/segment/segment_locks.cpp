@@ -48,9 +48,11 @@ stale_test remove_if_unheld(int fd, const std::string& path, std::error_code& ec
     ec.clear();
     return stale_test::gone;
   }
-  // Not removable (a mount point, or a security module's refusal): the stale file stays, and the caller says why
-  // rather than take it for removed and look for it again. The holder lock goes back to what a
-  // look leaves; the admin lock is the caller's.
+  // Not removable (a mount point, or a security module's refusal): the stale file stays, and the
+  // caller says why rather than take it for removed and look for it again. The holder lock goes
+  // back to what a look leaves; the admin lock is the caller's.
+  if (ec == std::errc::operation_not_permitted || ec == std::errc::permission_denied)
+    ec = errc::access_denied;  // as any other refusal to use the file is reported
   std::error_code ignored;
   platform::try_lock_byte(fd, layout::holder_lock_byte, platform::lock_kind::unlock, ignored);
   return stale_test::held;

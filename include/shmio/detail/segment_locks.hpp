@@ -25,8 +25,8 @@ enum class stale_test {
 };
 /// With the admin lock held: unlinks the file at `path` (open as `fd`) if no process holds the
 /// segment. Under the admin lock no process can open it between the test and the unlink. An
-/// unlink that fails leaves the file: `held`, with `ec` the unlink's error (the exclusive lock
-/// taken for the test let go again).
+/// unlink that fails leaves the file: `held`, with `ec` the unlink's error (errc::access_denied
+/// for EPERM or EACCES; the exclusive lock taken for the test let go again).
 stale_test remove_if_unheld(int fd, const std::string& path, std::error_code& ec);
 
 /// A segment is built under a temporary name in shm_directory and renamed into place
