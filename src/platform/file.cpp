@@ -6,9 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "shmio/detail/platform.hpp"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older C library headers lack the name
+#endif
 
 namespace shmio::detail::platform {
 namespace {
@@ -115,6 +120,31 @@ const void* map_read_only(int fd, std::size_t size, std::error_code& ec) {
 
 void unmap(void* address, std::size_t size) noexcept {
   if (address) ::munmap(address, size);
+}
+
+void page_populator::add(const void* address, std::size_t size) noexcept {
+  if (size == 0) return;
+  static const std::uintptr_t page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<std::uintptr_t>(address);
+  const std::uintptr_t begin = first & ~(page - 1);
+  const std::uintptr_t end = (first + size + page - 1) & ~(page - 1);
+  // Overlapping or adjacent pages join the run; anything else starts a new one.
+  if (begin_ != end_ && begin <= end_ && end >= begin_) {
+    begin_ = std::min(begin_, begin);
+    end_ = std::max(end_, end);
+    return;
+  }
+  flush();
+  begin_ = begin;
+  end_ = end;
+}
+
+void page_populator::flush() noexcept {
+  if (begin_ == end_) return;
+  // The result is not looked at: see the class's comment.
+  static_cast<void>(
+      ::madvise(reinterpret_cast<void*>(begin_), end_ - begin_, MADV_POPULATE_WRITE));
+  begin_ = end_ = 0;
 }
 
 bool try_lock_byte(int fd, std::uint64_t byte, lock_kind kind, std::error_code& ec) {

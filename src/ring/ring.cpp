@@ -1,5 +1,6 @@
 #include "shmio/detail/ring.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <new>
@@ -242,6 +243,26 @@ void ring_view::prefetch(std::uint64_t position) const noexcept {
   const auto* p = reinterpret_cast<const char*>(&node(index_of(position)));
   __builtin_prefetch(p, 1);
   if (stride_ > layout::cache_line) __builtin_prefetch(p + layout::cache_line, 1);
+}
+
+void ring_view::populate(std::byte* state, const ring_geometry& g, std::uint64_t position,
+                         std::uint32_t nodes, platform::page_populator& pages) noexcept {
+  pages.add(state, sizeof(layout::ring_state));
+  if (g.node_count == 0) return;
+  // A node's header line and the first line of its message: the rest of a large node is
+  // touched only by a message that long.
+  const std::size_t lines = std::min<std::size_t>(g.node_stride, 2 * layout::cache_line);
+  for (std::uint32_t i = 0; i < std::min(nodes, g.node_count); ++i) {
+    const std::uint64_t index = (position + i) % g.node_count;
+    pages.add(state + g.nodes_offset + index * g.node_stride, lines);
+  }
+}
+
+void ring_view::populate(std::uint64_t position, std::uint32_t nodes) const noexcept {
+  platform::page_populator pages;
+  auto* state = reinterpret_cast<std::byte*>(state_);
+  populate(state, {count_, size_, stride_, static_cast<std::uint64_t>(nodes_ - state)}, position,
+           nodes, pages);
 }
 
 bool ring_view::recover_node(std::uint32_t i) noexcept {

@@ -146,6 +146,9 @@ std::unique_ptr<listener_link> listener_link::open(std::string_view service, std
   auto* state =
       reinterpret_cast<layout::ring_state*>(link.seg_.body().data() + link.settings_.ring_offset);
   std::construct_at(&link.ring_, state, link.settings_.ring, fd, me);
+  // The page of the node this client is about to write mapped in one call, not by a fault.
+  // relaxed: only a hint of which page; nothing is read through it.
+  link.ring_.populate(state->tail.position.load(std::memory_order_relaxed), 1);
   // Clients only write this ring: the acceptor alone reads it, under a number it took before any
   // client could pass the check above, and held at the same time as ours: not ours.
   link.ring_.recover_own_writes();

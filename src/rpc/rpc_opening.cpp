@@ -27,6 +27,23 @@ struct channel_settings {
   ring_geometry ring;  // both rings': checked to be the same
 };
 
+// The pages of each ring that an end maps in one go as it joins (ring_view::populate), rather
+// than take a page fault for each as it first touches them: the ring's state and its first
+// nodes. A connection with one call puts two packets into each ring (the request and the
+// client's close packet; the accept packet and the reply), and the acceptor's end, which stays
+// until it has read the close, also looks at the third node of one ring and writes the third of
+// the other. A node's page is its own in the usual sizes, and each page mapped costs a share of
+// the unmap, so no more than that.
+constexpr std::uint32_t owner_first_nodes = 2;
+constexpr std::uint32_t acceptor_first_nodes = 3;
+
+void populate_rings(std::byte* body, std::uint64_t ring_bytes, const ring_geometry& g,
+                    std::uint32_t nodes) noexcept {
+  platform::page_populator pages;
+  ring_view::populate(body + sizeof(layout::rpc_header), g, 0, nodes, pages);
+  ring_view::populate(body + sizeof(layout::rpc_header) + ring_bytes, g, 0, nodes, pages);
+}
+
 std::error_code validate_channel(std::span<const std::byte> body, channel_settings& out) {
   if (body.size() < sizeof(layout::rpc_header)) return errc::corrupted;
   const auto& h = *reinterpret_cast<const layout::rpc_header*>(body.data());
@@ -92,6 +109,7 @@ std::shared_ptr<rpc_channel> rpc_channel::make_owner(const asio::any_io_executor
                        {count, size, static_cast<std::uint32_t>(layout::node_stride_for(size)),
                         layout::ring_nodes_offset}};
   auto init = [&](std::span<std::byte> body) {
+    populate_rings(body.data(), ring_bytes, where.ring, owner_first_nodes);
     auto* h = new (body.data()) layout::rpc_header{};
     h->version = layout::rpc_version;
     h->node_count = count;
@@ -124,6 +142,20 @@ std::shared_ptr<rpc_channel> rpc_channel::make_opener(const asio::any_io_executo
                                                       const rpc_options* expected) {
   segment seg = segment::open(name, object_kind::rpc, ec);
   if (ec) return nullptr;
+  // An acceptor's new connection, made with the sizes it expects: mapped before it is
+  // validated (which reads both rings' states), and only if the file is as large as those
+  // sizes make it, so that every page populated is in the mapping.
+  std::uint64_t expected_ring_bytes = 0;
+  if (expected &&
+      ring_view::body_size_for(expected->node_count, expected->node_size, expected_ring_bytes) &&
+      seg.body().size() == sizeof(layout::rpc_header) + 2 * expected_ring_bytes) {
+    const auto size = static_cast<std::uint32_t>(expected->node_size);
+    populate_rings(seg.body().data(), expected_ring_bytes,
+                   {static_cast<std::uint32_t>(expected->node_count), size,
+                    static_cast<std::uint32_t>(layout::node_stride_for(size)),
+                    layout::ring_nodes_offset},
+                   acceptor_first_nodes);
+  }
   channel_settings settings;
   ec = validate_channel(seg.body(), settings);
   if (ec) return nullptr;

@@ -60,6 +60,13 @@ std::error_code validate_header(const layout::segment_header& h, std::uint64_t f
 
 enum class existing { opened, missing, stale_removed, live };
 
+// The header's page is touched right after the mapping (validated or written), and by every
+// object after it: mapped in one call rather than by a page fault.
+void populate_first_page(void* base) noexcept {
+  platform::page_populator pages;
+  pages.add(base, sizeof(layout::segment_header));
+}
+
 // Looks at the file at `path`. A stale one is removed; a live one is opened (if `adopt`) or
 // reported as live. `out` holds the mapping when the result is `opened`.
 existing probe_existing(const std::string& path, object_kind kind, bool adopt, mapping& out,
@@ -102,6 +109,7 @@ existing probe_existing(const std::string& path, object_kind kind, bool adopt, m
   }
   void* base = platform::map_shared(fd.get(), st.size, ec);
   if (ec) return existing::live;
+  populate_first_page(base);
   out.base = static_cast<std::byte*>(base);
   out.size = st.size;
   out.fd = std::move(fd);
@@ -167,6 +175,7 @@ mapping build_private(const std::string& temp, object_kind kind, std::size_t bod
   }
   m.base = static_cast<std::byte*>(base);
   m.size = total;
+  populate_first_page(base);
   auto* h = new (m.base) layout::segment_header{};
   h->magic = layout::segment_magic;
   h->version = layout::layout_version;

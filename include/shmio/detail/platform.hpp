@@ -66,6 +66,29 @@ void* map_shared(int fd, std::size_t size, std::error_code& ec);
 const void* map_read_only(int fd, std::size_t size, std::error_code& ec);
 void unmap(void* address, std::size_t size) noexcept;
 
+/// Gathers byte ranges of a shared mapping into runs of adjacent pages and fills in the page
+/// table entries of each run with one system call (MADV_POPULATE_WRITE), so that touching them
+/// afterwards takes no page fault: a fault costs several times a system call that maps many
+/// pages (docs/performance.md). Only for pages the caller is about to touch: every page mapped
+/// costs its share of the unmap. Best effort: where the kernel lacks it (before 5.14) or a
+/// page is beyond the file's end, nothing is mapped and the touch faults as it would have (the
+/// call reports an error instead of raising SIGBUS).
+class page_populator {
+ public:
+  page_populator() = default;
+  page_populator(const page_populator&) = delete;
+  page_populator& operator=(const page_populator&) = delete;
+  ~page_populator() { flush(); }
+  /// `size` bytes from `address` (size 0: nothing).
+  void add(const void* address, std::size_t size) noexcept;
+  /// Populates the run gathered so far.
+  void flush() noexcept;
+
+ private:
+  std::uintptr_t begin_ = 0;  // page-aligned; begin_ == end_: no run
+  std::uintptr_t end_ = 0;
+};
+
 // Open-file-description record locks on single bytes of a file: they belong to the open file,
 // not the process, so they are released when its last descriptor closes or the process dies.
 enum class lock_kind { shared, exclusive, unlock };

@@ -19,6 +19,7 @@
 
 #include "shmio/detail/layout.hpp"
 #include "shmio/detail/liveness.hpp"
+#include "shmio/detail/platform.hpp"
 
 namespace shmio::detail {
 
@@ -85,6 +86,16 @@ class ring_view {
   /// A hint that this participant is about to claim the node at `position` (a batch's next
   /// message): starts loading its lines into this core's cache while the current one is used.
   void prefetch(std::uint64_t position) const noexcept;
+
+  /// Adds to `pages` the state and the first lines of the `nodes` nodes from `position` on of
+  /// the ring at `state` with the sizes `g`: pages an end is about to touch, mapped in one
+  /// system call where a page fault each would cost several times as much (an end of a
+  /// short-lived connection). Nothing is read or written, so the ring need not be validated
+  /// yet, but the caller makes sure that a ring of sizes `g` at `state` lies in its mapping.
+  static void populate(std::byte* state, const ring_geometry& g, std::uint64_t position,
+                       std::uint32_t nodes, platform::page_populator& pages) noexcept;
+  /// The same for this ring, at once.
+  void populate(std::uint64_t position, std::uint32_t nodes) const noexcept;
 
   /// Frees or skips every node a previous holder of our participant number left claimed.
   void recover_own_nodes() noexcept;
