@@ -168,3 +168,39 @@ TEST_CASE("with every slot held by live owners a sleeper counts itself on the sh
   }
   CHECK(q->parked.load() == 0);
 }
+
+TEST_CASE("a slot taken over from a dead owner passes on a ring a signaller claimed from it",
+          "[wait_queue]") {
+  auto q = fresh_queue();
+  std::error_code ec;
+  std::uint64_t dead_id = 0, waiter_id = 0, newcomer_id = 0;
+  platform::open_doorbell(dead_id, ec);  // closed at once: its owner is gone
+  REQUIRE_FALSE(ec);
+  const platform::unique_fd waiter = platform::open_doorbell(waiter_id, ec);
+  REQUIRE_FALSE(ec);
+  const platform::unique_fd newcomer = platform::open_doorbell(newcomer_id, ec);
+  REQUIRE_FALSE(ec);
+  // Every slot held by the live waiter's doorbell, which is parked in slot 1; slot 0's owner
+  // died parked.
+  for (auto& slot : q->slots)
+    slot.doorbell.store(waiter_id);
+  q->slots[0].doorbell.store(dead_id);
+  q->slots[0].armed.store(1);
+  q->slots[1].armed.store(1);
+  q->parked.store(2 * layout::parked_doorbell_unit);
+
+  // A signaller claims slot 0's arming, as notify_one does, and is held up before it reads
+  // whose doorbell to ring.
+  std::uint32_t armed = 1;
+  REQUIRE(q->slots[0].armed.compare_exchange_strong(armed, 0));
+  q->parked.fetch_sub(layout::parked_doorbell_unit);
+  // Meanwhile a new object takes the dead owner's slot.
+  CHECK(shmio::detail::claim_slot(*q, newcomer_id) == 0);
+  // The signaller goes on: it rings the slot's doorbell, now the newcomer's, which waits for
+  // nothing. The live waiter must be rung all the same.
+  CHECK(platform::ring_doorbell(q->slots[0].doorbell.load()) == platform::ring_result::rung);
+  CHECK(platform::drain_doorbell(waiter.get()) == 1);
+  CHECK(q->slots[1].armed.load() == 0);
+  CHECK(armed_slots(*q) == 0);
+  CHECK(platform::drain_doorbell(newcomer.get()) == 1);
+}

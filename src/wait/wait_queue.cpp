@@ -112,9 +112,14 @@ int claim_slot(layout::wait_queue& q, std::uint64_t id, bool probe_doorbells) no
       // longer exists) is free for us.
       if (pass == 1 && expected != 0 && owner_gone(expected) &&
           s.doorbell.compare_exchange_strong(expected, id, std::memory_order_acq_rel)) {
-        // The dead owner may have died armed: take its arming out of the count.
+        // The dead owner may have died armed: take its arming out of the count. If it is no
+        // longer armed, a signaller may have claimed that arming and not yet read the doorbell:
+        // its ring now comes to us, who wait for nothing, where it would have found the owner
+        // gone and rung another. That ring is passed on (a spurious one if none was coming).
         if (s.armed.exchange(0, std::memory_order_acq_rel) != 0)
           q.parked.fetch_sub(parked_doorbell_unit, std::memory_order_acq_rel);
+        else
+          notify_one(q);
         s.pid.store(platform::process_id(), std::memory_order_relaxed);
         return static_cast<int>(i);
       }
