@@ -1,13 +1,17 @@
 // The platform layer's own promises (include/shmio/detail/platform.hpp) that the objects above
-// it rest on without a way to see them: mapping pages ahead of their first touch.
+// it rest on without a way to see them: mapping pages ahead of their first touch, and rings
+// that reach their doorbell whatever other doorbells have left unread.
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <system_error>
+#include <vector>
 
 #include "shmio/detail/platform.hpp"
 
@@ -85,4 +89,52 @@ TEST_CASE("populating pages beyond the file's end maps those before it and raise
   const long before = faults_so_far();
   touch(m.base, {0, 1});
   CHECK(faults_so_far() - before == 0);
+}
+
+TEST_CASE(
+    "a ring reaches its doorbell after other doorbells left more rings unread than a "
+    "socket's send buffer holds",
+    "[platform][doorbell]") {
+  // A datagram is charged to the socket that sent it until it is read: a process's rings to
+  // doorbells that do not read them could spend its sender's whole budget. Ring enough of
+  // them, each until its own queue is full, to spend it several times over (a 1-byte datagram
+  // takes at least 256 bytes of it).
+  int send_buffer = 0;
+  {
+    const int probe = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    REQUIRE(probe >= 0);
+    socklen_t size = sizeof send_buffer;
+    REQUIRE(::getsockopt(probe, SOL_SOCKET, SO_SNDBUF, &send_buffer, &size) == 0);
+    ::close(probe);
+  }
+  const std::size_t rings_wanted = static_cast<std::size_t>(send_buffer) / 256;
+  std::vector<platform::unique_fd> idle;
+  std::size_t rings = 0, full_queues = 0;
+  while (rings < rings_wanted) {
+    std::error_code ec;
+    std::uint64_t id = 0;
+    idle.push_back(platform::open_doorbell(id, ec));
+    REQUIRE_FALSE(ec);
+    // A new doorbell's first ring is delivered, whatever came before; then rings until its
+    // queue is full (net.unix.max_dgram_qlen).
+    REQUIRE(platform::ring_doorbell(id) == platform::ring_result::rung);
+    ++rings;
+    for (int k = 0; k < 1000 && platform::ring_doorbell(id) == platform::ring_result::rung; ++k)
+      ++rings;
+    CHECK(platform::wait_readable(idle.back().get(), {}));
+    ++full_queues;
+  }
+  CAPTURE(send_buffer, rings, full_queues);
+  std::error_code ec;
+  std::uint64_t id = 0;
+  const platform::unique_fd fresh = platform::open_doorbell(id, ec);
+  REQUIRE_FALSE(ec);
+  CHECK(platform::ring_doorbell(id) == platform::ring_result::rung);
+  CHECK(platform::drain_doorbell(fresh.get()) == 1);
+  // A doorbell whose own queue is full still says so.
+  CHECK(platform::ring_doorbell(id) == platform::ring_result::rung);
+  while (platform::ring_doorbell(id) == platform::ring_result::rung) {
+  }
+  CHECK(platform::ring_doorbell(id) == platform::ring_result::already_pending);
+  CHECK(platform::drain_doorbell(fresh.get()) > 0);
 }

@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -27,10 +28,29 @@ socklen_t doorbell_address(std::uint64_t id, sockaddr_un& addr) {
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
 }
 
-// One unbound socket per process sends every ring; sendto on it is thread-safe.
+// One unbound socket per process sends every ring; sendto on it is thread-safe. Made at the
+// first ring, and again at a later one if that failed (a process out of descriptors then).
 int sender() noexcept {
-  static const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  static std::atomic<int> shared{-1};
+  // acquire/release: the descriptor is published with the socket made behind it.
+  int fd = shared.load(std::memory_order_acquire);
+  if (fd >= 0) return fd;
+  const int made = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (made < 0) return -1;
+  if (shared.compare_exchange_strong(fd, made, std::memory_order_acq_rel)) return made;
+  ::close(made);  // another thread's came first
   return fd;
+}
+
+// Sends the ring from `fd`: 0, or the errno of the failure.
+int send_ring(int fd, const sockaddr_un& addr, socklen_t len) noexcept {
+  const char byte = 1;
+  for (;;) {
+    if (::sendto(fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL,
+                 reinterpret_cast<const sockaddr*>(&addr), len) == 1)
+      return 0;
+    if (errno != EINTR) return errno;
+  }
 }
 
 }  // namespace
@@ -59,23 +79,29 @@ unique_fd open_doorbell(std::uint64_t& id, std::error_code& ec) {
 ring_result ring_doorbell(std::uint64_t id) noexcept {
   sockaddr_un addr;
   socklen_t len = doorbell_address(id, addr);
-  const char byte = 1;
-  for (;;) {
-    if (::sendto(sender(), &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL,
-                 reinterpret_cast<sockaddr*>(&addr), len) == 1)
+  const int shared = sender();
+  int error = shared >= 0 ? send_ring(shared, addr, len) : EBADF;
+  if (error == EAGAIN || error == EBADF) {
+    // EAGAIN says that the receiver's queue is full, or that the sender's is: a datagram is
+    // charged to the socket that sent it until it is read, and the shared sender's budget may
+    // be spent on rings that idle doorbells have not read yet. Only the first means a ring is
+    // pending. A socket of our own, with nothing charged to it, tells the two apart.
+    const unique_fd own(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (own) error = send_ring(own.get(), addr, len);
+  }
+  switch (error) {
+    case 0:
       return ring_result::rung;
-    switch (errno) {
-      case EINTR:
-        continue;
-      // The receiver's queue is full: it has rings it has not read yet, so it will wake.
-      case EAGAIN:
-        return ring_result::already_pending;
-      case ECONNREFUSED:
-      case ENOENT:
-        return ring_result::gone;
-      default:
-        return ring_result::already_pending;  // transient (ENOBUFS, ENOMEM): not proof of death
-    }
+    // The receiver's queue is full: it has rings it has not read yet, so it will wake.
+    case EAGAIN:
+      return ring_result::already_pending;
+    case ECONNREFUSED:
+    case ENOENT:
+      return ring_result::gone;
+    default:
+      // Transient (ENOBUFS, ENOMEM) or no socket to be had: not proof of death. A ring lost
+      // this way is not made up for; the process is out of memory or descriptors.
+      return ring_result::already_pending;
   }
 }
 
