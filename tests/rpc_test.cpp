@@ -1292,6 +1292,41 @@ TEST_CASE("rpc_buffer: options out of range are refused with invalid_argument", 
   CHECK_FALSE(owner.is_open());
 }
 
+TEST_CASE("rpc_buffer: a timeout too long for the clock's nanoseconds never expires", "[rpc]") {
+  // 2^58 ms is a valid default timeout in a channel's header (any count up to 2^63 - 1 ms),
+  // and 1000 years a timeout a caller may give: as nanoseconds from now, both overflow.
+  const std::chrono::milliseconds huge(std::int64_t{1} << 58);
+  const auto millennium =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::hours(24) * 365 * 1000);
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_options options;
+  options.default_timeout = huge;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler{}, options);
+  // Answers after 100 ms: ten of the housekeeping ticks that fail calls past their deadline.
+  rpc_buffer opener(
+      io.get_executor(), shmio::open_only, name,
+      shmio::rpc_handler(
+          [&](std::uint64_t, std::span<const std::byte> in) -> asio::awaitable<bytes_t> {
+            asio::steady_timer slow(io, 100ms);
+            co_await slow.async_wait(asio::use_awaitable);
+            co_return bytes_t(in.begin(), in.end());
+          }));
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    auto [ec, reply] =
+        co_await owner.async_request(asio::buffer(bytes("default")), tuple_awaitable);
+    CHECK_FALSE(ec);
+    CHECK(text(reply) == "default");
+    auto [ec2, reply2] =
+        co_await owner.async_request(asio::buffer(bytes("given")), millennium, tuple_awaitable);
+    CHECK_FALSE(ec2);
+    CHECK(text(reply2) == "given");
+    CHECK(owner.statistics().timeouts == 0);
+    owner.close();
+    opener.close();
+  });
+}
+
 TEST_CASE("rpc_buffer: the opener adopts the owner's default timeout and message limit", "[rpc]") {
   scoped_name name("rpc");
   asio::io_context io;

@@ -54,9 +54,7 @@ void rpc_channel::start_call(std::uint64_t id, pending_call_ptr call, outgoing_m
     }
     // A stream has no timeout of its own (rpc_stream.hpp).
     const auto deadline =
-        stream || timeout.count() < 0 || timeout == std::chrono::milliseconds::max()
-            ? std::chrono::steady_clock::time_point::max()
-            : std::chrono::steady_clock::now() + timeout;
+        stream ? std::chrono::steady_clock::time_point::max() : deadline_after(timeout);
     auto* entry = insert_recycled(self->calls_, self->spare_calls_, id);
     if (!entry) return complete(std::move(call), errc::busy, {}, false);  // ids are unique: never
     *entry = call_entry{std::move(call), deadline, std::nullopt, std::move(stream)};

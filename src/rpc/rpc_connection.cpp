@@ -24,14 +24,6 @@ using channel_waits::in_queue;
 // A blocking connect looks at the acceptor's lock this often while it waits for the accept.
 constexpr auto connect_slice = 10ms;
 
-std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
-  const auto now = std::chrono::steady_clock::now();
-  if (timeout.count() < 0 || timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(
-                                            std::chrono::steady_clock::time_point::max() - now))
-    return std::chrono::steady_clock::time_point::max();
-  return now + timeout;
-}
-
 }  // namespace
 
 std::shared_ptr<rpc_channel> rpc_channel::connect(const asio::any_io_executor& ex,

@@ -167,6 +167,14 @@ bool decode_timeout(std::uint64_t wire, std::chrono::milliseconds& out) noexcept
   return true;
 }
 
+std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) noexcept {
+  const auto now = std::chrono::steady_clock::now();
+  if (timeout.count() < 0 || timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            std::chrono::steady_clock::time_point::max() - now))
+    return std::chrono::steady_clock::time_point::max();
+  return now + timeout;
+}
+
 std::vector<std::byte> encode_named(std::string_view method, std::span<const std::byte> payload) {
   return encode_request(0, method, payload);
 }

@@ -147,6 +147,10 @@ class reassembler {
 std::uint64_t encode_timeout(std::chrono::milliseconds timeout) noexcept;
 /// Reads one back: false if it is out of range (past a signed 64-bit count, and not "none").
 bool decode_timeout(std::uint64_t wire, std::chrono::milliseconds& out) noexcept;
+/// The time `timeout` from now; time_point::max() for a negative timeout or one that reaches
+/// past it (a timeout adopted from a peer may be any count up to 2^63 - 1 milliseconds, which
+/// would overflow the clock's nanoseconds).
+std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) noexcept;
 
 /// A named request's payload: the method's name in front of the caller's bytes.
 std::vector<std::byte> encode_named(std::string_view method, std::span<const std::byte> payload);
