@@ -854,6 +854,14 @@ class connect_ring {
     std::memcpy(c.data.data(), node.data(), std::min(node.size(), c.data.size()));
     ring_->publish(c, static_cast<std::uint32_t>(node.size()));
   }
+  /// One empty node if there is room: false if there was none.
+  bool try_publish(std::span<const std::byte> node) {
+    detail::write_claim c;
+    if (ring_->try_claim_write(c) != detail::claim_status::claimed) return false;
+    std::memcpy(c.data.data(), node.data(), std::min(node.size(), c.data.size()));
+    ring_->publish(c, static_cast<std::uint32_t>(node.size()));
+    return true;
+  }
   layout::ring_state& state() { return *state_; }
 
  private:
@@ -912,6 +920,81 @@ TEST_CASE("rpc_acceptor: forged connect requests are refused and counted; real c
   });
   impostor.close();
   acceptor.close();
+}
+
+TEST_CASE("rpc_acceptor: one look at the connect ring refuses at most as many nodes as it holds",
+          "[rpc][service]") {
+  scoped_name name("svc");
+  asio::io_context io;
+  std::error_code ec;
+  auto acceptor = detail::rpc_acceptor_impl::create(io.get_executor(), name, small_rings(), ec);
+  REQUIRE_FALSE(ec);
+  connect_ring ring(name);
+  const auto backlog = detail::listener_backlog;
+  layout::connect_request good{};
+  good.version = layout::listener_version;
+  good.pid = 1;
+  good.nonce = 2;
+  // A full ring of refused nodes, then (once there is room) a request: the look that refused
+  // the ring's worth stops there, and says to look again, however many more there are.
+  for (std::uint32_t i = 0; i < backlog; ++i)
+    REQUIRE(ring.try_publish({}));
+  auto first = acceptor->take_request();
+  REQUIRE(first);
+  CHECK_FALSE(first->ec);
+  CHECK(first->value.look_again);
+  CHECK(acceptor->statistics().refused == backlog);
+  ring.publish(as_bytes(good));
+  auto second = acceptor->take_request();
+  REQUIRE(second);
+  CHECK_FALSE(second->ec);
+  CHECK_FALSE(second->value.look_again);
+  CHECK(second->value.request.nonce == good.nonce);
+  CHECK_FALSE(acceptor->take_request());  // empty
+  acceptor->close();
+}
+
+TEST_CASE(
+    "rpc_acceptor: clients flooding the connect ring with refused nodes do not hold its "
+    "thread",
+    "[rpc][service]") {
+  scoped_name name("svc");
+  asio::io_context io;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  // Writers of empty nodes (each refused: too short), as fast as they can, each with its own
+  // participant number; they wait for room by spinning.
+  std::atomic<bool> stop{false};
+  std::vector<std::unique_ptr<connect_ring>> rings;
+  for (int i = 0; i < 3; ++i)
+    rings.push_back(std::make_unique<connect_ring>(name));
+  std::vector<std::thread> flooders;
+  for (auto& r : rings)
+    flooders.emplace_back([&stop, &r] {
+      // relaxed: a flag polled between writes.
+      while (!stop.load(std::memory_order_relaxed))
+        static_cast<void>(r->try_publish({}));
+    });
+  bool accept_done = false;
+  acceptor.async_accept(shmio::rpc_handler{},
+                        [&](std::error_code, rpc_buffer) { accept_done = true; });
+  // The acceptor has gone through the ring several times over; a timer started then on its
+  // thread still fires: each look at the ring ends after as many nodes as the ring holds.
+  const auto backlog = detail::listener_backlog;
+  const bool flooded =
+      shmio::test::run_until(io, [&] { return acceptor.statistics().refused > 4 * backlog; });
+  bool fired = false;
+  asio::steady_timer timer(io, 1ms);
+  timer.async_wait([&](std::error_code) { fired = true; });
+  const bool timer_ran = shmio::test::run_until(io, [&] { return fired; });
+  stop = true;
+  for (auto& t : flooders)
+    t.join();
+  CHECK(flooded);
+  CHECK(timer_ran);
+  CHECK_FALSE(accept_done);
+  acceptor.close();
+  io.run_for(100ms);
+  CHECK(accept_done);  // operation_aborted
 }
 
 TEST_CASE("rpc_acceptor: a client's channel of other sizes is refused before any of it is read",

@@ -105,14 +105,13 @@ class rpc_acceptor {
     bool started = false;
 
     template <class Self>
-    void operator()(Self& self, std::error_code ec = {},
-                    detail::layout::connect_request request = {}) {
+    void operator()(Self& self, std::error_code ec = {}, detail::taken_request taken = {}) {
       if (!started) {
         started = true;
         if (!impl)  // closed: complete as any other completion, never inside the initiation
           return asio::post(
               ex, asio::experimental::append(
-                      std::move(self), std::error_code(asio::error::operation_aborted), request));
+                      std::move(self), std::error_code(asio::error::operation_aborted), taken));
         return impl->async_next_request(std::move(self));
       }
       // A step that starts after close() finds the waiter shut (bad_descriptor): to the caller
@@ -122,8 +121,9 @@ class rpc_acceptor {
       // went.
       if (ec == asio::error::bad_descriptor) ec = asio::error::operation_aborted;
       if (ec) return self.complete(ec, rpc_buffer(ex));
+      if (taken.look_again) return impl->async_next_request(std::move(self));
       std::error_code refused;
-      auto channel = impl->accept(ex, request, handlers, refused);
+      auto channel = impl->accept(ex, taken.request, handlers, refused);
       if (refused == asio::error::operation_aborted) return self.complete(refused, rpc_buffer(ex));
       if (!channel) return impl->async_next_request(std::move(self));
       self.complete({}, detail::rpc_buffer_access::make(ex, std::move(channel)));

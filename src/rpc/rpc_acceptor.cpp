@@ -52,12 +52,15 @@ rpc_acceptor_statistics rpc_acceptor_impl::statistics() const noexcept {
   return {accepted_.load(std::memory_order_relaxed), refused_.load(std::memory_order_relaxed)};
 }
 
-std::optional<outcome<layout::connect_request>> rpc_acceptor_impl::take_request() {
+std::optional<outcome<taken_request>> rpc_acceptor_impl::take_request() {
   // Under the waiter's mutex. A bad node is skipped by the ring, and reported; more reports in
   // a row than the ring has nodes can only be a damaged head, which would report for ever.
   // A message of the wrong size is taken and refused: it is progress, not damage, so that a
-  // client writing them cannot make the accept fail.
+  // client writing them cannot make the accept fail. One look refuses no more nodes than the
+  // ring holds: clients writing refused nodes as fast as they are taken would keep it here.
+  std::uint32_t refused = 0;
   for (std::uint32_t bad = 0; bad <= ring_.node_count();) {
+    if (refused == ring_.node_count()) return outcome<taken_request>{{}, {{}, true}};
     layout::connect_request request{};
     std::size_t length = 0;
     auto copy = [&](std::span<const std::byte> message) {
@@ -66,12 +69,15 @@ std::optional<outcome<layout::connect_request>> rpc_acceptor_impl::take_request(
     };
     const auto got = attempt_read(ring_, copy, ring_.node_size());
     if (!got) return std::nullopt;
-    if (!got->ec && length == sizeof request) return outcome<layout::connect_request>{{}, request};
-    if (got->ec) ++bad;
+    if (!got->ec && length == sizeof request) return outcome<taken_request>{{}, {request, false}};
+    if (got->ec)
+      ++bad;
+    else
+      ++refused;
     // relaxed: a counter.
     refused_.fetch_add(1, std::memory_order_relaxed);
   }
-  return outcome<layout::connect_request>{errc::corrupted, {}};
+  return outcome<taken_request>{errc::corrupted, {}};
 }
 
 std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_executor& ex,

@@ -23,6 +23,15 @@
 
 namespace shmio::detail {
 
+/// What one look at the connect ring took: a request, or nothing yet because the look refused
+/// as many nodes as the ring holds (`look_again`: the accept looks again after a trip through
+/// its executor, so that a client flooding the ring with refused nodes cannot hold the
+/// acceptor's thread).
+struct taken_request {
+  layout::connect_request request{};
+  bool look_again = false;
+};
+
 class rpc_acceptor_impl {
  public:
   static std::shared_ptr<rpc_acceptor_impl> create(const asio::any_io_executor& ex,
@@ -33,12 +42,12 @@ class rpc_acceptor_impl {
   const std::string& name() const noexcept { return seg_.name(); }
   rpc_acceptor_statistics statistics() const noexcept;
 
-  /// Waits for the next connect request that is well formed: void(error_code, request). Bad
-  /// nodes are skipped and counted; a ring that only ever reports damage fails it with
+  /// Waits for the next connect request that is well formed: void(error_code, taken_request).
+  /// Bad nodes are skipped and counted; a ring that only ever reports damage fails it with
   /// errc::corrupted instead of spinning.
   template <class Handler>
   void async_next_request(Handler&& handler) {
-    waiter_->async_wait<layout::connect_request>(
+    waiter_->async_wait<taken_request>(
         0, [this] { return take_request(); }, std::forward<Handler>(handler));
   }
   /// The end of the connection `request` asks for, serving `handlers`; null with `ec` set if
@@ -51,9 +60,12 @@ class rpc_acceptor_impl {
                                       std::error_code& ec);
   void close() noexcept;
 
+  /// One look at the connect ring, as async_next_request's wait makes it (under the waiter's
+  /// mutex): a request, look_again, corrupted, or empty if the ring is.
+  std::optional<outcome<taken_request>> take_request();
+
  private:
   rpc_acceptor_impl() = default;
-  std::optional<outcome<layout::connect_request>> take_request();
 
   segment seg_;
   listener_settings settings_;
