@@ -3,6 +3,7 @@
 // touches the object's shared memory or its freed state afterwards (ASan and the mapping's
 // removal catch any access). Run under ASan in CI.
 
+#include <array>
 #include <asio/bind_executor.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
@@ -313,4 +314,45 @@ TEST_CASE("an object on a strand whose in-place handler runs after the strand's 
   // Claimed before the object went: the message is still the handler's.
   CHECK_FALSE(got);
   CHECK(used == 1);
+}
+
+TEST_CASE("a child forked while a thread of its parent spins on a wait closes its copy at once",
+          "[lifetime][ring][process]") {
+  // docs/architecture.md lets a child forked without exec close an inherited circular buffer.
+  // The parent's wait spins through its io_context on another thread; a spin's look holds the
+  // wait's mutex, and the io_context holds its own locks as it runs, so forks land in them.
+  // The child has none of the threads that held them: its close must take none.
+  scoped_name name("ring");
+  asio::io_context io;
+  circular_buffer creator(io.get_executor(), shmio::create_only, name, 8, 16);
+  circular_buffer reader(io.get_executor(), shmio::open_only, name,
+                         shmio::wait_strategy::spin_then_park(std::chrono::seconds(60)));
+  std::array<std::byte, 16> buf{};
+  std::error_code read_ec;
+  std::atomic<bool> read_done{false};
+  reader.async_read(asio::buffer(buf), [&](std::error_code ec, std::size_t) {
+    read_ec = ec;
+    read_done = true;
+  });
+  std::thread runner([&] { io.run(); });
+  int hung = 0, failed = 0;
+  for (int i = 0; i < 40; ++i) {
+    child c([&] {
+      reader.close();
+      return 0;
+    });
+    const int rc = c.wait(5s);
+    if (rc < 0)
+      ++hung;
+    else if (rc != 0)
+      ++failed;
+  }
+  // The parent's wait was left alone: a write completes it.
+  REQUIRE(creator.write(asio::buffer("after", 5), bound) == 5);
+  CHECK(shmio::test::eventually([&] { return read_done.load(); }));
+  if (!read_done) reader.close();  // ends the run either way
+  runner.join();
+  CHECK_FALSE(read_ec);
+  CHECK(hung == 0);
+  CHECK(failed == 0);
 }

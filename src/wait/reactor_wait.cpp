@@ -37,8 +37,8 @@ reactor_wait::reactor_wait(const asio::any_io_executor& ex,
                            std::span<layout::wait_queue* const> queues, std::error_code& ec)
     : pid_(platform::process_id()),
       forks_(&asio::use_service<fork_record>(asio::query(ex, asio::execution::context))),
-      bell_(std::in_place, ex),
-      timer_(std::in_place, ex) {
+      bell_(std::make_unique<asio::posix::stream_descriptor>(ex)),
+      timer_(std::make_unique<asio::steady_timer>(ex)) {
   queue_count_ = std::min(queues.size(), max_queues);
   for (std::size_t i = 0; i < queue_count_; ++i)
     queues_[i] = queues[i];
@@ -101,6 +101,27 @@ void reactor_wait::close() noexcept {
   timer_->cancel();
   bell_.reset();
   timer_.reset();
+}
+
+bool reactor_wait::inherited() const noexcept {
+  return pid_ != platform::process_id();
+}
+
+bool reactor_wait::context_taken_over() const noexcept {
+  return forks_->notified_here();
+}
+
+void reactor_wait::abandon_in_child() noexcept {
+  if (closed_) return;
+  closed_ = true;
+  for (std::size_t q = 0; q < queue_count_; ++q) {
+    hub_[q].reset();  // leaves the parent's group alone (wait_hub_member)
+    armed_[q] = false;
+    slots_[q] = no_slot;
+  }
+  if (bell_->is_open()) platform::orphan_inherited(bell_->native_handle());
+  static_cast<void>(bell_.release());
+  static_cast<void>(timer_.release());
 }
 
 void reactor_wait::drain() noexcept {

@@ -1,5 +1,7 @@
 #include "shmio/detail/waiter.hpp"
 
+#include <new>
+
 #include "shmio/detail/platform.hpp"
 
 namespace shmio {
@@ -393,6 +395,18 @@ void waiter::unwatch(std::uint32_t seen, int passes) {
 }
 
 void waiter::shutdown() noexcept {
+  // A forked child's copy, in a child that has not taken the context over: the mutex may have
+  // been held at the fork by a thread the child does not have, and so may the context's own
+  // locks. The operations are the parent's, whose handlers run there; their copies here are
+  // left alone, as is the context they would complete through. (The child runs one thread
+  // here: it starts nothing on an inherited handle, docs/architecture.md.)
+  if (reactor_.inherited() && !reactor_.context_taken_over()) {
+    if (closed_) return;
+    closed_ = true;
+    closed_flag_.store(true, std::memory_order_release);  // as below
+    reactor_.abandon_in_child();
+    return;
+  }
   std::unique_lock lock(mutex_);
   if (closed_) return;
   closed_ = true;
@@ -414,6 +428,13 @@ void waiter::shutdown() noexcept {
 
 void waiter::retire() noexcept {
   shutdown();
+  if (reactor_.inherited() && !reactor_.context_taken_over()) {
+    // The executor's last copy may reach into its context (a strand's does): left to leak in
+    // the child, as the context is (shutdown, above). If there is no memory for that, it
+    // stays ours, and goes with us.
+    static_cast<void>(new (std::nothrow) asio::any_io_executor(std::move(ex_)));
+    return;
+  }
   asio::any_io_executor gone;
   std::lock_guard lock(mutex_);
   // Every other use of ex_ from here on is under the mutex and stops at closed_, or is an

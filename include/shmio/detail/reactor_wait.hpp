@@ -136,6 +136,20 @@ class reactor_wait {
   /// was cancelled).
   bool timer_done(const std::error_code& ec, std::uint64_t generation, timer_reason& reason);
 
+  // ---- a forked child's copy ----
+
+  /// This object was made in another process: a child forked without exec has a copy.
+  bool inherited() const noexcept;
+  /// The child called notify_fork(fork_child) on the executor's context: it runs it now.
+  bool context_taken_over() const noexcept;
+  /// An inherited copy's close while the child has not taken the context over: the slots, the
+  /// hub's groups and the epoll registrations are the parent's, and the context's own locks
+  /// may have been held at the fork by threads the child does not have. So nothing of Asio's
+  /// is called: the descriptor and the timer are left to leak, as the rest of the context is,
+  /// and the child's copy of the doorbell's socket is swapped for /dev/null, so that it no
+  /// longer keeps the parent's doorbell alive.
+  void abandon_in_child() noexcept;
+
   // ---- both ----
 
   bool watching() const noexcept { return bell_waiting_ || timer_waiting_; }
@@ -165,8 +179,9 @@ class reactor_wait {
   fork_record* forks_ = nullptr;  // in the executor's context: did a child call notify_fork?
   // Destroyed by close(), while the executor's context is certainly alive: the waiter may
   // outlive it (a posted completion's re-check holds it), and these belong to its services.
-  std::optional<asio::posix::stream_descriptor> bell_;
-  std::optional<asio::steady_timer> timer_;
+  // (Held by pointer so that abandon_in_child can leave them undestroyed.)
+  std::unique_ptr<asio::posix::stream_descriptor> bell_;
+  std::unique_ptr<asio::steady_timer> timer_;
   bool closed_ = false;
   bool bell_waiting_ = false;
   bool drain_due_ = false;  // the doorbell rang since its last drain
