@@ -922,6 +922,46 @@ TEST_CASE("rpc_acceptor: forged connect requests are refused and counted; real c
   acceptor.close();
 }
 
+TEST_CASE(
+    "rpc_acceptor: accepts complete in the order started when the first one's request is "
+    "refused",
+    "[rpc][service]") {
+  scoped_name name("svc");
+  asio::io_context io;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  connect_ring ring(name);
+  layout::connect_request gone{};  // well formed, for a channel nobody made
+  gone.version = layout::listener_version;
+  gone.pid = static_cast<std::uint32_t>(::getpid());
+  gone.nonce = 4242;
+  ring.publish(as_bytes(gone));
+  // The first accept takes that request, and is refused; the second, started meanwhile, must
+  // not take the client that comes next before it.
+  std::vector<int> order;
+  rpc_buffer first_end(io.get_executor()), second_end(io.get_executor());
+  acceptor.async_accept(shmio::rpc_handler{}, [&](std::error_code ec, rpc_buffer end) {
+    CHECK_FALSE(ec);
+    order.push_back(1);
+    first_end = std::move(end);
+  });
+  acceptor.async_accept(shmio::rpc_handler{}, [&](std::error_code ec, rpc_buffer end) {
+    order.push_back(2);
+    if (!ec) second_end = std::move(end);
+  });
+  rpc_buffer client(io.get_executor());
+  std::optional<std::error_code> connected;
+  client.async_connect(name.str(), [&](std::error_code ec) { connected = ec; });
+  REQUIRE(shmio::test::run_until(io, [&] { return !order.empty() && connected; }));
+  CHECK(order == std::vector<int>{1});
+  CHECK_FALSE(*connected);
+  CHECK(acceptor.statistics().refused == 1);
+  client.close();
+  first_end.close();
+  acceptor.close();  // the second completes with operation_aborted
+  REQUIRE(shmio::test::run_until(io, [&] { return order.size() == 2; }));
+  CHECK(order == std::vector<int>{1, 2});
+}
+
 TEST_CASE("rpc_acceptor: one look at the connect ring refuses at most as many nodes as it holds",
           "[rpc][service]") {
   scoped_name name("svc");

@@ -110,8 +110,9 @@ class rpc_acceptor {
         started = true;
         if (!impl)  // closed: complete as any other completion, never inside the initiation
           return asio::post(
-              ex, asio::experimental::append(
-                      std::move(self), std::error_code(asio::error::operation_aborted), taken));
+              ex, asio::experimental::append(std::move(self),
+                                             std::error_code(asio::error::operation_aborted),
+                                             std::move(taken)));
         return impl->async_next_request(std::move(self));
       }
       // A step that starts after close() finds the waiter shut (bad_descriptor): to the caller
@@ -122,10 +123,12 @@ class rpc_acceptor {
       if (ec == asio::error::bad_descriptor) ec = asio::error::operation_aborted;
       if (ec) return self.complete(ec, rpc_buffer(ex));
       if (taken.look_again) return impl->async_next_request(std::move(self));
+      // The request came with a hold on the queue (taken_request): released once this accept
+      // has completed, or waits again before the accepts started after it, and not before.
       std::error_code refused;
       auto channel = impl->accept(ex, taken.request, handlers, refused);
       if (refused == asio::error::operation_aborted) return self.complete(refused, rpc_buffer(ex));
-      if (!channel) return impl->async_next_request(std::move(self));
+      if (!channel) return impl->async_next_request_first(std::move(self));
       self.complete({}, detail::rpc_buffer_access::make(ex, std::move(channel)));
     }
   };

@@ -60,7 +60,7 @@ std::optional<outcome<taken_request>> rpc_acceptor_impl::take_request() {
   // ring holds: clients writing refused nodes as fast as they are taken would keep it here.
   std::uint32_t refused = 0;
   for (std::uint32_t bad = 0; bad <= ring_.node_count();) {
-    if (refused == ring_.node_count()) return outcome<taken_request>{{}, {{}, true}};
+    if (refused == ring_.node_count()) return outcome<taken_request>{{}, {{}, true, {}, {}}};
     layout::connect_request request{};
     std::size_t length = 0;
     auto copy = [&](std::span<const std::byte> message) {
@@ -69,7 +69,8 @@ std::optional<outcome<taken_request>> rpc_acceptor_impl::take_request() {
     };
     const auto got = attempt_read(ring_, copy, ring_.node_size());
     if (!got) return std::nullopt;
-    if (!got->ec && length == sizeof request) return outcome<taken_request>{{}, {request, false}};
+    if (!got->ec && length == sizeof request)
+      return outcome<taken_request>{{}, {request, false, waiter_, queue_hold(*waiter_, 0)}};
     if (got->ec)
       ++bad;
     else

@@ -78,6 +78,15 @@ void op_queue::push(wait_op* o) noexcept {
   queued_.fetch_add(1, std::memory_order_relaxed);
 }
 
+void op_queue::push_front(wait_op* o) noexcept {
+  o->prev = nullptr;
+  o->next = head_;
+  (head_ ? head_->prev : tail_) = o;
+  head_ = o;
+  // relaxed: see may_start_ready.
+  queued_.fetch_add(1, std::memory_order_relaxed);
+}
+
 void op_queue::take(wait_op* o, op_batch& done) noexcept {
   o->drop_attempt();
   (o->prev ? o->prev->next : head_) = o->next;

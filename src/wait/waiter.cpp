@@ -119,7 +119,7 @@ void waiter::arm_for(std::size_t q, std::uint32_t taken) noexcept {
   });
 }
 
-void waiter::enqueue(wait_op* o, std::chrono::nanoseconds spin) {
+void waiter::enqueue(wait_op* o, std::chrono::nanoseconds spin, bool first_in_line) {
   std::unique_lock lock(mutex_);
   if (closed_) {
     lock.unlock();
@@ -127,8 +127,12 @@ void waiter::enqueue(wait_op* o, std::chrono::nanoseconds spin) {
   }
   const std::size_t q = o->queue;
   const bool first = ops_[q].empty();
-  ops_[q].push(o);  // in the list while spinning, so that cancellation finds it
-  // Behind others, or with no time to spin: park now.
+  // In the list while spinning, so that cancellation finds it.
+  if (first_in_line)
+    ops_[q].push_front(o);
+  else
+    ops_[q].push(o);
+  // With others in the list, or with no time to spin: park now.
   if (spin.count() <= 0 || !first) return park(lock, o, true);
   const auto deadline = std::chrono::steady_clock::now() + spin;
   asio::post(ex_, [self = shared_from_this(), id = o->id, q, deadline] {

@@ -120,6 +120,8 @@ class op_queue {
 
   /// Appends a started operation.
   void push(wait_op* o) noexcept;
+  /// Puts a started operation before all others (waiter::async_wait_first).
+  void push_front(wait_op* o) noexcept;
   /// Takes `o` out of the list into `done` (under the waiter's mutex), dropping its attempt; it
   /// counts as being delivered until its ticket is punched.
   void take(wait_op* o, op_batch& done) noexcept;

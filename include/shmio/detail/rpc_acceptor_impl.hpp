@@ -27,9 +27,15 @@ namespace shmio::detail {
 /// as many nodes as the ring holds (`look_again`: the accept looks again after a trip through
 /// its executor, so that a client flooding the ring with refused nodes cannot hold the
 /// acceptor's thread).
+///
+/// A request comes with a hold on the ring's queue: the accepts started later wait until this
+/// one has made its connection and completed, or, its request refused, waits again before them
+/// (async_next_request_first), so that accepts complete in the order they were started.
 struct taken_request {
   layout::connect_request request{};
   bool look_again = false;
+  std::shared_ptr<waiter> keep;  // the hold's waiter, alive until the hold goes (below it)
+  queue_hold hold;
 };
 
 class rpc_acceptor_impl {
@@ -48,6 +54,13 @@ class rpc_acceptor_impl {
   template <class Handler>
   void async_next_request(Handler&& handler) {
     waiter_->async_wait<taken_request>(
+        0, [this] { return take_request(); }, std::forward<Handler>(handler));
+  }
+  /// The same for an accept that holds the queue (its request refused): it waits before the
+  /// accepts started after it.
+  template <class Handler>
+  void async_next_request_first(Handler&& handler) {
+    waiter_->async_wait_first<taken_request>(
         0, [this] { return take_request(); }, std::forward<Handler>(handler));
   }
   /// The end of the connection `request` asks for, serving `handlers`; null with `ec` set if

@@ -79,6 +79,14 @@ class waiter final : public std::enable_shared_from_this<waiter>, public deliver
   template <class R, class Attempt, class Handler>
   void async_wait(std::size_t q, Attempt attempt, Handler&& handler);
 
+  /// async_wait for an operation that must keep its place before every other of queue `q`:
+  /// one that completed with a claim taken under a queue_hold and, finding the claim no use
+  /// (an acceptor's accept whose request was refused), waits again, still holding the queue.
+  /// It goes to the head of the list and parks; the queue's next look, once the hold is
+  /// released, tries it first.
+  template <class R, class Attempt, class Handler>
+  void async_wait_first(std::size_t q, Attempt attempt, Handler&& handler);
+
   /// One look at `attempt` for a caller that would otherwise start an async wait on `q` (the
   /// fast forms of co_await): empty if it cannot proceed now, or if operations started earlier
   /// on `q` have not completed yet (they go first).
@@ -132,7 +140,10 @@ class waiter final : public std::enable_shared_from_this<waiter>, public deliver
 
   // Puts `o` in its list; it spins through the executor for `spin` (re-checking between other
   // handlers, so a peer in this very thread can make progress), then parks.
-  void enqueue(wait_op* o, std::chrono::nanoseconds spin);
+  void enqueue(wait_op* o, std::chrono::nanoseconds spin, bool first_in_line = false);
+  // The part of async_wait after the ready path.
+  template <class R, class Attempt, class Handler>
+  void start_wait(std::size_t q, Attempt attempt, Handler&& handler, bool first_in_line);
   void spin_step(std::uint64_t id, std::size_t q, std::chrono::steady_clock::time_point deadline,
                  std::uint32_t step);
   // Parks `o`: arms, re-checks the queue's head, watches. Drops the lock; completions are
@@ -270,6 +281,19 @@ void waiter::async_wait(std::size_t q, Attempt attempt, Handler&& handler) {
       return post_result<R>(std::move(handler), ex_, std::move(*r), std::move(ticket));
     }
 
+  start_wait<R>(q, std::move(attempt), std::forward<Handler>(handler), false);
+}
+
+template <class R, class Attempt, class Handler>
+void waiter::async_wait_first(std::size_t q, Attempt attempt, Handler&& handler) {
+  if (closed_flag_.load(std::memory_order_acquire))
+    return post_result<R>(std::move(handler), ex_, {asio::error::bad_descriptor, {}});
+  started_.store(started_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  start_wait<R>(q, std::move(attempt), std::forward<Handler>(handler), true);
+}
+
+template <class R, class Attempt, class Handler>
+void waiter::start_wait(std::size_t q, Attempt attempt, Handler&& handler, bool first_in_line) {
   auto slot = asio::get_associated_cancellation_slot(handler);
   wait_op* o = handler_wait_op<R, Attempt, std::decay_t<Handler>>::make(std::move(handler),
                                                                         std::move(attempt), ex_);
@@ -280,7 +304,7 @@ void waiter::async_wait(std::size_t q, Attempt attempt, Handler&& handler) {
   }
   if (slot.is_connected())
     slot.template emplace<cancel_handler>(cancel_handler{weak_from_this(), o->id});
-  enqueue(o, std::chrono::nanoseconds(spin_.budget()));
+  enqueue(o, std::chrono::nanoseconds(spin_.budget()), first_in_line);
 }
 
 }  // namespace shmio::detail
