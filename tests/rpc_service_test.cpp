@@ -4,9 +4,13 @@
 // clients, forged and damaged connect requests. Peer commands are in tests/peer_rpc_service.cpp.
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <algorithm>
 #include <asio/bind_cancellation_slot.hpp>
@@ -101,6 +105,15 @@ void run_body(asio::io_context& io, Body body) {
 }
 
 // /dev/shm files of this user whose segment name starts with `prefix`.
+// Writes `text` to the file at `path` (a /proc file of this process).
+bool write_proc(const char* path, const std::string& text) {
+  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  return ok;
+}
+
 std::size_t shm_files_with(std::string_view prefix) {
   std::error_code ec;
   const std::string file = detail::segment_file_name(prefix, ec);
@@ -763,6 +776,72 @@ TEST_CASE("rpc_server: a client killed mid-call frees its connection; others are
   CHECK(eventually([&] { return shm_files_with(name.str() + "#") == 0; }));
   child next({peer_path(), "rpc-service-client", name.str(), "20", "5"});
   CHECK(next.wait() == 0);
+}
+
+TEST_CASE("rpc_server: an idle client in a pid namespace of its own that dies is seen",
+          "[rpc][service][process]") {
+  // A client that is pid 1 in a pid namespace of its own writes 1 into its channel's header,
+  // which here names another process, one that lives on. Killed while idle (at its gate, with
+  // no call), it must still be seen to die: the server asks the kernel which process holds the
+  // client's lock, in its own numbering, and frees the connection.
+  scoped_name name("svc");
+  server_thread s(name);
+  int gate[2], told[2];
+  REQUIRE(::pipe(gate) == 0);
+  REQUIRE(::pipe(told) == 0);
+  enum : int { not_tried = 50 };
+  // The child enters the namespace (its children are born in it) and starts the client, then
+  // tells us the client's pid as we number it, and waits for it.
+  child parent_of_client([&]() -> int {
+    if (::unshare(CLONE_NEWPID) != 0) {
+      const uid_t uid = ::geteuid();
+      const gid_t gid = ::getegid();
+      if (::unshare(CLONE_NEWUSER | CLONE_NEWPID) != 0) return not_tried;
+      if (!write_proc("/proc/self/setgroups", "deny") ||
+          !write_proc("/proc/self/uid_map",
+                      std::to_string(uid) + " " + std::to_string(uid) + " 1") ||
+          !write_proc("/proc/self/gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1"))
+        return not_tried;
+    }
+    const std::string path = peer_path();
+    const std::vector<std::string> argv{path, "rpc-service-client",   name.str(), "1",
+                                        "7",  std::to_string(gate[0])};
+    std::vector<char*> args;
+    for (const auto& a : argv)
+      args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const pid_t client = ::fork();
+    if (client == 0) {
+      ::execv(args[0], args.data());
+      ::_exit(98);
+    }
+    if (client < 0) return 2;
+    const std::int32_t ours = client;
+    if (::write(told[1], &ours, sizeof ours) != sizeof ours) return 3;
+    int status = 0;
+    ::waitpid(client, &status, 0);
+    return 0;
+  });
+  ::close(gate[0]);
+  ::close(told[1]);
+  std::int32_t client_pid = 0;
+  pollfd p{told[0], POLLIN, 0};
+  const bool told_pid = ::poll(&p, 1, 10'000) == 1 &&
+                        ::read(told[0], &client_pid, sizeof client_pid) == sizeof client_pid;
+  ::close(told[0]);
+  if (!told_pid) {
+    ::close(gate[1]);
+    REQUIRE(parent_of_client.wait() == not_tried);
+    WARN("no pid namespace to be had here (neither CAP_SYS_ADMIN nor user namespaces)");
+    return;
+  }
+  REQUIRE(client_pid > 1);
+  CHECK(eventually([&] { return s.server.connection_count() == 1; }));
+  ::kill(client_pid, SIGKILL);
+  CHECK(eventually([&] { return s.server.connection_count() == 0; }));
+  CHECK(eventually([&] { return shm_files_with(name.str() + "#") == 0; }));
+  ::close(gate[1]);
+  CHECK(parent_of_client.wait() == 0);
 }
 
 TEST_CASE("rpc_buffer: a server killed mid-call fails its clients' calls with peer_gone",

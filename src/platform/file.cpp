@@ -142,8 +142,7 @@ void page_populator::add(const void* address, std::size_t size) noexcept {
 void page_populator::flush() noexcept {
   if (begin_ == end_) return;
   // The result is not looked at: see the class's comment.
-  static_cast<void>(
-      ::madvise(reinterpret_cast<void*>(begin_), end_ - begin_, MADV_POPULATE_WRITE));
+  static_cast<void>(::madvise(reinterpret_cast<void*>(begin_), end_ - begin_, MADV_POPULATE_WRITE));
   begin_ = end_ = 0;
 }
 
@@ -176,6 +175,25 @@ bool byte_locked_by_other(int fd, std::uint64_t byte, std::error_code& ec) {
     return true;  // unknown: assume alive, never reclaim on a guess
   }
   return fl.l_type != F_UNLCK;
+}
+
+bool lock_byte_for_process(int fd, std::uint64_t byte) noexcept {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(byte);
+  fl.l_len = 1;
+  return ::fcntl(fd, F_SETLK, &fl) == 0;
+}
+
+std::uint32_t process_holding_byte(int fd, std::uint64_t byte) noexcept {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(byte);
+  fl.l_len = 1;
+  if (::fcntl(fd, F_GETLK, &fl) != 0 || fl.l_type == F_UNLCK || fl.l_pid <= 0) return 0;
+  return static_cast<std::uint32_t>(fl.l_pid);
 }
 
 }  // namespace shmio::detail::platform

@@ -244,16 +244,39 @@ void rpc_channel::complete_closed_waiters(std::error_code ec) {
 
 void rpc_channel::watch_peer_death() {
   if (death_watch_ || poll_peer_ || closed_) return;
-  // The pid in the header is only a hint: what it wakes us for is checked against the lock.
-  // Read after peer_attached, which may follow a new opener: its pid, not the one before.
+  // Which process to watch: the one holding the other end's process byte, as the kernel names
+  // it in our pid namespace. The pid in the header is only that end's own claim, which may
+  // name another process (a client in another pid namespace, or a lie), and a watch of a
+  // process that lives on would never report the end's death. Read after peer_attached, which
+  // may follow a new opener: its holder, not the one before.
   const bool attached = peer_attached();
-  // relaxed: informational, written before the other end's first packet.
-  const std::uint32_t pid =
-      (owner_ ? header_->opener_pid : header_->owner_pid).load(std::memory_order_relaxed);
+  const int seg_fd = seg_.native_handle();
+  const std::uint64_t byte =
+      owner_ ? layout::rpc_opener_process_lock_byte : layout::rpc_owner_process_lock_byte;
+  std::uint32_t pid = attached ? platform::process_holding_byte(seg_fd, byte) : 0;
+  const bool named = pid != 0;
+  if (attached && !named) {
+    // relaxed: informational, written before the other end's first packet.
+    const std::uint32_t claimed =
+        (owner_ ? header_->opener_pid : header_->owner_pid).load(std::memory_order_relaxed);
+    std::error_code lock_ec;
+    if (!platform::byte_locked_by_other(seg_fd, byte, lock_ec) && !lock_ec) {
+      // An end that takes no process byte (an older one): its claim, as before; a wake-up for
+      // another process is checked against its lock byte (below).
+      pid = claimed;
+    } else if (claimed == platform::process_id()) {
+      return;  // held, and not reported to us: our own process's lock; the end dies with us
+    }
+    // Else held by a process not visible from here: the lock byte is polled.
+  }
   std::error_code ec;
-  const int fd = attached ? platform::open_process_watch(pid, ec) : -1;
+  platform::unique_fd watch(pid != 0 ? platform::open_process_watch(pid, ec) : -1);
+  // The holder may have died between the look and the pidfd, and its pid gone to another
+  // process: the pidfd is the holder's only if the byte still names it.
+  if (watch && named && platform::process_holding_byte(seg_fd, byte) != pid) watch.reset();
+  const int fd = watch ? watch.release() : -1;
   if (fd < 0) {
-    // No pidfd, or no peer yet: the housekeeping tick looks at the lock instead.
+    // No pidfd, no peer yet, or no process to name: the housekeeping tick looks at the lock.
     poll_peer_ = true;
     return wake_housekeeping();
   }

@@ -150,11 +150,11 @@ std::shared_ptr<rpc_channel> rpc_channel::make_opener(const asio::any_io_executo
       ring_view::body_size_for(expected->node_count, expected->node_size, expected_ring_bytes) &&
       seg.body().size() == sizeof(layout::rpc_header) + 2 * expected_ring_bytes) {
     const auto size = static_cast<std::uint32_t>(expected->node_size);
-    populate_rings(seg.body().data(), expected_ring_bytes,
-                   {static_cast<std::uint32_t>(expected->node_count), size,
-                    static_cast<std::uint32_t>(layout::node_stride_for(size)),
-                    layout::ring_nodes_offset},
-                   acceptor_first_nodes);
+    populate_rings(
+        seg.body().data(), expected_ring_bytes,
+        {static_cast<std::uint32_t>(expected->node_count), size,
+         static_cast<std::uint32_t>(layout::node_stride_for(size)), layout::ring_nodes_offset},
+        acceptor_first_nodes);
   }
   channel_settings settings;
   ec = validate_channel(seg.body(), settings);
@@ -213,6 +213,12 @@ std::error_code rpc_channel::attach(segment seg, bool owner, const geometry& whe
   if (first_still_there) return errc::busy;
   if (serves_ && !platform::try_lock_byte(fd, serves_byte, platform::lock_kind::shared, ec))
     return ec ? ec : std::error_code(errc::busy);
+  // Our process's byte before our lock byte: an end that finds us there finds which process we
+  // are (rpc_channel::watch_peer_death). Not taken (another process holds it): we are watched
+  // by our claim or our lock byte instead.
+  const std::uint64_t process_byte =
+      owner ? layout::rpc_owner_process_lock_byte : layout::rpc_opener_process_lock_byte;
+  if (owner) static_cast<void>(platform::lock_byte_for_process(fd, process_byte));
   if (owner && !platform::try_lock_byte(fd, own_byte, platform::lock_kind::exclusive, ec)) {
     // The channel already has this end. (Our shared lock goes with it; the other's stays.)
     std::error_code ignored;
@@ -248,6 +254,7 @@ std::error_code rpc_channel::attach(segment seg, bool owner, const geometry& whe
     // opener it still addresses, and watches the right process; one that found our lock byte
     // held reads ours.
     header_->opener_pid.store(platform::process_id(), std::memory_order_relaxed);
+    static_cast<void>(platform::lock_byte_for_process(fd, process_byte));  // as the owner's
     // Free, as the admission byte is ours (an opener of an earlier version, which took this
     // byte without it, is refused by the version); looked at all the same.
     if (!platform::try_lock_byte(fd, own_byte, platform::lock_kind::exclusive, ec))

@@ -97,6 +97,15 @@ bool try_lock_byte(int fd, std::uint64_t byte, lock_kind kind, std::error_code& 
 /// True if another open file holds a lock on `byte` (ours do not count).
 bool byte_locked_by_other(int fd, std::uint64_t byte, std::error_code& ec);
 
+// POSIX record locks (F_SETLK) on single bytes: owned by the process, so F_GETLK names the
+// holder. Any close of any descriptor of the file in the process drops them all: only for
+// naming a process, never for exclusion.
+/// Takes a write lock on `byte` for this process; false if another process holds one.
+bool lock_byte_for_process(int fd, std::uint64_t byte) noexcept;
+/// The process holding a POSIX lock on `byte`, as this process's pid namespace numbers it; 0
+/// if none does, or the holder is not visible here, or it is an open file's lock (F_OFD_SETLK).
+std::uint32_t process_holding_byte(int fd, std::uint64_t byte) noexcept;
+
 // ---- futex on a word in shared memory -----------------------------------------------------
 
 enum class futex_result { woken, value_changed, timed_out, interrupted };

@@ -42,6 +42,13 @@ inline constexpr std::uint64_t rpc_opener_serves_lock_byte = 35;
 // openers in one at a time, so that an opener counts itself (opener_generation) before it takes
 // rpc_opener_lock_byte, and whoever finds that byte held reads the holder's generation.
 inline constexpr std::uint64_t rpc_opener_admit_lock_byte = 36;
+// Each end's process also holds a POSIX (process-owned) write lock on its process byte while
+// attached: F_GETLK names the process that holds it, in the asker's pid namespace, where the
+// pid written in the header is the writer's own claim. The other end watches that process for
+// its death (a pidfd). No version change: an end that does not take it is watched by polling
+// its lock byte, as before.
+inline constexpr std::uint64_t rpc_owner_process_lock_byte = 37;
+inline constexpr std::uint64_t rpc_opener_process_lock_byte = 38;
 // 2: streams; 3: serves bytes 34, 35; 4: admission byte 36, an opener counted before byte 33.
 inline constexpr std::uint32_t rpc_version = 4;
 inline constexpr std::uint64_t rpc_no_timeout = ~std::uint64_t{0};  // default_timeout_ms: none
