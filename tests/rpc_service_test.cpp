@@ -937,7 +937,8 @@ class connect_ring {
   bool try_publish(std::span<const std::byte> node) {
     detail::write_claim c;
     if (ring_->try_claim_write(c) != detail::claim_status::claimed) return false;
-    std::memcpy(c.data.data(), node.data(), std::min(node.size(), c.data.size()));
+    if (!node.empty())  // memcpy's source must not be null, even for no bytes
+      std::memcpy(c.data.data(), node.data(), std::min(node.size(), c.data.size()));
     ring_->publish(c, static_cast<std::uint32_t>(node.size()));
     return true;
   }
@@ -1001,21 +1002,27 @@ TEST_CASE("rpc_acceptor: forged connect requests are refused and counted; real c
   acceptor.close();
 }
 
-TEST_CASE(
-    "rpc_acceptor: accepts complete in the order started when the first one's request is "
-    "refused",
-    "[rpc][service]") {
+TEST_CASE("rpc_acceptor: accepts complete in the order started when the first one takes no client",
+          "[rpc][service]") {
+  // The first accept's look at the ring takes no client: a request for a channel nobody made
+  // (refused), or a ringful of refused nodes (it looks again). The second, started meanwhile,
+  // must not take the client that comes next before it.
+  const bool ringful = GENERATE(false, true);
+  CAPTURE(ringful);
   scoped_name name("svc");
   asio::io_context io;
   rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
   connect_ring ring(name);
-  layout::connect_request gone{};  // well formed, for a channel nobody made
-  gone.version = layout::listener_version;
-  gone.pid = static_cast<std::uint32_t>(::getpid());
-  gone.nonce = 4242;
-  ring.publish(as_bytes(gone));
-  // The first accept takes that request, and is refused; the second, started meanwhile, must
-  // not take the client that comes next before it.
+  if (ringful) {
+    for (std::uint32_t i = 0; i < detail::listener_backlog; ++i)
+      REQUIRE(ring.try_publish({}));
+  } else {
+    layout::connect_request gone{};  // well formed, for a channel nobody made
+    gone.version = layout::listener_version;
+    gone.pid = static_cast<std::uint32_t>(::getpid());
+    gone.nonce = 4242;
+    ring.publish(as_bytes(gone));
+  }
   std::vector<int> order;
   rpc_buffer first_end(io.get_executor()), second_end(io.get_executor());
   acceptor.async_accept(shmio::rpc_handler{}, [&](std::error_code ec, rpc_buffer end) {
@@ -1033,7 +1040,7 @@ TEST_CASE(
   REQUIRE(shmio::test::run_until(io, [&] { return !order.empty() && connected; }));
   CHECK(order == std::vector<int>{1});
   CHECK_FALSE(*connected);
-  CHECK(acceptor.statistics().refused == 1);
+  CHECK(acceptor.statistics().refused == (ringful ? detail::listener_backlog : 1));
   client.close();
   first_end.close();
   acceptor.close();  // the second completes with operation_aborted

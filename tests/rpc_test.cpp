@@ -1106,6 +1106,46 @@ TEST_CASE("rpc_buffer: the owner's pending calls fail with peer_gone when the op
   });
 }
 
+TEST_CASE("rpc_buffer: an opener that closed and lives on is not watched in place of the next",
+          "[rpc][process]") {
+  // The first opener closes but its process lives on, its io_context never run again (so the
+  // channel object, and the file, stay open there). The second opener, killed while the
+  // owner waits for it with nothing pending, must still be seen to go: the owner watches the
+  // process that holds the opener's process byte, which the first gave back at its close.
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_sync_handler(add_two));
+  signal_pipe first_closed, second_in;
+  child first([&]() -> int {
+    asio::io_context own;
+    rpc_buffer opener(own.get_executor(), shmio::open_only, name);
+    opener.close();
+    first_closed.notify();
+    for (;;)
+      ::pause();
+  });
+  REQUIRE(first_closed.wait() == 1);
+  std::optional<std::error_code> first_gone;
+  owner.async_wait_closed([&](std::error_code ec) { first_gone = ec; });
+  REQUIRE(shmio::test::run_until(io, [&] { return first_gone.has_value(); }));
+  child second([&]() -> int {
+    asio::io_context own;
+    rpc_buffer opener(own.get_executor(), shmio::open_only, name);
+    second_in.notify();
+    for (;;)
+      ::pause();
+  });
+  REQUIRE(second_in.wait() == 1);
+  std::optional<std::error_code> second_gone;
+  owner.async_wait_closed([&](std::error_code ec) { second_gone = ec; });
+  io.poll();
+  CHECK_FALSE(second_gone.has_value());
+  second.kill9();
+  CHECK(shmio::test::run_until(io, [&] { return second_gone.has_value(); }));
+  owner.close();
+  io.poll();
+}
+
 TEST_CASE("rpc_buffer: the opener's pending calls fail with peer_gone when the owner is killed",
           "[rpc][process]") {
   scoped_name name("rpc");

@@ -122,9 +122,11 @@ class rpc_acceptor {
       // went.
       if (ec == asio::error::bad_descriptor) ec = asio::error::operation_aborted;
       if (ec) return self.complete(ec, rpc_buffer(ex));
-      if (taken.look_again) return impl->async_next_request(std::move(self));
-      // The request came with a hold on the queue (taken_request): released once this accept
-      // has completed, or waits again before the accepts started after it, and not before.
+      // What was taken came with a hold on the queue (taken_request), released as this step
+      // ends: after this accept has completed, or has started to wait again before the accepts
+      // started after it (having looked at as many nodes as the ring holds, or its request
+      // refused).
+      if (taken.look_again) return impl->async_next_request_first(std::move(self));
       std::error_code refused;
       auto channel = impl->accept(ex, taken.request, handlers, refused);
       if (refused == asio::error::operation_aborted) return self.complete(refused, rpc_buffer(ex));

@@ -186,14 +186,26 @@ bool lock_byte_for_process(int fd, std::uint64_t byte) noexcept {
   return ::fcntl(fd, F_SETLK, &fl) == 0;
 }
 
-std::uint32_t process_holding_byte(int fd, std::uint64_t byte) noexcept {
+void unlock_byte_for_process(int fd, std::uint64_t byte) noexcept {
+  struct flock fl {};
+  fl.l_type = F_UNLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(byte);
+  fl.l_len = 1;
+  static_cast<void>(::fcntl(fd, F_SETLK, &fl));
+}
+
+byte_holder process_holding_byte(int fd, std::uint64_t byte) noexcept {
   struct flock fl {};
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;
   fl.l_start = static_cast<off_t>(byte);
   fl.l_len = 1;
-  if (::fcntl(fd, F_GETLK, &fl) != 0 || fl.l_type == F_UNLCK || fl.l_pid <= 0) return 0;
-  return static_cast<std::uint32_t>(fl.l_pid);
+  // An error says nothing of a holder: as if held by someone we cannot name (the caller then
+  // looks at the end's lock byte instead).
+  if (::fcntl(fd, F_GETLK, &fl) != 0) return {true, 0};
+  if (fl.l_type == F_UNLCK) return {false, 0};
+  return {true, fl.l_pid > 0 ? static_cast<std::uint32_t>(fl.l_pid) : 0};
 }
 
 }  // namespace shmio::detail::platform

@@ -60,7 +60,8 @@ std::optional<outcome<taken_request>> rpc_acceptor_impl::take_request() {
   // ring holds: clients writing refused nodes as fast as they are taken would keep it here.
   std::uint32_t refused = 0;
   for (std::uint32_t bad = 0; bad <= ring_.node_count();) {
-    if (refused == ring_.node_count()) return outcome<taken_request>{{}, {{}, true, {}, {}}};
+    if (refused == ring_.node_count())
+      return outcome<taken_request>{{}, {{}, true, waiter_, queue_hold(*waiter_, 0)}};
     layout::connect_request request{};
     std::size_t length = 0;
     auto copy = [&](std::span<const std::byte> message) {

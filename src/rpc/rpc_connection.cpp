@@ -253,27 +253,25 @@ void rpc_channel::watch_peer_death() {
   const int seg_fd = seg_.native_handle();
   const std::uint64_t byte =
       owner_ ? layout::rpc_opener_process_lock_byte : layout::rpc_owner_process_lock_byte;
-  std::uint32_t pid = attached ? platform::process_holding_byte(seg_fd, byte) : 0;
-  const bool named = pid != 0;
-  if (attached && !named) {
-    // relaxed: informational, written before the other end's first packet.
-    const std::uint32_t claimed =
-        (owner_ ? header_->opener_pid : header_->owner_pid).load(std::memory_order_relaxed);
-    std::error_code lock_ec;
-    if (!platform::byte_locked_by_other(seg_fd, byte, lock_ec) && !lock_ec) {
-      // An end that takes no process byte (an older one): its claim, as before; a wake-up for
-      // another process is checked against its lock byte (below).
-      pid = claimed;
-    } else if (claimed == platform::process_id()) {
-      return;  // held, and not reported to us: our own process's lock; the end dies with us
-    }
-    // Else held by a process not visible from here: the lock byte is polled.
+  const platform::byte_holder holder =
+      attached ? platform::process_holding_byte(seg_fd, byte) : platform::byte_holder{};
+  std::uint32_t pid = holder.pid;
+  std::error_code lock_ec;
+  if (attached && !holder.held) {
+    if (platform::byte_locked_by_other(seg_fd, byte, lock_ec) && !lock_ec)
+      return;  // held by our own process (an open file's view sees it): the end dies with us
+    // Nobody holds it: an end that takes no process byte (an older one). Its claim, as before;
+    // a wake-up for another process is checked against its lock byte (below). relaxed:
+    // informational, written before the other end's first packet.
+    pid = (owner_ ? header_->opener_pid : header_->owner_pid).load(std::memory_order_relaxed);
   }
+  // Held by a process we cannot name (another pid namespace): the lock byte is polled.
   std::error_code ec;
   platform::unique_fd watch(pid != 0 ? platform::open_process_watch(pid, ec) : -1);
   // The holder may have died between the look and the pidfd, and its pid gone to another
   // process: the pidfd is the holder's only if the byte still names it.
-  if (watch && named && platform::process_holding_byte(seg_fd, byte) != pid) watch.reset();
+  if (watch && holder.held && platform::process_holding_byte(seg_fd, byte).pid != pid)
+    watch.reset();
   const int fd = watch ? watch.release() : -1;
   if (fd < 0) {
     // No pidfd, no peer yet, or no process to name: the housekeeping tick looks at the lock.

@@ -221,6 +221,7 @@ std::error_code rpc_channel::attach(segment seg, bool owner, const geometry& whe
   if (owner) static_cast<void>(platform::lock_byte_for_process(fd, process_byte));
   if (owner && !platform::try_lock_byte(fd, own_byte, platform::lock_kind::exclusive, ec)) {
     // The channel already has this end. (Our shared lock goes with it; the other's stays.)
+    platform::unlock_byte_for_process(fd, process_byte);
     std::error_code ignored;
     if (serves_) platform::try_lock_byte(fd, serves_byte, platform::lock_kind::unlock, ignored);
     return ec ? ec : std::error_code(errc::busy);

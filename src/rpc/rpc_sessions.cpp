@@ -149,6 +149,11 @@ void rpc_channel::release() noexcept {
   platform::try_lock_byte(seg_.native_handle(),
                           owner_ ? layout::rpc_owner_lock_byte : layout::rpc_opener_lock_byte,
                           platform::lock_kind::unlock, ignored);
+  // Our process byte too: a process that closed its end but lives on (its mapping kept until
+  // the channel object goes) must not be named as the next opener's process.
+  platform::unlock_byte_for_process(
+      seg_.native_handle(),
+      owner_ ? layout::rpc_owner_process_lock_byte : layout::rpc_opener_process_lock_byte);
   if (serves_)
     platform::try_lock_byte(
         seg_.native_handle(),

@@ -298,8 +298,10 @@ void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_st
     if (!w.may_send()) break;
     auto next = std::move(w.writes.front());
     w.writes.pop_front();
-    send_stream_item(w, {packet_type::stream_item, next_id(), request_id, std::move(next.item)});
+    // Completed (posted) before the send: a send that writes at once and so frees the outbox
+    // comes back here for the next write, whose completion must not be posted first.
     complete(std::move(next.op), {}, false);
+    send_stream_item(w, {packet_type::stream_item, next_id(), request_id, std::move(next.item)});
   }
 }
 

@@ -102,9 +102,16 @@ bool byte_locked_by_other(int fd, std::uint64_t byte, std::error_code& ec);
 // naming a process, never for exclusion.
 /// Takes a write lock on `byte` for this process; false if another process holds one.
 bool lock_byte_for_process(int fd, std::uint64_t byte) noexcept;
-/// The process holding a POSIX lock on `byte`, as this process's pid namespace numbers it; 0
-/// if none does, or the holder is not visible here, or it is an open file's lock (F_OFD_SETLK).
-std::uint32_t process_holding_byte(int fd, std::uint64_t byte) noexcept;
+/// Gives it back.
+void unlock_byte_for_process(int fd, std::uint64_t byte) noexcept;
+/// Who holds `byte` against this process: nobody (or only this process itself, whose own locks
+/// F_GETLK does not report), a process this pid namespace can see (its pid here), or a lock
+/// whose holder it cannot name (a process not visible from here, or an open file's lock).
+struct byte_holder {
+  bool held = false;
+  std::uint32_t pid = 0;  // when held: 0 if it cannot be named
+};
+byte_holder process_holding_byte(int fd, std::uint64_t byte) noexcept;
 
 // ---- futex on a word in shared memory -----------------------------------------------------
 

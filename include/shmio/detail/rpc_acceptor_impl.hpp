@@ -24,17 +24,29 @@
 namespace shmio::detail {
 
 /// What one look at the connect ring took: a request, or nothing yet because the look refused
-/// as many nodes as the ring holds (`look_again`: the accept looks again after a trip through
-/// its executor, so that a client flooding the ring with refused nodes cannot hold the
-/// acceptor's thread).
+/// as many nodes as the ring holds (`look_again`: the accept waits again, so that clients
+/// flooding the ring with refused nodes cannot hold the acceptor's thread).
 ///
-/// A request comes with a hold on the ring's queue: the accepts started later wait until this
-/// one has made its connection and completed, or, its request refused, waits again before them
-/// (async_next_request_first), so that accepts complete in the order they were started.
+/// Either comes with a hold on the ring's queue: the accepts started later wait until this one
+/// has made its connection and completed, or waits again before them (async_next_request_first),
+/// so that accepts complete in the order they were started.
 struct taken_request {
+  taken_request() = default;
+  taken_request(taken_request&&) noexcept = default;
+  taken_request& operator=(taken_request&& o) noexcept {
+    // The hold first: it lets go of its queue while the waiter it names is still kept.
+    hold = std::move(o.hold);
+    keep = std::move(o.keep);
+    request = o.request;
+    look_again = o.look_again;
+    return *this;
+  }
+  taken_request(layout::connect_request r, bool again, std::shared_ptr<waiter> w, queue_hold h)
+      : request(r), look_again(again), keep(std::move(w)), hold(std::move(h)) {}
+
   layout::connect_request request{};
   bool look_again = false;
-  std::shared_ptr<waiter> keep;  // the hold's waiter, alive until the hold goes (below it)
+  std::shared_ptr<waiter> keep;  // the hold's waiter, alive until the hold goes (declared after)
   queue_hold hold;
 };
 
