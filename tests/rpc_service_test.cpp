@@ -65,6 +65,7 @@ using shmio::test::child;
 using shmio::test::eventually;
 using shmio::test::peer_path;
 using shmio::test::scoped_name;
+using shmio::test::write_proc;
 using bytes_t = std::vector<std::byte>;
 namespace detail = shmio::detail;
 namespace layout = shmio::detail::layout;
@@ -105,15 +106,6 @@ void run_body(asio::io_context& io, Body body) {
 }
 
 // /dev/shm files of this user whose segment name starts with `prefix`.
-// Writes `text` to the file at `path` (a /proc file of this process).
-bool write_proc(const char* path, const std::string& text) {
-  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ::close(fd);
-  return ok;
-}
-
 std::size_t shm_files_with(std::string_view prefix) {
   std::error_code ec;
   const std::string file = detail::segment_file_name(prefix, ec);

@@ -44,6 +44,7 @@ using shmio::test::child;
 using shmio::test::peer_path;
 using shmio::test::scoped_name;
 using shmio::test::signal_pipe;
+using shmio::test::write_proc;
 
 namespace {
 
@@ -558,15 +559,6 @@ TEST_CASE("an open_or_create of a segment whose creator was killed creates a new
 }
 
 namespace {
-// Writes `text` to the file at `path` (a /proc file of this process).
-bool write_proc(const char* path, const std::string& text) {
-  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ::close(fd);
-  return ok;
-}
-
 // Gives this (child) process a mount namespace of its own, with nothing shared back: directly
 // with CAP_SYS_ADMIN, else inside a user namespace that maps our own user and group to
 // themselves (file ownership looks the same from inside). False where neither is allowed.

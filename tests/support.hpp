@@ -101,6 +101,16 @@ class raw_segment {
   std::size_t size_ = 0;
 };
 
+/// Writes `text` to the file at `path` (a /proc file of this process, such as a user
+/// namespace's uid_map).
+inline bool write_proc(const char* path, const std::string& text) {
+  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  return ok;
+}
+
 /// One byte at a time from child to parent (or back): "I am ready", "go on".
 class signal_pipe {
  public:

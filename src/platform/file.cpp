@@ -20,6 +20,16 @@ namespace {
 std::error_code last_error() {
   return {errno, std::system_category()};
 }
+
+// A record lock's description of byte `byte` alone.
+struct flock one_byte(short type, std::uint64_t byte) {
+  struct flock fl {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(byte);
+  fl.l_len = 1;
+  return fl;
+}
 }  // namespace
 
 void unique_fd::reset(int fd) noexcept {
@@ -147,13 +157,10 @@ void page_populator::flush() noexcept {
 }
 
 bool try_lock_byte(int fd, std::uint64_t byte, lock_kind kind, std::error_code& ec) {
-  struct flock fl {};
-  fl.l_type = kind == lock_kind::shared      ? F_RDLCK
-              : kind == lock_kind::exclusive ? F_WRLCK
-                                             : F_UNLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = static_cast<off_t>(byte);
-  fl.l_len = 1;
+  struct flock fl = one_byte(kind == lock_kind::shared      ? F_RDLCK
+                             : kind == lock_kind::exclusive ? F_WRLCK
+                                                            : F_UNLCK,
+                             byte);
   fl.l_pid = 0;  // required for OFD locks
   for (;;) {
     if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) return true;
@@ -165,11 +172,7 @@ bool try_lock_byte(int fd, std::uint64_t byte, lock_kind kind, std::error_code& 
 }
 
 bool byte_locked_by_other(int fd, std::uint64_t byte, std::error_code& ec) {
-  struct flock fl {};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = static_cast<off_t>(byte);
-  fl.l_len = 1;
+  struct flock fl = one_byte(F_WRLCK, byte);
   if (::fcntl(fd, F_OFD_GETLK, &fl) != 0) {
     ec = last_error();
     return true;  // unknown: assume alive, never reclaim on a guess
@@ -178,29 +181,17 @@ bool byte_locked_by_other(int fd, std::uint64_t byte, std::error_code& ec) {
 }
 
 bool lock_byte_for_process(int fd, std::uint64_t byte) noexcept {
-  struct flock fl {};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = static_cast<off_t>(byte);
-  fl.l_len = 1;
+  struct flock fl = one_byte(F_WRLCK, byte);
   return ::fcntl(fd, F_SETLK, &fl) == 0;
 }
 
 void unlock_byte_for_process(int fd, std::uint64_t byte) noexcept {
-  struct flock fl {};
-  fl.l_type = F_UNLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = static_cast<off_t>(byte);
-  fl.l_len = 1;
+  struct flock fl = one_byte(F_UNLCK, byte);
   static_cast<void>(::fcntl(fd, F_SETLK, &fl));
 }
 
 byte_holder process_holding_byte(int fd, std::uint64_t byte) noexcept {
-  struct flock fl {};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = static_cast<off_t>(byte);
-  fl.l_len = 1;
+  struct flock fl = one_byte(F_WRLCK, byte);
   // An error says nothing of a holder: as if held by someone we cannot name (the caller then
   // looks at the end's lock byte instead).
   if (::fcntl(fd, F_GETLK, &fl) != 0) return {true, 0};

@@ -253,17 +253,24 @@ void rpc_channel::watch_peer_death() {
   const int seg_fd = seg_.native_handle();
   const std::uint64_t byte =
       owner_ ? layout::rpc_opener_process_lock_byte : layout::rpc_owner_process_lock_byte;
-  const platform::byte_holder holder =
+  platform::byte_holder holder =
       attached ? platform::process_holding_byte(seg_fd, byte) : platform::byte_holder{};
   std::uint32_t pid = holder.pid;
   std::error_code lock_ec;
   if (attached && !holder.held) {
-    if (platform::byte_locked_by_other(seg_fd, byte, lock_ec) && !lock_ec)
-      return;  // held by our own process (an open file's view sees it): the end dies with us
-    // Nobody holds it: an end that takes no process byte (an older one). Its claim, as before;
-    // a wake-up for another process is checked against its lock byte (below). relaxed:
-    // informational, written before the other end's first packet.
-    pid = (owner_ ? header_->opener_pid : header_->owner_pid).load(std::memory_order_relaxed);
+    if (platform::byte_locked_by_other(seg_fd, byte, lock_ec) || lock_ec) {
+      // Held after all: by our own process (an open file's view sees its lock, F_GETLK does
+      // not), or taken by another one between the two looks (a new opener arriving). Asked
+      // again, the second names its process, or says it cannot.
+      holder = platform::process_holding_byte(seg_fd, byte);
+      if (!holder.held && !lock_ec) return;  // ours: the end dies with us
+      pid = holder.pid;
+    } else {
+      // Nobody holds it: an end that takes no process byte (an older one). Its claim, as
+      // before; a wake-up for another process is checked against its lock byte (below).
+      // relaxed: informational, written before the other end's first packet.
+      pid = (owner_ ? header_->opener_pid : header_->owner_pid).load(std::memory_order_relaxed);
+    }
   }
   // Held by a process we cannot name (another pid namespace): the lock byte is polled.
   std::error_code ec;

@@ -288,6 +288,12 @@ void rpc_channel::on_stream_credit(const incoming_message& m) {
 }
 
 void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_state& w) {
+  if (w.flushing) return;  // the loop below, further up this stack, goes on
+  w.flushing = true;
+  struct done_flushing {
+    stream_writer_state& w;
+    ~done_flushing() { w.flushing = false; }
+  } guard{w};
   while (!w.writes.empty() && !closed_) {
     if (w.writes.front().item.size() > reassembler_max()) {  // refused, using no credit
       auto op = std::move(w.writes.front().op);
@@ -298,10 +304,8 @@ void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_st
     if (!w.may_send()) break;
     auto next = std::move(w.writes.front());
     w.writes.pop_front();
-    // Completed (posted) before the send: a send that writes at once and so frees the outbox
-    // comes back here for the next write, whose completion must not be posted first.
-    complete(std::move(next.op), {}, false);
     send_stream_item(w, {packet_type::stream_item, next_id(), request_id, std::move(next.item)});
+    complete(std::move(next.op), {}, false);
   }
 }
 

@@ -55,6 +55,10 @@ struct stream_writer_state {
   // window's worth waits.
   std::uint64_t unsent = 0;
   std::deque<write> writes;  // waiting for credit, oldest first
+  // flush_stream_writes is running for this stream: a send in it that frees the outbox at once
+  // comes back to it, and leaves the next write to the loop already running, which sends and
+  // completes the writes in their order.
+  bool flushing = false;
 
   /// An item may go now.
   bool may_send() const noexcept { return credit != 0 && unsent < window; }
@@ -64,6 +68,7 @@ struct stream_writer_state {
     credit = 0;
     unsent = 0;
     writes.clear();
+    flushing = false;
   }
 };
 
