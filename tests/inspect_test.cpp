@@ -190,6 +190,28 @@ TEST_CASE("inspect reads an event and unescapes its name", "[inspect]") {
   CHECK(std::count_if(all.begin(), all.end(), [&](auto& s) { return s.name == name; }) == 1);
 }
 
+TEST_CASE("inspect lists a local name that begins with a prefix under a name that reaches it",
+          "[inspect]") {
+  scoped_name base("inspect");
+  asio::io_context io;
+  for (const std::string prefix : {"Global\\", "Local\\"}) {
+    // "Local\\Global\\x" is this user's "Global\\x"; "Global\\x" alone is the machine's.
+    const std::string name = "Local\\" + prefix + base.str();
+    shmio::named_event ev(io.get_executor(), shmio::create_only, name,
+                          shmio::event_mode::manual_reset, false);
+    std::error_code ec;
+    auto all = shmio::inspect::list(ec);
+    REQUIRE_FALSE(ec);
+    auto it = std::find_if(all.begin(), all.end(),
+                           [&](auto& s) { return s.name.ends_with(prefix + base.str()); });
+    REQUIRE(it != all.end());
+    CHECK(it->name == name);
+    auto again = shmio::inspect::examine(it->name, ec);
+    REQUIRE_FALSE(ec);
+    CHECK(again.file == it->file);
+  }
+}
+
 TEST_CASE("inspect tells a stale segment, and removes only stale ones", "[inspect]") {
   scoped_name stale("inspect"), live("inspect");
   leave_stale_ring(stale.str());
@@ -307,6 +329,16 @@ TEST_CASE("inspect lists and sweeps temporary files of dead creators", "[inspect
   REQUIRE_FALSE(ec);
   CHECK(info.temporary);
   CHECK(info.temp_pid == pid);
+  // Young: its creator may be in another pid namespace, between making the file and locking it.
+  CHECK_FALSE(info.stale);
+  CHECK_FALSE(shmio::inspect::remove_file_if_stale(path, ec));
+  CHECK(ec == shmio::errc::busy);
+  CHECK(::access(path.c_str(), F_OK) == 0);
+  // Abandoned: last changed more than 10 s ago.
+  const struct timespec old_times[2] = {{::time(nullptr) - 11, 0}, {::time(nullptr) - 11, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, path.c_str(), old_times, 0) == 0);
+  info = shmio::inspect::examine_file(path, ec);
+  REQUIRE_FALSE(ec);
   CHECK(info.stale);
   CHECK(shmio::inspect::remove_file_if_stale(path, ec));
   CHECK(::access(path.c_str(), F_OK) != 0);

@@ -496,9 +496,13 @@ TEST_CASE("plain reads and writes take no lock unless asked to, then time out at
   guarded.write(std::uint32_t{6}, 0);
   CHECK(plain.read<std::uint32_t>(0) == 6);
 
-  // A handle that holds the lock itself writes without waiting for it.
+  // A handle that holds the lock itself reads and writes without waiting for it: lock, read,
+  // change, write back.
   guarded.lock();
-  guarded.write(std::uint32_t{7}, 0);
+  const auto before = guarded.read<std::uint32_t>(0, ec);
+  CHECK_FALSE(ec);
+  CHECK(before == 6);
+  guarded.write(before + 1, 0);
   guarded.unlock();
   CHECK(plain.read<std::uint32_t>(0) == 7);
   CHECK(holder.try_lock());  // the guarded accesses left nothing held

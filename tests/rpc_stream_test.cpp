@@ -14,6 +14,7 @@
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <catch2/catch.hpp>
@@ -220,6 +221,121 @@ TEST_CASE("rpc_stream: an opener sets its own window with set_limits", "[rpc][st
     CO_CHECK(co_await read_items(s, 11, 0, 50));
     auto [ec, got] = co_await s.async_read(tuple_awaitable);
     CHECK(ec == asio::error::eof);
+    caller.close();
+    server.close();
+  });
+}
+
+TEST_CASE("rpc_stream: the writer's executor is the strand its handler runs on", "[rpc][stream]") {
+  // A plain callback given to async_write has no executor of its own: it completes on the
+  // writer's executor, which must be the handler's strand, or it would run beside the handler.
+  scoped_name name("stream");
+  asio::io_context io;
+  using strand_type = asio::strand<asio::io_context::executor_type>;
+  bool handler_in_strand = false;
+  bool callback_in_strand = false;
+  bool callback_ran = false;
+  rpc_methods methods;
+  methods.add("items",
+              [&](std::uint64_t, std::span<const std::byte>,
+                  rpc_stream_writer out) -> asio::awaitable<void> {
+                const auto ex = out.get_executor();
+                const auto* target = ex.target<strand_type>();
+                CO_REQUIRE(target != nullptr);
+                const strand_type strand = *target;
+                handler_in_strand = strand.running_in_this_thread();
+                const bytes_t x = item(1, 0);
+                out.async_write(asio::buffer(x), [&, strand](std::error_code ec) {
+                  callback_ran = !ec;
+                  callback_in_strand = strand.running_in_this_thread();
+                });
+                co_await out.async_write(asio::buffer(x),
+                                         asio::use_awaitable);  // after the first: in order
+              });
+  rpc_buffer caller(io, shmio::create_only, name, {}, options());
+  rpc_buffer server(io, shmio::open_only, name, methods);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    const bytes_t seed = seed_bytes(1);
+    rpc_stream s =
+        co_await caller.async_request_stream("items", asio::buffer(seed), asio::use_awaitable);
+    for (int i = 0; i < 2; ++i) {
+      auto [ec, got] = co_await s.async_read(tuple_awaitable);
+      CHECK_FALSE(ec);
+    }
+    CHECK(handler_in_strand);
+    CHECK(callback_ran);
+    CHECK(callback_in_strand);
+    caller.close();
+    server.close();
+  });
+}
+
+TEST_CASE("rpc_stream: a write started after its end's close() began fails with operation_aborted",
+          "[rpc][stream]") {
+  // close() from the handler itself: the close packet has gone, so nothing may follow it, and
+  // the write must not report an item sent.
+  scoped_name name("stream");
+  asio::io_context io;
+  std::optional<std::error_code> wrote;
+  bool try_wrote = true;
+  rpc_buffer* server_end = nullptr;
+  rpc_methods methods;
+  methods.add("items",
+              [&](std::uint64_t, std::span<const std::byte>,
+                  rpc_stream_writer out) -> asio::awaitable<void> {
+                server_end->close();
+                const bytes_t x = item(1, 0);
+                out.async_write(asio::buffer(x), [&](std::error_code ec) { wrote = ec; });
+                try {
+                  co_await out.co_write(asio::buffer(x));
+                } catch (const std::system_error& e) {
+                  try_wrote = e.code() != asio::error::operation_aborted;
+                }
+              });
+  rpc_buffer caller(io, shmio::create_only, name, {}, options());
+  rpc_buffer server(io, shmio::open_only, name, methods);
+  server_end = &server;
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    const bytes_t seed = seed_bytes(1);
+    rpc_stream s =
+        co_await caller.async_request_stream("items", asio::buffer(seed), asio::use_awaitable);
+    auto [ec, got] = co_await s.async_read(tuple_awaitable);
+    CHECK(ec == errc::peer_gone);
+    CO_REQUIRE(co_await wait_until([&] { return wrote.has_value(); }));
+    CHECK(*wrote == asio::error::operation_aborted);
+    CHECK_FALSE(try_wrote);
+    CHECK(server.statistics().stream_items_sent == 0);
+    caller.close();
+  });
+}
+
+TEST_CASE("rpc_stream: a window above the serving end's limit is refused with invalid_argument",
+          "[rpc][stream]") {
+  scoped_name name("stream");
+  asio::io_context io;
+  writer_log log;
+  rpc_options server_options = options(32);
+  server_options.stream_window_limit = 100;
+  rpc_buffer server(io, shmio::create_only, name, streaming(log, 5), server_options);
+  rpc_buffer caller(io, shmio::open_only, name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    const bytes_t seed = seed_bytes(12);
+    for (const std::uint32_t window : {101u, 100u}) {
+      rpc_options limits;
+      limits.stream_window = window;
+      caller.set_limits(limits);
+      rpc_stream s =
+          co_await caller.async_request_stream("items", asio::buffer(seed), asio::use_awaitable);
+      if (window > 100) {
+        auto [ec, got] = co_await s.async_read(tuple_awaitable);
+        CHECK(ec == shmio::errc::invalid_argument);
+        CHECK(log.written == 0);  // its handler never ran
+      } else {
+        CO_CHECK(co_await read_items(s, 12, 0, 5));
+        auto [ec, got] = co_await s.async_read(tuple_awaitable);
+        CHECK(ec == asio::error::eof);
+      }
+    }
     caller.close();
     server.close();
   });
@@ -617,6 +733,87 @@ TEST_CASE(
   });
 }
 
+TEST_CASE("rpc_stream: an item for a stream whose request is still queued whole fails it",
+          "[rpc][stream]") {
+  // The opener's end does not run: a few calls fill the ring it reads, so the stream request
+  // waits whole in the caller's outbox (its opening has completed). A third party that guesses
+  // its id sends an item: the stream fails as corrupted, and its request is never sent.
+  scoped_name name("stream");
+  asio::io_context io;
+  asio::io_context server_io;  // never run
+  bool cancelled = false;
+  const rpc_methods methods = silent_stream(cancelled);
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
+  rpc_buffer server(server_io.get_executor(), shmio::open_only, name, methods);
+  ring_injector inject(name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    int answered = 0;
+    for (int i = 0; i < 8; ++i)  // the ring's 8 nodes
+      caller.async_request(asio::buffer("x", 1), [&](std::error_code, bytes_t) { ++answered; });
+    co_await yield_turns(10);
+    rpc_stream s = co_await caller.async_request_stream({}, asio::use_awaitable);
+    const auto withdrawn = caller.statistics().requests_withdrawn;
+    constexpr auto item_type = static_cast<std::uint8_t>(layout::packet_type::stream_item);
+    co_await inject.publish(node(header(item_type, 1, 9000, 5, 1, s.request_id()), 5, 0));
+    auto [ec, got] = co_await s.async_read(tuple_awaitable);
+    CHECK(ec == errc::corrupted);
+    CHECK(got.empty());
+    CHECK(caller.statistics().requests_withdrawn == withdrawn + 1);
+    CHECK(answered == 0);
+    caller.close();
+    server.close();
+  });
+}
+
+TEST_CASE(
+    "rpc_stream: credit for a peer that does not read its ring waits as one message, not one "
+    "per grant",
+    "[rpc][stream]") {
+  // A peer that streams items but never reads the caller's ring: the caller keeps reading, and
+  // grants credit as it reads (a window of 2: a grant per item). Past the ring's 8 nodes the
+  // grants join the one still queued; what finally reaches the peer adds up to every grant.
+  scoped_name name("stream");
+  asio::io_context io;
+  asio::io_context server_io;  // never run: the opener's end reads nothing
+  bool cancelled = false;
+  const rpc_methods methods = silent_stream(cancelled);
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options(2));
+  rpc_buffer server(server_io.get_executor(), shmio::open_only, name, methods);
+  ring_injector inject(name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    rpc_stream s = co_await caller.async_request_stream({}, asio::use_awaitable);
+    constexpr std::uint64_t items = 100;
+    constexpr auto item_type = static_cast<std::uint8_t>(layout::packet_type::stream_item);
+    for (std::uint64_t i = 0; i < items; ++i) {
+      co_await inject.publish(node(header(item_type, 1, 9000 + i, 5, 1, s.request_id()), 5, i));
+      auto [ec, got] = co_await s.async_read(tuple_awaitable);
+      CO_REQUIRE(!ec);
+      CHECK(got == pattern(5, i));
+    }
+    // Now read the caller's ring as the peer would, letting the caller's writer refill it.
+    std::uint64_t credit_packets = 0;
+    std::uint64_t credited = 0;
+    for (int turn = 0; turn < 10000 && credited < items; ++turn) {
+      while (auto p = inject.take_sent_to_opener()) {
+        layout::packet_header h{};
+        CO_REQUIRE(p->size() >= sizeof h);
+        std::memcpy(&h, p->data(), sizeof h);
+        if (h.type != static_cast<std::uint8_t>(layout::packet_type::stream_credit)) continue;
+        std::uint32_t count = 0;
+        CO_REQUIRE(p->size() >= sizeof h + sizeof count);
+        std::memcpy(&count, p->data() + sizeof h, sizeof count);
+        ++credit_packets;
+        credited += count;
+      }
+      co_await yield_turns(1);
+    }
+    CHECK(credited == items);
+    CHECK(credit_packets <= 8);  // what the ring took at once, and the one that waited
+    caller.close();
+    server.close();
+  });
+}
+
 // A message of one packet, its total size set from `payload`, into the ring the owner reads.
 asio::awaitable<void> publish_message(ring_injector& inject, layout::packet_header h,
                                       const bytes_t& payload) {
@@ -744,6 +941,41 @@ TEST_CASE(
     CO_REQUIRE(co_await wait_until([&] { return server.statistics().requests_received == 2; }));
     CHECK(server.statistics().requests_shed == 0);
     CHECK(server.statistics().responses_sent == 1);
+    caller.close();
+    server.close();
+  });
+}
+
+TEST_CASE(
+    "rpc_stream: a stream that ended with many items still waiting counts once toward shedding",
+    "[rpc][stream]") {
+  // A caller that reads, only slower than the handler writes: a window of 64, a handler that
+  // writes all 64 and returns, more than max_concurrent_handlers items left queued behind the
+  // ring. That is one answer waiting (the stream's end), not 64: the caller's next request is
+  // served, not shed (and left to time out).
+  scoped_name name("stream");
+  asio::io_context io;
+  writer_log log;
+  constexpr std::uint32_t window = 64;
+  rpc_options o = options(window);
+  o.max_concurrent_handlers = 4;
+  rpc_buffer server(io.get_executor(), shmio::create_only, name, streaming(log, window), o);
+  asio::io_context caller_io;  // not run yet: the caller's end reads nothing for now
+  rpc_buffer caller(caller_io.get_executor(), shmio::open_only, name);
+  ring_injector inject(name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    co_await publish_stream_request(inject, 7000, window, 3);
+    CO_REQUIRE(co_await wait_until([&] { return log.done; }));
+    CHECK(log.written == static_cast<int>(window));
+    bytes_t plain{std::byte{5}};
+    for (char c : std::string_view("plain"))
+      plain.push_back(static_cast<std::byte>(c));
+    auto h = header(static_cast<std::uint8_t>(layout::packet_type::request), 1, 8000, 0, 1);
+    h.flags = layout::packet_flag_method;
+    co_await publish_message(inject, h, plain);
+    CO_REQUIRE(co_await wait_until([&] { return server.statistics().requests_received == 2; }));
+    CHECK(server.statistics().requests_shed == 0);
+    CHECK(server.statistics().responses_sent == 2);  // the stream's end and the plain reply
     caller.close();
     server.close();
   });

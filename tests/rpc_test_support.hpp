@@ -201,6 +201,9 @@ class ring_injector {
     detail::ring_geometry g;
     REQUIRE_FALSE(detail::ring_view::validate(ring, g));
     ring_.emplace(reinterpret_cast<layout::ring_state*>(ring.data()), g, seg_.native_handle(), me);
+    auto back = seg_.body().subspan(h.to_opener_offset, h.ring_bytes);
+    REQUIRE_FALSE(detail::ring_view::validate(back, g));
+    back_.emplace(reinterpret_cast<layout::ring_state*>(back.data()), g, seg_.native_handle(), me);
   }
   std::uint32_t node_size() const { return ring_->node_size(); }
 
@@ -217,9 +220,21 @@ class ring_injector {
     ring_->publish(c, length);
   }
 
+  /// Takes the next node of the ring the opener reads, as the opener would (the opener's end
+  /// must not be running): what the owner sent. None if the ring is empty.
+  std::optional<bytes_t> take_sent_to_opener() {
+    detail::read_claim c;
+    if (back_->try_claim_read(c, back_->node_size(), false) != detail::claim_status::claimed)
+      return std::nullopt;
+    bytes_t out(c.data.begin(), c.data.end());
+    back_->release(c);
+    return out;
+  }
+
  private:
   shmio::segment seg_;
   std::optional<detail::ring_view> ring_;
+  std::optional<detail::ring_view> back_;
 };
 
 }  // namespace shmio::test::rpc

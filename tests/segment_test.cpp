@@ -1,6 +1,7 @@
 // Named segments (include/shmio/segment.hpp): creation, opening, validation, lifetime, security.
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
@@ -9,8 +10,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -24,6 +28,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -292,6 +297,41 @@ TEST_CASE("an open of a segment of another kind fails with incompatible", "[segm
   CHECK(exists(s.path()));
   auto right = segment::open(name, object_kind::raw, ec);
   CHECK_FALSE(ec);
+}
+
+TEST_CASE("an open of another kind racing the last other holder's close leaves no file behind",
+          "[segment]") {
+  // The failed open held the segment for a moment: a close in that moment left the file to it,
+  // and the failed open must then remove it as a last closer does. The close is started at
+  // delays across the open's window (0 to 20 us), so that some rounds land in it.
+  scoped_name name;
+  const std::string path = path_of(name);
+  int left_behind = 0;
+  for (int round = 0; round < 400; ++round) {
+    segment s(shmio::create_only, name, object_kind::raw, 64);
+    std::atomic<bool> go{false};
+    const auto delay = std::chrono::nanoseconds((round % 40) * 500);
+    std::thread closer([&] {
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      const auto until = std::chrono::steady_clock::now() + delay;
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      s.close();
+    });
+    go.store(true, std::memory_order_release);
+    std::error_code ec;
+    auto wrong = segment::open(name, object_kind::circular_buffer, ec);
+    closer.join();
+    CHECK((ec == errc::incompatible || ec == errc::not_found));
+    CHECK_FALSE(wrong.is_open());
+    if (exists(path)) {
+      ++left_behind;
+      std::error_code ignored;
+      segment::remove(name, ignored);
+    }
+  }
+  CHECK(left_behind == 0);
 }
 
 TEST_CASE("open_or_create creates a missing segment and opens an existing one", "[segment]") {
@@ -984,6 +1024,47 @@ TEST_CASE("a create larger than /dev/shm fails at once with no_space and leaves 
   CHECK_THROWS_MATCHES(segment(shmio::create_only, name, object_kind::raw, size), shmio::error,
                        Catch::Predicate<shmio::error>(
                            [](const shmio::error& e) { return e.code() == errc::no_space; }));
+  CHECK(temp_files_of(::getpid()).empty());
+}
+
+TEST_CASE("a large create in a thread that keeps taking signals succeeds", "[segment]") {
+  // tmpfs gives up a reservation when a signal arrives, and takes back what it had allocated:
+  // with a signal every few microseconds every plain retry would fail too.
+  struct statvfs vfs {};
+  REQUIRE(::statvfs("/dev/shm", &vfs) == 0);
+  const std::uint64_t free_bytes = std::uint64_t{vfs.f_bavail} * vfs.f_frsize;
+  const std::uint64_t size = std::min<std::uint64_t>(std::uint64_t{128} << 20, free_bytes / 4);
+  if (vfs.f_blocks != 0 && size < (std::uint64_t{16} << 20)) {
+    WARN("/dev/shm has less than 64 MiB free; not checked");
+    return;
+  }
+  struct sigaction quiet {};
+  quiet.sa_handler = [](int) {};
+  ::sigemptyset(&quiet.sa_mask);
+  quiet.sa_flags = 0;  // no SA_RESTART: an interrupted call fails with EINTR
+  struct sigaction before {};
+  REQUIRE(::sigaction(SIGUSR1, &quiet, &before) == 0);
+  const pthread_t target = ::pthread_self();
+  std::atomic<bool> done{false};
+  std::atomic<int> sent{0};
+  std::thread flood([&] {
+    while (!done.load(std::memory_order_acquire)) {
+      ::pthread_kill(target, SIGUSR1);
+      sent.fetch_add(1, std::memory_order_relaxed);
+      const auto until = std::chrono::steady_clock::now() + 20us;
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    }
+  });
+  scoped_name name;
+  std::error_code ec;
+  auto s = segment::create(name, object_kind::raw, size, {}, ec);
+  done.store(true, std::memory_order_release);
+  flood.join();
+  ::sigaction(SIGUSR1, &before, nullptr);
+  CHECK_FALSE(ec);
+  CHECK(s.is_open());
+  CHECK(sent.load() > 10);
   CHECK(temp_files_of(::getpid()).empty());
 }
 

@@ -178,7 +178,8 @@ struct segment_info {
   std::uint32_t temp_pid = 0;  ///< for a temporary file, the creating process
   std::uint64_t file_size = 0;
   bool live = false;  ///< some process holds the segment
-  /// Nobody holds it, and (for a temporary file) its creator is gone or it is 10 s old: removable.
+  /// Nobody holds it, and (for a temporary file) it was last changed 10 s ago or more: removable.
+  /// (Not its creator's pid: that creator may be in another pid namespace sharing /dev/shm.)
   bool stale = false;
   std::error_code status;  ///< clear, or why the contents cannot be trusted
   std::string problem;     ///< what exactly is wrong, when status is set
@@ -218,9 +219,9 @@ segment_info examine_file(const std::string& path, std::error_code& ec);
 /// or EACCES, else the system's).
 bool remove_if_stale(std::string_view name, std::error_code& ec);
 /// Removes the file `path` (a segment or temporary file) if it is stale; see remove_if_stale.
-/// A temporary file counts as stale when nobody holds it and its creating process is gone, or
-/// it was last changed 10 s ago or more (creates also remove those, at most once a minute in a
-/// process: a creator killed before it renamed its file leaves it behind).
+/// A temporary file counts as stale when nobody holds it and it was last changed 10 s ago or
+/// more (creates also remove those, at most once a minute in a process: a creator killed before
+/// it renamed its file leaves it behind).
 bool remove_file_if_stale(const std::string& path, std::error_code& ec);
 
 }  // namespace shmio::inspect

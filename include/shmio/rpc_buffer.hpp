@@ -257,8 +257,9 @@ class rpc_buffer {
   template <class CompletionToken>
   auto async_request_stream(asio::const_buffer payload, CompletionToken&& token);
 
-  /// Sets this end's own bounds from `limits`: max_in_flight, max_concurrent_handlers and
-  /// stream_window (the rest of rpc_options is the channel's, fixed by its owner). An owner
+  /// Sets this end's own bounds from `limits`: max_in_flight, max_concurrent_handlers,
+  /// stream_window and stream_window_limit (the rest of rpc_options is the channel's, fixed by
+  /// its owner). An owner
   /// gets them from its constructor; this is how an opener or a client sets its own. A client
   /// keeps them for each connect. Thread-safe; they apply to what comes after.
   void set_limits(const rpc_options& limits);

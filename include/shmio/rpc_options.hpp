@@ -57,6 +57,11 @@ struct rpc_options {
   /// Items of a stream this end reads that its handler may send ahead of the reads: what a
   /// stream holds at most, and how far a fast writer runs before it waits (1..65536).
   std::uint32_t stream_window = 32;
+  /// The largest window a caller of this end's stream handlers may announce (1..65536): a
+  /// stream request above it is answered at once with errc::invalid_argument. Together with
+  /// max_concurrent_handlers and max_message_size it bounds what this end's streams hold while
+  /// their callers read slowly, or not at all.
+  std::uint32_t stream_window_limit = 1024;
 };
 
 /// The defaults of a service's connections (rpc_acceptor, rpc_server): smaller rings than a

@@ -40,9 +40,9 @@ namespace shmio {
 struct access_options {
   /// Plain reads and writes take no lock (as in the C# SharedMemory library). When true, each one
   /// waits at the lock — shared for reads, exclusive for writes — for up to `lock_timeout`, and
-  /// fails with errc::timed_out after it. A write made while this handle already holds the lock
-  /// exclusively goes ahead without waiting. In-place access through references (operator[],
-  /// at(), iterators) never takes the lock.
+  /// fails with errc::timed_out after it. A read or write made while this handle already holds
+  /// the lock exclusively goes ahead without waiting. In-place access through references
+  /// (operator[], at(), iterators) never takes the lock.
   bool lock_each_access = false;
   /// The C# SharedMemory library's ReadWriteTimeout.
   std::chrono::milliseconds lock_timeout{100};

@@ -263,7 +263,9 @@ broadcast_publisher::begin_status broadcast_publisher::begin(broadcast_write& w,
   auto& slot = g_.slot(tail);
   // The seqlock's "being written" mark, then a release fence: a reader that sees any of the
   // bytes we are about to write also sees this mark when it re-reads the version.
-  slot.seq.store(2 * tail + 1, std::memory_order_relaxed);
+  // release: a reliable subscriber that sees this mark, overtaken, also sees the eviction
+  // (evict_blockers' CAS) that allowed it, and reports evicted, not corrupted.
+  slot.seq.store(2 * tail + 1, std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_release);
   w = {&slot, {g_.slot_data(slot), g_.message_size()}, tail};
   return begin_status::ready;

@@ -26,6 +26,7 @@ using namespace std::chrono_literals;
 constexpr std::string_view temp_prefix = detail::temporary_file_prefix;
 constexpr std::string_view global_part = "global.";
 constexpr std::string_view global_name_prefix = "Global\\";
+constexpr std::string_view local_name_prefix = "Local\\";
 constexpr std::size_t hash_suffix_length = 17;  // "~" + 16 hex digits, as in names.cpp
 
 std::string user_part() {
@@ -91,6 +92,11 @@ bool parse_file_name(std::string_view file, segment_info& info) {
   info.name_cut = looks_cut(file);
   if (info.name_cut) rest.remove_suffix(hash_suffix_length);
   info.name = prefix + unescape(rest);
+  // A user's own name that itself begins with a prefix ("Local\\Global\\x") is shown with the
+  // "Local\\" that reaches it again: without it, "Global\\x" names another file.
+  if (prefix.empty() &&
+      (info.name.starts_with(global_name_prefix) || info.name.starts_with(local_name_prefix)))
+    info.name.insert(0, local_name_prefix);
   return true;
 }
 
@@ -169,18 +175,24 @@ segment_info examine_one(const std::string& path, std::error_code& ec) {
   info.file_size = st.size;
   std::error_code lock_ec;
   info.live = platform::byte_locked_by_other(fd.get(), layout::holder_lock_byte, lock_ec);
-  // A creator locks its temporary file a moment after creating it: until then only its pid or
-  // the file's age tells (segment_locks.hpp).
-  info.stale = !info.live && !(info.temporary && platform::process_alive(info.temp_pid) &&
-                               !detail::old_enough_to_be_abandoned(st.modified_ns));
+  // A creator locks its temporary file a moment after creating it: until then only the file's
+  // age tells (segment_locks.hpp). Not the pid in its name: a creator in another pid namespace
+  // that shares /dev/shm is not one of ours, and would lose its file between the two steps.
+  info.stale =
+      !info.live && !(info.temporary && !detail::old_enough_to_be_abandoned(st.modified_ns));
   if (st.size < sizeof(layout::segment_header)) {
     set_problem(info, errc::corrupted, "shorter than a segment header");
     return info;
   }
   const void* base = platform::map_read_only(fd.get(), st.size, ec);
   if (ec) return info;
+  // Unmapped on every way out: reading the contents allocates, and may throw.
+  struct unmapper {
+    const void* base;
+    std::size_t size;
+    ~unmapper() { platform::unmap(const_cast<void*>(base), size); }
+  } mapped{base, st.size};
   read_contents(static_cast<const std::byte*>(base), st.size, fd.get(), info);
-  platform::unmap(const_cast<void*>(base), st.size);
   return info;
 }
 
@@ -327,11 +339,10 @@ bool remove_file_if_stale(const std::string& path, std::error_code& ec) {
     ec = errc::access_denied;
     return false;
   }
-  // As a create that finds a stale file does (segment_locks.hpp). A temporary file whose
-  // creator lives (or whose pid was reused) goes only once abandoned: its creator may still
-  // finish it.
+  // As a create that finds a stale file does (segment_locks.hpp). A temporary file goes only
+  // once abandoned, whatever pid its name holds: its creator may still finish it.
   if (!detail::lock_admin(fd.get(), ec)) return false;
-  const detail::stale_test found = parsed.temporary && platform::process_alive(parsed.temp_pid)
+  const detail::stale_test found = parsed.temporary
                                        ? detail::remove_if_abandoned_temporary(fd.get(), path, ec)
                                        : detail::remove_if_unheld(fd.get(), path, ec);
   if (!ec && found == detail::stale_test::gone) ec = errc::not_found;  // removed meanwhile

@@ -198,7 +198,9 @@ rw_lock::access_guard::access_guard(const rw_lock& l, bool exclusive, std::error
   }
   if (!l.impl_->options.lock_each_access) return;
   auto& self = const_cast<rw_lock&>(l);  // locking is not a change of the handle's data
-  if (exclusive && l.impl_->view.held_exclusively()) return;  // this handle holds it already
+  // This handle holds it already: a read or write under our own exclusive lock needs no
+  // other (a share would wait for our own writer until the timeout).
+  if (l.impl_->view.held_exclusively()) return;
   const auto timeout = l.impl_->options.lock_timeout;
   const bool ok =
       exclusive ? self.try_lock_for(timeout, ec) : self.try_lock_shared_for(timeout, ec);

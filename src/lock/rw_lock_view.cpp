@@ -146,13 +146,16 @@ bool rw_lock_view::reclaim_writer(std::uint32_t word, bool for_me) noexcept {
   // holder locked, that holder's word differs, and the CAS fails.
   if (well_formed(word) && written_by_holder(word) && !participant_dead(word & rw_owner_mask))
     return false;
+  // Only a holder that had the lock leaves guarded data half-written; a dead claimant had not
+  // started. Marked before the word is freed: an acquirer that sees the free word must see the
+  // mark too, and a reclaimer killed in between must not leave the death untold. If the CAS
+  // fails, whoever changed the word reclaimed the same holder and marks it too.
+  // relaxed: published by the CAS below (seq_cst, so a release).
+  if ((word & rw_writer_held) != 0) state_->control.owner_died.store(1, std::memory_order_relaxed);
   // seq_cst: as any change of the word (see try_claim).
   if (!state_->control.writer.compare_exchange_strong(word, for_me ? my_word_ : 0,
                                                       std::memory_order_seq_cst))
     return false;
-  // Only a holder that had the lock leaves guarded data half-written; a dead claimant had not
-  // started. relaxed: the reclaimer publishes it with its next seq_cst operation.
-  if ((word & rw_writer_held) != 0) state_->control.owner_died.store(1, std::memory_order_relaxed);
   wake_all();
   return true;
 }

@@ -1,6 +1,8 @@
 // Segment files: create/open, reserve, rename, map, and record locks.
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -98,6 +100,20 @@ file_status status(int fd, std::error_code& ec) {
 void reserve(int fd, std::uint64_t size, std::error_code& ec) {
   // posix_fallocate returns the error instead of setting errno.
   int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+  if (rc == EINTR) {
+    // tmpfs gives up on a signal and takes back what it had allocated, so a large file in a
+    // process that takes signals often (a profiler's, a timer's, SIGCHLD) could fail every
+    // retry. Once interrupted, the retry runs with every signal that can be blocked held
+    // until it is done; they are delivered after it.
+    sigset_t all;
+    sigset_t before;
+    ::sigfillset(&all);
+    const bool masked = ::pthread_sigmask(SIG_BLOCK, &all, &before) == 0;
+    do
+      rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+    while (rc == EINTR && masked);
+    if (masked) ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  }
   if (rc != 0) ec = {rc, std::system_category()};
 }
 

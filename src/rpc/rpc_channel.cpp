@@ -353,10 +353,7 @@ void rpc_channel::note_queued(const outgoing_message& m) noexcept {
   if (m.type == packet_type::request && m.next_packet == 1) {
     if (auto it = calls_.find(m.id); it != calls_.end()) it->second.queued_whole = true;
   } else if (m.type == packet_type::stream_item) {
-    if (auto it = serving_.find(m.response_to); it != serving_.end())
-      ++it->second.stream.unsent;
-    else
-      ++ended_stream_items_;
+    if (auto it = serving_.find(m.response_to); it != serving_.end()) ++it->second.stream.unsent;
   }
 }
 

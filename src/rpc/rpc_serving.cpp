@@ -86,6 +86,13 @@ void rpc_channel::start_request(incoming_message m) {
                       stream ? which + " does not stream; call it with async_request"
                              : which + " streams; call it with async_request_stream");
   }
+  // What a stream may hold here is ours to bound: the caller's window is the most its handler
+  // sends ahead of the reads, and so waits in our outbox when the caller reads slowly.
+  if (stream && window > served_window_limit_)
+    return send_error(m.id, errc::invalid_argument,
+                      "stream window " + std::to_string(window) + " is above this end's limit (" +
+                          std::to_string(served_window_limit_) +
+                          ", rpc_options::stream_window_limit)");
   // A plain handler runs here and now: no coroutine to start, no trip through the
   // scheduler, nothing to cancel (a cancel packet that comes later finds nothing).
   if (method->sync) return serve_now(m.id, method->sync, payload);
@@ -233,11 +240,7 @@ rpc_channel::serving_call* rpc_channel::start_serving(std::uint64_t id) {
 void rpc_channel::end_serving(std::uint64_t id, const serving_call* call) {
   // The co_spawn has completed: its coroutine no longer uses the signal, which may serve again.
   auto it = serving_.find(id);
-  if (it != serving_.end() && &it->second == call) {
-    // Its items still waiting in the outbox count with the answers from now on.
-    if (it->second.stream.active) ended_stream_items_ += it->second.stream.unsent;
-    erase_recycled(serving_, spare_serving_, it);
-  }
+  if (it != serving_.end() && &it->second == call) erase_recycled(serving_, spare_serving_, it);
   // A slot is free: the next request waiting for one starts, on the strand (this runs where
   // the coroutine finished, inside co_spawn's completion).
   if (!deferred_.empty())

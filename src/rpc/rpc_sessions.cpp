@@ -90,7 +90,6 @@ void rpc_channel::end_session() {
   reassembler_.clear();
   outbox_.clear();  // nobody to read them
   queued_answers_ = 0;
-  ended_stream_items_ = 0;
   for (auto& entry : serving_)  // their items left with the outbox
     entry.second.stream.unsent = 0;
   credit_queue_.clear();  // nor the calls waiting to be sent: they fail below, unsent
@@ -175,7 +174,6 @@ void rpc_channel::shutdown_on_strand() {
   cancel_serving(asio::error::operation_aborted);
   outbox_.clear();
   queued_answers_ = 0;
-  ended_stream_items_ = 0;
   for (auto& entry : serving_)  // their items left with the outbox
     entry.second.stream.unsent = 0;
   credit_queue_.clear();

@@ -22,8 +22,11 @@ std::uint64_t stream_op_id(rpc_channel& ch) noexcept {
   return ch.next_id();
 }
 
+// A stream handler runs on the channel's strand: its writer's executor, and where a write's
+// completion goes when its handler has no executor of its own, are that strand, so that such a
+// completion never runs beside the handler's coroutine.
 const asio::any_io_executor& stream_executor(const rpc_channel& ch) noexcept {
-  return ch.get_executor();
+  return ch.strand();
 }
 
 std::uint64_t stream_request_id(const stream_state& st) noexcept {
@@ -118,9 +121,11 @@ void rpc_channel::close_stream(std::shared_ptr<stream_state> st) {
 
 void rpc_channel::on_stream_item(incoming_message m) {
   auto it = calls_.find(m.response_to);
-  if (it == calls_.end() || !it->second.stream || it->second.call) {
-    // A call answered with an item, or a stream whose request was not even sent yet (its id
-    // guessed): that call fails. Else a stream cancelled or ended here: the item is late.
+  if (it == calls_.end() || !it->second.stream || it->second.call || it->second.waiting ||
+      it->second.queued_whole) {
+    // A call answered with an item, or a stream whose request was not even sent yet (waiting
+    // for credit, or queued whole: its id guessed): that call fails, and its request is never
+    // sent. Else a stream cancelled or ended here: the item is late.
     if (it != calls_.end()) return abandon_call(m.response_to, errc::corrupted);
     stats_.discarded_replies.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -147,6 +152,26 @@ void rpc_channel::credit_read(stream_state& st) {
   // than that while its caller keeps reading. (A stream that has not ended is in calls_:
   // finish_call ends it as it erases it.)
   if (!st.ended && st.unreported >= std::max<std::uint32_t>(1, st.window / 2)) {
+    // A peer that does not read its ring has our last grant still unsent (in the writer's hands
+    // or the outbox): the new one joins it, rather than a message per grant without end. It is
+    // granted only while it fits one packet's count: past that, the peer has sent a window
+    // beyond what it could have heard of, and its next item ends the stream (on_stream_item).
+    const auto join = [&](outgoing_message& q) {
+      std::uint32_t queued = 0;
+      if (q.type != packet_type::stream_credit || q.response_to != st.id || q.next_packet != 1 ||
+          !decode_credit(q.payload, queued))
+        return false;
+      if (layout::max_stream_window - queued >= st.unreported) {
+        st.allowed += st.unreported;
+        q.payload = encode_credit(queued + st.unreported);  // the same size: still one packet
+        st.unreported = 0;
+      }
+      return true;
+    };
+    // On the strand, as the writer loop is, which reads current_'s bytes only as it writes them.
+    if (current_ && !current_started_ && join(*current_)) return;
+    for (outgoing_message& q : outbox_)
+      if (join(q)) return;
     st.allowed += st.unreported;
     send({packet_type::stream_credit, next_id(), st.id, encode_credit(st.unreported)});
     st.unreported = 0;
@@ -204,7 +229,9 @@ void rpc_channel::write_stream(std::uint64_t request_id, std::uint64_t session,
   // may run inside the initiating function).
   asio::dispatch(strand_, [self = shared_from_this(), request_id, session, write_id,
                            item = std::move(item), op = std::move(op)]() mutable {
-    if (self->closed_) return complete(std::move(op), asio::error::operation_aborted, false);
+    // closing(): once close() began, send() drops what it is given, so a write that went on
+    // would report an item sent that never is.
+    if (self->closing()) return complete(std::move(op), asio::error::operation_aborted, false);
     if (session != self->session_) return complete(std::move(op), errc::peer_gone, false);
     auto it = self->serving_.find(request_id);
     if (it == self->serving_.end() || !it->second.stream.active || it->second.stream.ended)
@@ -238,7 +265,7 @@ bool rpc_channel::try_write_stream(std::uint64_t request_id, std::uint64_t sessi
   if (!(io_strand ? io_strand->running_in_this_thread()
                   : any_strand && any_strand->running_in_this_thread()))
     return false;
-  if (closed_ || session != session_) return false;
+  if (closing() || session != session_) return false;  // as in write_stream
   auto it = serving_.find(request_id);
   if (it == serving_.end()) return false;
   stream_writer_state& w = it->second.stream;
@@ -262,10 +289,7 @@ void rpc_channel::send_stream_item(stream_writer_state& w, outgoing_message m) {
 
 void rpc_channel::stream_item_left_outbox(std::uint64_t request_id) {
   auto it = serving_.find(request_id);
-  if (it == serving_.end()) {  // its stream ended meanwhile (end_serving)
-    if (ended_stream_items_ != 0) --ended_stream_items_;
-    return;
-  }
+  if (it == serving_.end()) return;  // its stream ended meanwhile (end_serving)
   stream_writer_state& w = it->second.stream;
   if (w.unsent == 0) return;
   --w.unsent;
@@ -294,7 +318,7 @@ void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_st
     stream_writer_state& w;
     ~done_flushing() { w.flushing = false; }
   } guard{w};
-  while (!w.writes.empty() && !closed_) {
+  while (!w.writes.empty() && !closing()) {  // the rest are aborted as the channel shuts down
     if (w.writes.front().item.size() > reassembler_max()) {  // refused, using no credit
       auto op = std::move(w.writes.front().op);
       w.writes.pop_front();

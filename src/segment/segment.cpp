@@ -60,6 +60,8 @@ std::error_code validate_header(const layout::segment_header& h, std::uint64_t f
 
 enum class existing { opened, missing, stale_removed, live };
 
+void release_holder_lock(int fd, const std::string& path) noexcept;
+
 // The header's page is touched right after the mapping (validated or written), and by every
 // object after it: mapped in one call rather than by a page fault.
 void populate_first_page(void* base) noexcept {
@@ -98,27 +100,34 @@ existing probe_existing(const std::string& path, object_kind kind, bool adopt, m
     detail::unlock_admin(fd.get());
     return existing::live;
   }
-  // Nobody holds it exclusively while we hold the admin lock, so this cannot fail.
-  platform::try_lock_byte(fd.get(), layout::holder_lock_byte, platform::lock_kind::shared, ec);
+  // Only a last closer whose unlink failed holds it exclusively without the admin lock, from
+  // its upgrade until its descriptor closes: the file is on its way out, look again.
+  const bool held =
+      platform::try_lock_byte(fd.get(), layout::holder_lock_byte, platform::lock_kind::shared, ec);
   detail::unlock_admin(fd.get());
   if (ec) return existing::live;
+  if (!held) return existing::missing;
 
-  if (st.size < sizeof(layout::segment_header)) {
-    ec = errc::corrupted;
+  // From here on we are a holder: a failure leaves as a closer does, removing the file if every
+  // other holder closed meanwhile (they kept it for us).
+  const auto fail = [&](std::error_code why) {
+    release_holder_lock(fd.get(), path);
+    ec = why;
     return existing::live;
-  }
+  };
+  if (st.size < sizeof(layout::segment_header)) return fail(errc::corrupted);
   void* base = platform::map_shared(fd.get(), st.size, ec);
-  if (ec) return existing::live;
+  if (ec) return fail(ec);
   populate_first_page(base);
+  const std::error_code invalid =
+      validate_header(*static_cast<const layout::segment_header*>(base), st.size, kind);
+  if (invalid) {
+    platform::unmap(base, st.size);
+    return fail(invalid);
+  }
   out.base = static_cast<std::byte*>(base);
   out.size = st.size;
   out.fd = std::move(fd);
-  ec = validate_header(*reinterpret_cast<const layout::segment_header*>(base), st.size, kind);
-  if (ec) {
-    platform::unmap(out.base, out.size);
-    out = {};
-    return existing::live;
-  }
   return existing::opened;
 }
 

@@ -153,6 +153,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   ~rpc_channel();
 
   const asio::any_io_executor& get_executor() const noexcept { return ex_; }
+  /// The strand every handler of this end runs on.
+  const asio::any_io_executor& strand() const noexcept { return strand_; }
   bool is_owner() const noexcept { return owner_; }
   const std::string& name() const noexcept { return seg_.name(); }
   std::chrono::milliseconds default_timeout() const noexcept { return default_timeout_; }
@@ -284,10 +286,11 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
     return m.type == layout::packet_type::response || m.type == layout::packet_type::error ||
            m.type == layout::packet_type::stream_end;
   }
-  /// New requests are shed while this many answers wait (see queued_answers_).
-  bool answers_backlogged() const noexcept {
-    return queued_answers_ + ended_stream_items_ >= max_handlers_;
-  }
+  /// New requests are shed while this many answers wait (see queued_answers_). A stream that
+  /// ended with items still queued counts once, by its end (or error), which waits behind them:
+  /// per item, one stream of a large window would shed a caller that reads, only slower than
+  /// its handler writes. A stream its caller cancelled leaves none queued (they are taken back).
+  bool answers_backlogged() const noexcept { return queued_answers_ >= max_handlers_; }
   /// Stops a parked reader once this end is idle (after a completion that may have made it so),
   /// and the housekeeping tick once it has nothing to watch.
   void stop_reader_if_idle();
@@ -359,6 +362,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void set_limits(const rpc_options& o) noexcept {
     max_in_flight_ = o.max_in_flight == 0 ? 1 : o.max_in_flight;
     max_handlers_ = o.max_concurrent_handlers == 0 ? 1 : o.max_concurrent_handlers;
+    served_window_limit_ =
+        o.stream_window_limit == 0 ? 1 : std::min(o.stream_window_limit, layout::max_stream_window);
     set_stream_window(o);
   }
   void set_stream_window(const rpc_options& o) noexcept {
@@ -426,6 +431,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::size_t waiting_ = 0;  // calls whose entry still waits for credit (some ids above are stale)
   std::size_t max_in_flight_ = 1024;
   std::size_t max_handlers_ = 1024;
+  std::uint32_t served_window_limit_ = 1024;      // rpc_options::stream_window_limit
   std::atomic<std::uint32_t> stream_window_{32};  // read by callers off the strand
   std::deque<incoming_message> deferred_;         // requests waiting for a handler slot
   std::vector<std::uint64_t> expired_;  // housekeeping's scratch list, kept for its capacity
@@ -443,7 +449,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   bool writer_busy_ = false;       // the writer loop is part-way through a message
   // The message the writer loop holds while it waits for room for its first packet: until that
   // packet is written (current_started_), withdraw() may still drop it (current_withdrawn_).
-  const outgoing_message* current_ = nullptr;
+  outgoing_message* current_ = nullptr;
   bool current_started_ = false;
   bool current_withdrawn_ = false;
   bool admitting_ = false;  // admit_waiting() runs (it is not re-entered)
@@ -456,11 +462,6 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // cancels and close come through the same ring (two ends that stopped reading while each
   // waited for the other would wait for ever).
   std::size_t queued_answers_ = 0;
-  // Items in the outbox of streams whose handler has returned: they count with the answers. (A
-  // live stream's are bounded by its window, stream_writer_state::unsent, and by the handler
-  // slots; a stream that ended holds no slot, so only this bounds what stream after stream
-  // leaves behind.)
-  std::size_t ended_stream_items_ = 0;
   bool writer_running_ = false;  // the writer loop runs: the outbox holds something
   bool reader_running_ = false;  // the reader loop runs (see idle())
   bool reader_parked_ = false;   // ... and waits for a packet
