@@ -254,6 +254,9 @@ corrupt_as("abandon-service", prefix + "badbacklog", 64 + 44, struct.pack("<I", 
 temp = f"{shm}.shmio.tmp.{dead_pid()}.00000000deadbeef"
 with open(temp, "wb") as f:
     f.write(b"\0" * 100)
+# Abandoned: unheld and last changed over 10 s ago (a young one may be another pid namespace's
+# creator, between making its file and locking it).
+os.utime(temp, (time.time() - 11, time.time() - 11))
 
 listing = {s["name"]: s for s in js("ls", prefix)}
 check(any(n.startswith(prefix + "badutf") for n in listing), f"name not UTF-8 listed: {list(listing)}")

@@ -341,6 +341,38 @@ TEST_CASE("rpc_stream: a window above the serving end's limit is refused with in
   });
 }
 
+TEST_CASE("rpc_stream: a service's stream_window_limit applies to its connections",
+          "[rpc][stream][service]") {
+  scoped_name name("stream");
+  asio::io_context io;
+  writer_log log;
+  rpc_options server_options = shmio::rpc_connection_options();
+  server_options.stream_window_limit = 64;
+  shmio::rpc_server server(io.get_executor(), shmio::create_only, name.str(), streaming(log, 5),
+                           server_options);
+  rpc_buffer client(io.get_executor());
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    co_await client.async_connect(name.str(), asio::use_awaitable);
+    const bytes_t seed = seed_bytes(13);
+    for (const std::uint32_t window : {65u, 64u}) {
+      rpc_options limits;
+      limits.stream_window = window;
+      client.set_limits(limits);
+      rpc_stream s =
+          co_await client.async_request_stream("items", asio::buffer(seed), asio::use_awaitable);
+      auto [ec, got] = co_await s.async_read(tuple_awaitable);
+      if (window > 64) {
+        CHECK(ec == shmio::errc::invalid_argument);
+      } else {
+        CHECK_FALSE(ec);
+        CHECK(got == item(13, 0));
+      }
+    }
+    client.close();
+    server.close();
+  });
+}
+
 TEST_CASE("rpc_stream: closing the stream cancels its handler; a pending read is aborted",
           "[rpc][stream]") {
   scoped_name name("stream");
@@ -746,8 +778,8 @@ TEST_CASE("rpc_stream: an item for a stream whose request is still queued whole 
   rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
   rpc_buffer server(server_io.get_executor(), shmio::open_only, name, methods);
   ring_injector inject(name);
+  int answered = 0;  // out here: the calls complete (aborted) after the body returns
   run_until_done(io, [&]() -> asio::awaitable<void> {
-    int answered = 0;
     for (int i = 0; i < 8; ++i)  // the ring's 8 nodes
       caller.async_request(asio::buffer("x", 1), [&](std::error_code, bytes_t) { ++answered; });
     co_await yield_turns(10);

@@ -1,7 +1,6 @@
 // Named segments (include/shmio/segment.hpp): creation, opening, validation, lifetime, security.
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
@@ -1024,47 +1023,6 @@ TEST_CASE("a create larger than /dev/shm fails at once with no_space and leaves 
   CHECK_THROWS_MATCHES(segment(shmio::create_only, name, object_kind::raw, size), shmio::error,
                        Catch::Predicate<shmio::error>(
                            [](const shmio::error& e) { return e.code() == errc::no_space; }));
-  CHECK(temp_files_of(::getpid()).empty());
-}
-
-TEST_CASE("a large create in a thread that keeps taking signals succeeds", "[segment]") {
-  // tmpfs gives up a reservation when a signal arrives, and takes back what it had allocated:
-  // with a signal every few microseconds every plain retry would fail too.
-  struct statvfs vfs {};
-  REQUIRE(::statvfs("/dev/shm", &vfs) == 0);
-  const std::uint64_t free_bytes = std::uint64_t{vfs.f_bavail} * vfs.f_frsize;
-  const std::uint64_t size = std::min<std::uint64_t>(std::uint64_t{128} << 20, free_bytes / 4);
-  if (vfs.f_blocks != 0 && size < (std::uint64_t{16} << 20)) {
-    WARN("/dev/shm has less than 64 MiB free; not checked");
-    return;
-  }
-  struct sigaction quiet {};
-  quiet.sa_handler = [](int) {};
-  ::sigemptyset(&quiet.sa_mask);
-  quiet.sa_flags = 0;  // no SA_RESTART: an interrupted call fails with EINTR
-  struct sigaction before {};
-  REQUIRE(::sigaction(SIGUSR1, &quiet, &before) == 0);
-  const pthread_t target = ::pthread_self();
-  std::atomic<bool> done{false};
-  std::atomic<int> sent{0};
-  std::thread flood([&] {
-    while (!done.load(std::memory_order_acquire)) {
-      ::pthread_kill(target, SIGUSR1);
-      sent.fetch_add(1, std::memory_order_relaxed);
-      const auto until = std::chrono::steady_clock::now() + 20us;
-      while (std::chrono::steady_clock::now() < until) {
-      }
-    }
-  });
-  scoped_name name;
-  std::error_code ec;
-  auto s = segment::create(name, object_kind::raw, size, {}, ec);
-  done.store(true, std::memory_order_release);
-  flood.join();
-  ::sigaction(SIGUSR1, &before, nullptr);
-  CHECK_FALSE(ec);
-  CHECK(s.is_open());
-  CHECK(sent.load() > 10);
   CHECK(temp_files_of(::getpid()).empty());
 }
 

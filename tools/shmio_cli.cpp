@@ -115,10 +115,13 @@ std::string kind_text(const inspect::segment_info& s) {
 }
 
 std::string creator_text(const inspect::segment_info& s) {
-  std::uint32_t pid = s.temporary ? s.temp_pid : s.creator_pid;
-  bool alive = s.temporary ? !s.stale || s.live : s.creator_alive;
-  if (!s.temporary && !s.header_read) return "?";
-  return std::to_string(pid) + (alive ? " (alive)" : " (dead)");
+  // A temporary file's pid is only its name's: the creator may be another pid namespace's, so
+  // what is known is whether it is held, or old enough to count as abandoned.
+  if (s.temporary)
+    return std::to_string(s.temp_pid) +
+           (s.live ? " (holds it)" : s.stale ? " (abandoned it)" : " (not holding it yet)");
+  if (!s.header_read) return "?";
+  return std::to_string(s.creator_pid) + (s.creator_alive ? " (alive)" : " (dead)");
 }
 
 std::string ring_summary(const inspect::ring_info& r) {

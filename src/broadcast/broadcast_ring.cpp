@@ -378,6 +378,10 @@ void broadcast_subscriber::advance(std::uint64_t to) noexcept {
 }
 
 outcome<std::size_t> broadcast_subscriber::state_error() noexcept {
+  // acquire fence: a caller that found its slot overwritten by a relaxed re-read of `seq` (mid
+  // read, still_intact) sees the eviction that came before the overwrite, as one that found it
+  // by begin()'s acquire load does.
+  std::atomic_thread_fence(std::memory_order_acquire);
   // seq_cst: as the eviction CAS; a writer evicts before it overwrites.
   const std::uint64_t s = entry_->state.load(std::memory_order_seq_cst);
   if (s == with_kind(my_state_, subscriber_evicted)) return {errc::evicted, 0};

@@ -149,7 +149,9 @@ bool rw_lock_view::reclaim_writer(std::uint32_t word, bool for_me) noexcept {
   // Only a holder that had the lock leaves guarded data half-written; a dead claimant had not
   // started. Marked before the word is freed: an acquirer that sees the free word must see the
   // mark too, and a reclaimer killed in between must not leave the death untold. If the CAS
-  // fails, whoever changed the word reclaimed the same holder and marks it too.
+  // fails, whoever changed the word reclaimed the same holder and marked it too; if its
+  // acquirer took the mark already, ours tells the next acquirer again. A death may be told
+  // twice, never missed.
   // relaxed: published by the CAS below (seq_cst, so a release).
   if ((word & rw_writer_held) != 0) state_->control.owner_died.store(1, std::memory_order_relaxed);
   // seq_cst: as any change of the word (see try_claim).

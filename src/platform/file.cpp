@@ -101,10 +101,10 @@ void reserve(int fd, std::uint64_t size, std::error_code& ec) {
   // posix_fallocate returns the error instead of setting errno.
   int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
   if (rc == EINTR) {
-    // tmpfs gives up on a signal and takes back what it had allocated, so a large file in a
-    // process that takes signals often (a profiler's, a timer's, SIGCHLD) could fail every
-    // retry. Once interrupted, the retry runs with every signal that can be blocked held
-    // until it is done; they are delivered after it.
+    // Older kernels' tmpfs gives up on any signal and takes back what it had allocated (newer
+    // ones stop only for a fatal one), so a large file in a process that takes signals often
+    // (a profiler's, a timer's, SIGCHLD) could fail every retry. Once interrupted, the retry
+    // runs with every signal that can be blocked held until it is done; they come after it.
     sigset_t all;
     sigset_t before;
     ::sigfillset(&all);

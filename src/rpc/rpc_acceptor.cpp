@@ -32,6 +32,8 @@ std::shared_ptr<rpc_acceptor_impl> rpc_acceptor_impl::create(const asio::any_io_
   im->settings_.channel.max_in_flight = options.max_in_flight;
   im->settings_.channel.max_concurrent_handlers = options.max_concurrent_handlers;
   im->settings_.channel.max_reassembly_bytes = options.max_reassembly_bytes;
+  im->settings_.channel.stream_window = options.stream_window;
+  im->settings_.channel.stream_window_limit = options.stream_window_limit;
   auto* state =
       reinterpret_cast<layout::ring_state*>(im->seg_.body().data() + im->settings_.ring_offset);
   std::construct_at(&im->ring_, state, im->settings_.ring, fd, me);

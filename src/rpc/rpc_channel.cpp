@@ -317,9 +317,9 @@ void rpc_channel::on_message(incoming_message m) {
 
 // ---- writing -----------------------------------------------------------------------------
 
-void rpc_channel::send(outgoing_message m) {
+bool rpc_channel::send(outgoing_message m) {
   // After close() began, the other end has had our close packet: nothing follows it.
-  if (closing()) return;
+  if (closing()) return false;
   m.generation = generation_;
   // Fast path: nothing queued and the writer idle, so write now, packet by packet, as far as
   // the ring has room. Order is kept: the writer only ever starts on the outbox's front.
@@ -331,12 +331,15 @@ void rpc_channel::send(outgoing_message m) {
       };
       const auto written = write_unless_closing(fill);
       if (!written) break;  // full: the writer loop waits for room
-      if (written->ec == asio::error::operation_aborted) return;  // close() began
-      if (written->ec) return send_failed(m, written->ec);
+      if (written->ec == asio::error::operation_aborted) return false;  // close() began
+      if (written->ec) {
+        send_failed(m, written->ec);
+        return true;  // taken: send_failed fails what waited on it
+      }
       stats_.packets_sent.fetch_add(1, std::memory_order_relaxed);
       ++m.next_packet;
     }
-    if (m.next_packet > count) return;
+    if (m.next_packet > count) return true;
   }
   m.own();  // what waits in the outbox owns its bytes: a borrower may be gone before it goes
   if (is_answer(m)) ++queued_answers_;  // bounded: see queued_answers_
@@ -347,6 +350,7 @@ void rpc_channel::send(outgoing_message m) {
     writer_running_ = true;
     asio::co_spawn(strand_, writer_loop(shared_from_this()), asio::detached);
   }
+  return true;
 }
 
 void rpc_channel::note_queued(const outgoing_message& m) noexcept {

@@ -275,16 +275,20 @@ bool rpc_channel::try_write_stream(std::uint64_t request_id, std::uint64_t sessi
   // Sent from where the item is: send() writes it now if the ring has room, or copies it.
   outgoing_message m{packet_type::stream_item, next_id(), request_id, {}};
   m.borrowed[0] = item;
-  send_stream_item(w, std::move(m));
-  return true;
+  // Not sent because close() began meanwhile on another thread: the async form, which co_write
+  // falls back on, then fails with operation_aborted.
+  return send_stream_item(w, std::move(m));
 }
 
-void rpc_channel::send_stream_item(stream_writer_state& w, outgoing_message m) {
+bool rpc_channel::send_stream_item(stream_writer_state& w, outgoing_message m) {
   --w.credit;
+  const std::uint64_t bytes = m.size();
+  // Counted in w.unsent if it waits in the outbox (note_queued).
+  if (!send(std::move(m))) return false;
   // relaxed: counters.
   stats_.stream_items_sent.fetch_add(1, std::memory_order_relaxed);
-  stats_.bytes_sent.fetch_add(m.size(), std::memory_order_relaxed);
-  send(std::move(m));  // counted in w.unsent if it waits in the outbox (note_queued)
+  stats_.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+  return true;
 }
 
 void rpc_channel::stream_item_left_outbox(std::uint64_t request_id) {
@@ -328,8 +332,9 @@ void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_st
     if (!w.may_send()) break;
     auto next = std::move(w.writes.front());
     w.writes.pop_front();
-    send_stream_item(w, {packet_type::stream_item, next_id(), request_id, std::move(next.item)});
-    complete(std::move(next.op), {}, false);
+    const bool sent = send_stream_item(
+        w, {packet_type::stream_item, next_id(), request_id, std::move(next.item)});
+    complete(std::move(next.op), sent ? std::error_code() : asio::error::operation_aborted, false);
   }
 }
 

@@ -174,8 +174,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::uint32_t stream_window() const noexcept {
     return stream_window_.load(std::memory_order_relaxed);  // relaxed: a setting, no data with it
   }
-  /// Sets this end's bounds (max_in_flight, max_concurrent_handlers, stream_window) from any
-  /// thread; they apply from the strand's next turn.
+  /// Sets this end's bounds (max_in_flight, max_concurrent_handlers, stream_window,
+  /// stream_window_limit) from any thread; they apply from the strand's next turn.
   void apply_limits(const rpc_options& o);
 
   // Streams (rpc_streams.cpp): see rpc_stream_core.hpp.
@@ -322,8 +322,9 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void credit_read(stream_state& st);
   /// Sends the writes of `w` that its credit (and the outbox, see stream_writer_state) allows.
   void flush_stream_writes(std::uint64_t request_id, stream_writer_state& w);
-  /// Sends the stream item `m`, paying one of `w`'s credits for it.
-  void send_stream_item(stream_writer_state& w, outgoing_message m);
+  /// Sends the stream item `m`, paying one of `w`'s credits for it. False if close() began
+  /// (on any thread) before it went: nothing was sent.
+  bool send_stream_item(stream_writer_state& w, outgoing_message m);
   /// The writer loop is done with a stream item of request `request_id` that waited in the
   /// outbox (written, or dropped): its stream may send more.
   void stream_item_left_outbox(std::uint64_t request_id);
@@ -348,7 +349,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   /// A call's request went out (or will, queued whole): a stream's opening completes.
   void call_sent(call_entry& entry);
   /// Writes `m` now as far as the ring has room, and queues the rest for the writer loop.
-  void send(outgoing_message m);
+  /// False if it was dropped because close() began (the close packet goes last).
+  bool send(outgoing_message m);
   /// `m` goes into the outbox: notes it where its request or stream keeps count.
   void note_queued(const outgoing_message& m) noexcept;
   /// Takes back request `id` if none of it has been written (waiting for credit, or queued
