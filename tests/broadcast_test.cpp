@@ -342,6 +342,33 @@ TEST_CASE("an async write waits for the slowest subscriber, and its cancellation
   CHECK(ec == errc::timed_out);
 }
 
+TEST_CASE("an operation of the other role fails in its turn, after the handle's earlier ones",
+          "[broadcast][async][reliable]") {
+  scoped_name name("bc");
+  asio::io_context io;
+  broadcast_buffer pub(io.get_executor(), shmio::create_only, name, broadcast_role::publisher,
+                       options(broadcast_mode::reliable, 2));
+  broadcast_buffer sub(io.get_executor(), shmio::open_only, name, broadcast_role::subscriber);
+  write_text(pub, numbered(0), 0ms);
+  write_text(pub, numbered(1), 0ms);
+  std::vector<std::string> order;
+  const std::string third = "m2";
+  pub.async_write(asio::buffer(third), [&](std::error_code ec, std::size_t) {
+    order.push_back(ec ? "write failed" : "write");
+  });
+  char buf[64];
+  pub.async_read(asio::buffer(buf), [&](std::error_code ec, std::size_t) {
+    order.push_back(ec == std::errc::operation_not_supported ? "read refused" : "read?");
+  });
+  io.poll();
+  CHECK(order.empty());  // the write waits for the subscriber, and the read behind it
+  std::error_code ec;
+  CHECK(read_text(sub, ec) == "m0");
+  REQUIRE(run_until(io, [&] { return order.size() == 2; }));
+  CHECK(order[0] == "write");
+  CHECK(order[1] == "read refused");
+}
+
 TEST_CASE("more subscribers than a wait queue has slots are all woken by one write",
           "[broadcast][async]") {
   scoped_name name("bc");

@@ -960,6 +960,41 @@ TEST_CASE("a deferred wait launched after close() fails and takes nothing", "[ev
   CHECK(other.is_set() == set);  // an auto-reset signal stays for a live handle
 }
 
+TEST_CASE("a deferred wait launched while another thread closes the handle completes once",
+          "[event][async]") {
+  // The launch and close() race: the launch must neither throw nor lose its handler (nor read
+  // what close() takes down), whichever comes first. The close is started at delays across the
+  // launch (0 to 10 us) so that some rounds overlap.
+  asio::io_context io;
+  scoped_name name("event");
+  int thrown = 0;
+  for (int round = 0; round < 300; ++round) {
+    named_event ev(io.get_executor(), shmio::create_only, name, event_mode::auto_reset, true);
+    auto deferred_wait = ev.async_wait(asio::experimental::deferred);
+    std::atomic<bool> go{false};
+    const auto delay = std::chrono::nanoseconds((round % 20) * 500);
+    std::thread closer([&] {
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      const auto until = std::chrono::steady_clock::now() + delay;
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      ev.close();
+    });
+    completions done;
+    go.store(true, std::memory_order_release);
+    try {
+      std::move(deferred_wait)(done.handler());  // no executor of its own: the handle's
+    } catch (const std::exception&) {
+      ++thrown;
+    }
+    closer.join();
+    REQUIRE(run_until_idle(io));
+    CHECK(done.calls == 1);
+  }
+  CHECK(thrown == 0);
+}
+
 // ---- between processes ---------------------------------------------------------------------
 
 TEST_CASE("a blocking wait is woken by a set from another process", "[event][process]") {

@@ -309,6 +309,27 @@ TEST_CASE("rpc_stream: a write started after its end's close() began fails with 
   });
 }
 
+TEST_CASE("rpc_stream: a stream request started right before close() does not open",
+          "[rpc][stream]") {
+  // Started from outside the strand (the io_context is not running), so the request waits to
+  // be sent; close() begins before it is. Its opening fails, as any call pending at close does.
+  scoped_name name("stream");
+  asio::io_context io;
+  writer_log log;
+  rpc_buffer caller(io, shmio::create_only, name, {}, options());
+  rpc_buffer server(io, shmio::open_only, name, streaming(log, 5));
+  const bytes_t seed = seed_bytes(14);
+  std::optional<std::error_code> opened;
+  caller.async_request_stream("items", asio::buffer(seed),
+                              [&](std::error_code ec, rpc_stream) { opened = ec; });
+  caller.close();
+  REQUIRE(run_until(io, [&] { return opened.has_value(); }));
+  CHECK(*opened == asio::error::operation_aborted);
+  CHECK(caller.statistics().requests_sent == 0);
+  CHECK(log.written == 0);
+  server.close();
+}
+
 TEST_CASE("rpc_stream: a window above the serving end's limit is refused with invalid_argument",
           "[rpc][stream]") {
   scoped_name name("stream");

@@ -118,8 +118,9 @@ std::string creator_text(const inspect::segment_info& s) {
   // A temporary file's pid is only its name's: the creator may be another pid namespace's, so
   // what is known is whether it is held, or old enough to count as abandoned.
   if (s.temporary)
-    return std::to_string(s.temp_pid) +
-           (s.live ? " (holds it)" : s.stale ? " (abandoned it)" : " (not holding it yet)");
+    return std::to_string(s.temp_pid) + (s.live    ? " (held)"
+                                         : s.stale ? " (abandoned)"
+                                                   : " (young)");
   if (!s.header_read) return "?";
   return std::to_string(s.creator_pid) + (s.creator_alive ? " (alive)" : " (dead)");
 }

@@ -10,8 +10,9 @@
 // - The segment holds `capacity` messages of at most `message_size` bytes, and a table of
 //   `max_subscribers` entries (default 1024, up to 2^20; 64 bytes each), fixed at creation.
 //   That table is the only limit on subscribers. (Past 32 subscribers parked in async reads at
-//   once, the others poll every millisecond instead of being rung; blocking reads always sleep
-//   on a futex.)
+//   once, the others park through the process's wait hub, one thread that sleeps for all of
+//   them; only where that cannot run, before Linux 5.16, do they poll every millisecond.
+//   Blocking reads always sleep on a futex.)
 // - broadcast_mode::reliable: a writer waits while the slowest live subscriber has not yet read
 //   the message it would overwrite. A subscriber killed while it holds writers back is evicted
 //   as soon as a writer notices (within milliseconds of the writer's next try); one that is

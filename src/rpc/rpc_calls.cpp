@@ -36,8 +36,9 @@ void rpc_channel::start_call(std::uint64_t id, pending_call_ptr call, outgoing_m
   asio::dispatch(strand_, [self = shared_from_this(), id, call = std::move(call),
                            request = std::move(request), timeout,
                            stream = std::move(stream)]() mutable {
-    // Posted, not dispatched: this may run inside the caller's initiating function.
-    if (self->closed_)
+    // Posted, not dispatched: this may run inside the caller's initiating function. closing():
+    // once close() began, nothing more is sent, and a stream's opening must not succeed.
+    if (self->closing())
       return complete(std::move(call),
                       self->failure_ ? self->failure_ : asio::error::operation_aborted, {}, false);
     if (request.size() > self->reassembler_max())
@@ -63,11 +64,7 @@ void rpc_channel::start_call(std::uint64_t id, pending_call_ptr call, outgoing_m
     request.id = id;
     if (self->in_flight_ < self->max_in_flight_ && self->credit_queue_.empty()) {
       ++self->in_flight_;
-      self->stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
-      self->stats_.bytes_sent.fetch_add(request.size(), std::memory_order_relaxed);
-      self->send(std::move(request));
-      // send() may have failed the call (a damaged ring), erasing its entry: look again.
-      if (auto it = self->calls_.find(id); it != self->calls_.end()) self->call_sent(it->second);
+      self->send_admitted(id, std::move(request));
     } else {
       // No credit: it waits here, not in the outbox, so that nothing queues for the ring past
       // max_in_flight; its deadline runs meanwhile.
@@ -162,12 +159,20 @@ void rpc_channel::admit_waiting() {
     it->second.waiting.reset();
     --waiting_;
     ++in_flight_;
-    stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
-    stats_.bytes_sent.fetch_add(m.size(), std::memory_order_relaxed);
-    send(std::move(m));
-    // send() may have failed the call (a damaged ring): look again.
-    if (auto again = calls_.find(id); again != calls_.end()) call_sent(again->second);
+    send_admitted(id, std::move(m));
   }
+}
+
+void rpc_channel::send_admitted(std::uint64_t id, outgoing_message request) {
+  const std::size_t bytes = request.size();
+  // Dropped because close() began on another thread since: the call ends as every call does
+  // at close, and a stream's opening does not succeed.
+  if (!send(std::move(request))) return finish_call(id, asio::error::operation_aborted, {});
+  // relaxed: counters.
+  stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
+  stats_.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+  // send() may have failed the call (a damaged ring), erasing its entry: look again.
+  if (auto it = calls_.find(id); it != calls_.end()) call_sent(it->second);
 }
 
 void rpc_channel::call_sent(call_entry& entry) {

@@ -152,7 +152,7 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
       if (idle()) co_return;
       reader_parked_ = true;
       std::tie(ec, n) = co_await async_attempt(
-          waiter_, in_queue, take,
+          strand_, waiter_, in_queue, take,
           asio::bind_cancellation_slot(reader_cancel_.slot(), as_tuple_awaitable));
       reader_parked_ = false;
       // Cut short because this end became idle (stop_reader_if_idle): look again.
@@ -333,8 +333,10 @@ bool rpc_channel::send(outgoing_message m) {
       if (!written) break;  // full: the writer loop waits for room
       if (written->ec == asio::error::operation_aborted) return false;  // close() began
       if (written->ec) {
+        // Taken: the damaged ring fails its call (a request's), or the whole channel soon
+        // after (a stream's packet), which every waiter then hears of.
         send_failed(m, written->ec);
-        return true;  // taken: send_failed fails what waited on it
+        return true;
       }
       stats_.packets_sent.fetch_add(1, std::memory_order_relaxed);
       ++m.next_packet;
@@ -379,8 +381,9 @@ void rpc_channel::send_failed(const outgoing_message& m, std::error_code ec) {
 }
 
 void rpc_channel::send_error(std::uint64_t to, std::error_code ec, std::string_view text) {
-  stats_.errors_sent.fetch_add(1, std::memory_order_relaxed);
-  send({packet_type::error, next_id(), to, encode_error(ec.value(), text)});
+  // relaxed: a counter; counted only if it goes (not after close() began).
+  if (send({packet_type::error, next_id(), to, encode_error(ec.value(), text)}))
+    stats_.errors_sent.fetch_add(1, std::memory_order_relaxed);
 }
 
 asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<rpc_channel> self) {
@@ -424,7 +427,7 @@ asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<
         ec = ready->ec;
       else
         std::tie(ec, std::ignore) = co_await async_attempt(
-            waiter_, out_queue, write_packet,
+            strand_, waiter_, out_queue, write_packet,
             asio::bind_cancellation_slot(writer_cancel_.slot(), as_tuple_awaitable));
       if (closed_) co_return;
       if (current_withdrawn_) break;  // dropped unsent; its call has completed

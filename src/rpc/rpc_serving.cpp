@@ -172,8 +172,9 @@ asio::awaitable<void> rpc_channel::serve_stream(std::shared_ptr<rpc_channel> sel
   // Writes it started and did not wait for come after its end: they fail, not the stream.
   end_stream_writes(it->second.stream, asio::error::operation_aborted);
   if (failure) co_return send_error(request.id, failure, text);
-  stats_.responses_sent.fetch_add(1, std::memory_order_relaxed);
-  send({packet_type::stream_end, next_id(), request.id, {}});
+  // relaxed: counters; counted only if it goes (not after close() began).
+  if (send({packet_type::stream_end, next_id(), request.id, {}}))
+    stats_.responses_sent.fetch_add(1, std::memory_order_relaxed);
 }
 
 asio::awaitable<void> rpc_channel::serve([[maybe_unused]] std::shared_ptr<rpc_channel> self,
@@ -223,12 +224,10 @@ void rpc_channel::serve_in_place(std::uint64_t id, const rpc_in_place_handler& h
   const auto reply = reply_.data();
   if (reply.size() > reassembler_max())
     return send_error(id, errc::message_too_large, "reply larger than max_message_size");
-  stats_.responses_sent.fetch_add(1, std::memory_order_relaxed);
-  stats_.bytes_sent.fetch_add(reply.size(), std::memory_order_relaxed);
   // Sent from reply_, which the next handler reuses: send() writes it now or copies it.
   outgoing_message m{packet_type::response, next_id(), id, {}};
   m.borrowed[0] = reply;
-  send(std::move(m));
+  if (send(std::move(m))) count_response(reply.size());
 }
 
 rpc_channel::serving_call* rpc_channel::start_serving(std::uint64_t id) {
@@ -254,9 +253,14 @@ void rpc_channel::answer(std::uint64_t request_id, std::vector<std::byte> reply,
     text = "reply larger than max_message_size";
   }
   if (failure) return send_error(request_id, failure, text);
+  const std::size_t bytes = reply.size();
+  if (send({packet_type::response, next_id(), request_id, std::move(reply)})) count_response(bytes);
+}
+
+void rpc_channel::count_response(std::size_t bytes) noexcept {
+  // relaxed: counters.
   stats_.responses_sent.fetch_add(1, std::memory_order_relaxed);
-  stats_.bytes_sent.fetch_add(reply.size(), std::memory_order_relaxed);
-  send({packet_type::response, next_id(), request_id, std::move(reply)});
+  stats_.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 }  // namespace shmio::detail

@@ -64,16 +64,16 @@ class rpc_acceptor_impl {
   /// Bad nodes are skipped and counted; a ring that only ever reports damage fails it with
   /// errc::corrupted instead of spinning.
   template <class Handler>
-  void async_next_request(Handler&& handler) {
+  void async_next_request(const asio::any_io_executor& ex, Handler&& handler) {
     waiter_->async_wait<taken_request>(
-        0, [this] { return take_request(); }, std::forward<Handler>(handler));
+        ex, 0, [this] { return take_request(); }, std::forward<Handler>(handler));
   }
   /// The same for an accept that holds the queue (its request refused): it waits before the
   /// accepts started after it.
   template <class Handler>
-  void async_next_request_first(Handler&& handler) {
+  void async_next_request_first(const asio::any_io_executor& ex, Handler&& handler) {
     waiter_->async_wait_first<taken_request>(
-        0, [this] { return take_request(); }, std::forward<Handler>(handler));
+        ex, 0, [this] { return take_request(); }, std::forward<Handler>(handler));
   }
   /// The end of the connection `request` asks for, serving `handlers`; null with `ec` set if
   /// it cannot be taken (the client went, or made its channel wrong): counted as refused.

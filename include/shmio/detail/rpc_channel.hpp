@@ -323,7 +323,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   /// Sends the writes of `w` that its credit (and the outbox, see stream_writer_state) allows.
   void flush_stream_writes(std::uint64_t request_id, stream_writer_state& w);
   /// Sends the stream item `m`, paying one of `w`'s credits for it. False if close() began
-  /// (on any thread) before it went: nothing was sent.
+  /// (on any thread) before it had wholly gone: the item is not delivered (the credit is spent;
+  /// nothing more goes out for the stream).
   bool send_stream_item(stream_writer_state& w, outgoing_message m);
   /// The writer loop is done with a stream item of request `request_id` that waited in the
   /// outbox (written, or dropped): its stream may send more.
@@ -348,6 +349,11 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
                    bool may_dispatch = false, bool stream_end = false);
   /// A call's request went out (or will, queued whole): a stream's opening completes.
   void call_sent(call_entry& entry);
+  /// Sends the request of call `id`, which has its credit (max_in_flight); if close() began
+  /// meanwhile, the call completes with operation_aborted instead.
+  void send_admitted(std::uint64_t id, outgoing_message request);
+  /// Counts a response sent with `bytes` of payload.
+  void count_response(std::size_t bytes) noexcept;
   /// Writes `m` now as far as the ring has room, and queues the rest for the writer loop.
   /// False if it was dropped because close() began (the close packet goes last).
   bool send(outgoing_message m);

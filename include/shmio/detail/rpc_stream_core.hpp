@@ -45,8 +45,9 @@ void stream_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_
                   std::uint64_t session, std::uint64_t write_id, std::vector<std::byte> item,
                   pending_signal_ptr op);
 /// The handler's fast form: sends `item` now and returns true if that needs no waiting: we
-/// run on the channel's strand, the stream has credit, and no earlier write waits. False, with
-/// nothing done, otherwise (the caller then starts stream_write).
+/// run on the channel's strand, the stream has credit, and no earlier write waits. False
+/// otherwise, with nothing sent (the caller then starts stream_write, which completes with
+/// operation_aborted if close() began meanwhile).
 bool stream_try_write(const std::shared_ptr<rpc_channel>& ch, std::uint64_t request_id,
                       std::uint64_t session, std::span<const std::byte> item);
 /// A stream handler's writes started with async_write whose handlers have not been reached.

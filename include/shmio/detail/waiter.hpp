@@ -76,8 +76,11 @@ class waiter final : public std::enable_shared_from_this<waiter>, public deliver
 
   /// Starts an async wait on queue `q` for `attempt` (a callable returning
   /// std::optional<outcome<R>>, which runs no user code). Never completes inside this call.
+  /// `ex` is the initiation's copy of the object's executor (the handler's default): the
+  /// waiter's own goes at close, which another thread may begin while this call runs.
   template <class R, class Attempt, class Handler>
-  void async_wait(std::size_t q, Attempt attempt, Handler&& handler);
+  void async_wait(const asio::any_io_executor& ex, std::size_t q, Attempt attempt,
+                  Handler&& handler);
 
   /// async_wait for an operation that must keep its place before every other of queue `q`:
   /// one that completed with a claim taken under a queue_hold and, finding the claim no use
@@ -85,7 +88,8 @@ class waiter final : public std::enable_shared_from_this<waiter>, public deliver
   /// It goes to the head of the list and parks; the queue's next look, once the hold is
   /// released, tries it first.
   template <class R, class Attempt, class Handler>
-  void async_wait_first(std::size_t q, Attempt attempt, Handler&& handler);
+  void async_wait_first(const asio::any_io_executor& ex, std::size_t q, Attempt attempt,
+                        Handler&& handler);
 
   /// One look at `attempt` for a caller that would otherwise start an async wait on `q` (the
   /// fast forms of co_await): empty if it cannot proceed now, or if operations started earlier
@@ -143,7 +147,8 @@ class waiter final : public std::enable_shared_from_this<waiter>, public deliver
   void enqueue(wait_op* o, std::chrono::nanoseconds spin, bool first_in_line = false);
   // The part of async_wait after the ready path.
   template <class R, class Attempt, class Handler>
-  void start_wait(std::size_t q, Attempt attempt, Handler&& handler, bool first_in_line);
+  void start_wait(const asio::any_io_executor& ex, std::size_t q, Attempt attempt,
+                  Handler&& handler, bool first_in_line);
   void spin_step(std::uint64_t id, std::size_t q, std::chrono::steady_clock::time_point deadline,
                  std::uint32_t step);
   // Parks `o`: arms, re-checks the queue's head, watches. Drops the lock; completions are
@@ -261,10 +266,11 @@ auto waiter::try_linger(std::size_t q, Attempt& attempt) -> decltype(attempt()) 
 }
 
 template <class R, class Attempt, class Handler>
-void waiter::async_wait(std::size_t q, Attempt attempt, Handler&& handler) {
+void waiter::async_wait(const asio::any_io_executor& ex, std::size_t q, Attempt attempt,
+                        Handler&& handler) {
   // An operation started (say, a deferred one launched) after close touches nothing.
   if (closed_flag_.load(std::memory_order_acquire))
-    return post_result<R>(std::move(handler), ex_, {asio::error::bad_descriptor, {}});
+    return post_result<R>(std::move(handler), ex, {asio::error::bad_descriptor, {}});
   // relaxed, and a load and a store rather than an increment: a hint for unwatch(), which a
   // count lost to a concurrent call only makes stop watching a trip early.
   started_.store(started_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -278,25 +284,27 @@ void waiter::async_wait(std::size_t q, Attempt attempt, Handler&& handler) {
       // completed by a re-check, must not overtake it).
       delivery_ticket ticket(weak_from_this(), q);
       ops_[q].begin_delivery();
-      return post_result<R>(std::move(handler), ex_, std::move(*r), std::move(ticket));
+      return post_result<R>(std::move(handler), ex, std::move(*r), std::move(ticket));
     }
 
-  start_wait<R>(q, std::move(attempt), std::forward<Handler>(handler), false);
+  start_wait<R>(ex, q, std::move(attempt), std::forward<Handler>(handler), false);
 }
 
 template <class R, class Attempt, class Handler>
-void waiter::async_wait_first(std::size_t q, Attempt attempt, Handler&& handler) {
+void waiter::async_wait_first(const asio::any_io_executor& ex, std::size_t q, Attempt attempt,
+                              Handler&& handler) {
   if (closed_flag_.load(std::memory_order_acquire))
-    return post_result<R>(std::move(handler), ex_, {asio::error::bad_descriptor, {}});
+    return post_result<R>(std::move(handler), ex, {asio::error::bad_descriptor, {}});
   started_.store(started_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  start_wait<R>(q, std::move(attempt), std::forward<Handler>(handler), true);
+  start_wait<R>(ex, q, std::move(attempt), std::forward<Handler>(handler), true);
 }
 
 template <class R, class Attempt, class Handler>
-void waiter::start_wait(std::size_t q, Attempt attempt, Handler&& handler, bool first_in_line) {
+void waiter::start_wait(const asio::any_io_executor& ex, std::size_t q, Attempt attempt,
+                        Handler&& handler, bool first_in_line) {
   auto slot = asio::get_associated_cancellation_slot(handler);
   wait_op* o = handler_wait_op<R, Attempt, std::decay_t<Handler>>::make(std::move(handler),
-                                                                        std::move(attempt), ex_);
+                                                                        std::move(attempt), ex);
   o->queue = q;
   {
     std::lock_guard lock(mutex_);

@@ -76,13 +76,12 @@ struct broadcast_buffer::impl {
   static void start_in_place(const std::shared_ptr<impl>& im, const executor_type& io_ex,
                              broadcast_role needed, Claim (*claim)(const std::shared_ptr<impl>&),
                              Work work, Handler&& handler) {
-    if (!im || im->waiter->closed() || im->role != needed) {
-      const std::error_code ec =
-          im && !im->waiter->closed() ? wrong_role() : asio::error::bad_descriptor;
-      return detail::post_result<std::size_t>(std::move(handler), io_ex, {ec, 0});
-    }
+    if (!im || im->waiter->closed())
+      return detail::post_result<std::size_t>(std::move(handler), io_ex,
+                                              {asio::error::bad_descriptor, 0});
+    if (im->role != needed) return refuse_in_turn(im, io_ex, std::forward<Handler>(handler));
     im->waiter->template async_wait<Held>(
-        queue, claim(im),
+        io_ex, queue, claim(im),
         detail::make_in_place_handler(std::forward<Handler>(handler), std::move(work)));
   }
 
@@ -93,13 +92,25 @@ struct broadcast_buffer::impl {
   template <class Attempt, class Handler>
   static void start(const std::shared_ptr<impl>& im, const executor_type& io_ex,
                     broadcast_role needed, Attempt&& attempt, Handler&& handler) {
-    if (!im || im->waiter->closed() || im->role != needed) {  // closed: the handle's executor
-      const std::error_code ec =
-          im && !im->waiter->closed() ? wrong_role() : asio::error::bad_descriptor;
-      return detail::post_result<std::size_t>(std::move(handler), io_ex, {ec, 0});
-    }
-    im->waiter->template async_wait<std::size_t>(queue, detail::catching(std::move(attempt)),
+    if (!im || im->waiter->closed())  // closed: the handle's executor
+      return detail::post_result<std::size_t>(std::move(handler), io_ex,
+                                              {asio::error::bad_descriptor, 0});
+    if (im->role != needed) return refuse_in_turn(im, io_ex, std::forward<Handler>(handler));
+    im->waiter->template async_wait<std::size_t>(io_ex, queue, detail::catching(std::move(attempt)),
                                                  std::forward<Handler>(handler));
+  }
+
+  // An operation of the other role fails in its turn, after the handle's operations started
+  // before it, as one too large does.
+  template <class Handler>
+  static void refuse_in_turn(const std::shared_ptr<impl>& im, const executor_type& io_ex,
+                             Handler&& handler) {
+    im->waiter->template async_wait<std::size_t>(
+        io_ex, queue,
+        []() -> std::optional<detail::outcome<std::size_t>> {
+          return detail::outcome<std::size_t>{wrong_role(), 0};
+        },
+        std::forward<Handler>(handler));
   }
 
   // A blocking call in `needed` role; `attempt` runs until it yields or the timeout passes.

@@ -69,7 +69,7 @@ struct circular_buffer::impl {
     if (!im || im->waiter->closed())  // closed: through the executor the handle was made with
       return detail::post_result<std::size_t>(std::move(handler), io_ex,
                                               {asio::error::bad_descriptor, 0});
-    im->waiter->template async_wait<std::size_t>(queue, detail::catching(std::move(attempt)),
+    im->waiter->template async_wait<std::size_t>(io_ex, queue, detail::catching(std::move(attempt)),
                                                  std::forward<Handler>(handler));
   }
 
@@ -83,7 +83,7 @@ struct circular_buffer::impl {
       return detail::post_result<std::size_t>(std::move(handler), io_ex,
                                               {asio::error::bad_descriptor, 0});
     im->waiter->template async_wait<Held>(
-        queue, claim(im),
+        io_ex, queue, claim(im),
         detail::make_in_place_handler(std::forward<Handler>(handler), std::move(work)));
   }
 };

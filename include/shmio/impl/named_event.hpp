@@ -28,7 +28,7 @@ void named_event::start_wait(const std::shared_ptr<impl>& im, const executor_typ
   }
   detail::event_view state = im->state;
   im->waiter->async_wait<detail::no_value>(
-      0,
+      io_ex, 0,
       [state]() -> std::optional<detail::outcome<detail::no_value>> {
         if (state.try_take()) return detail::outcome<detail::no_value>{};
         return std::nullopt;

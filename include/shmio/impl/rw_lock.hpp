@@ -31,11 +31,11 @@ void rw_lock::start(const std::shared_ptr<impl>& im, const executor_type& ex, bo
   }
   // The attempts point into `im`, which shuts its waiter down (destroying them) before it goes.
   if (exclusive)
-    im->waiter->template async_wait<bool>(detail::lock_writers_queue,
+    im->waiter->template async_wait<bool>(ex, detail::lock_writers_queue,
                                           detail::exclusive_attempt(im->view),
                                           std::forward<Handler>(handler));
   else
-    im->waiter->template async_wait<bool>(detail::lock_readers_queue,
+    im->waiter->template async_wait<bool>(ex, detail::lock_readers_queue,
                                           detail::shared_attempt(im->view),
                                           std::forward<Handler>(handler));
 }
