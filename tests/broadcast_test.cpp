@@ -67,6 +67,20 @@ layout::broadcast_state& state_of(shmio::segment& raw) {
   return *reinterpret_cast<layout::broadcast_state*>(raw.body().data());
 }
 
+// A reliable broadcast of 2 slots, both holding messages ("m0", "m1") its one subscriber has
+// not read: the publisher's next write waits.
+struct full_reliable {
+  broadcast_buffer pub;
+  broadcast_buffer sub;
+  full_reliable(asio::io_context& io, std::string_view name)
+      : pub(io.get_executor(), shmio::create_only, name, broadcast_role::publisher,
+            options(broadcast_mode::reliable, 2)),
+        sub(io.get_executor(), shmio::open_only, name, broadcast_role::subscriber) {
+    write_text(pub, numbered(0), 0ms);
+    write_text(pub, numbered(1), 0ms);
+  }
+};
+
 }  // namespace
 
 // ---- delivery across processes ------------------------------------------------------------
@@ -307,11 +321,9 @@ TEST_CASE("an async write waits for the slowest subscriber, and its cancellation
           "[broadcast][async][reliable]") {
   scoped_name name("bc");
   asio::io_context io;
-  broadcast_buffer pub(io.get_executor(), shmio::create_only, name, broadcast_role::publisher,
-                       options(broadcast_mode::reliable, 2));
-  broadcast_buffer sub(io.get_executor(), shmio::open_only, name, broadcast_role::subscriber);
-  write_text(pub, numbered(0), 0ms);
-  write_text(pub, numbered(1), 0ms);
+  full_reliable full(io, name);
+  broadcast_buffer& pub = full.pub;
+  broadcast_buffer& sub = full.sub;
   const std::string cancelled = "cancelled", third = "m2";
   asio::cancellation_signal cancel;
   std::error_code c_ec = errc::busy;
@@ -346,11 +358,9 @@ TEST_CASE("an operation of the other role fails in its turn, after the handle's 
           "[broadcast][async][reliable]") {
   scoped_name name("bc");
   asio::io_context io;
-  broadcast_buffer pub(io.get_executor(), shmio::create_only, name, broadcast_role::publisher,
-                       options(broadcast_mode::reliable, 2));
-  broadcast_buffer sub(io.get_executor(), shmio::open_only, name, broadcast_role::subscriber);
-  write_text(pub, numbered(0), 0ms);
-  write_text(pub, numbered(1), 0ms);
+  full_reliable full(io, name);
+  broadcast_buffer& pub = full.pub;
+  broadcast_buffer& sub = full.sub;
   std::vector<std::string> order;
   const std::string third = "m2";
   pub.async_write(asio::buffer(third), [&](std::error_code ec, std::size_t) {

@@ -963,36 +963,50 @@ TEST_CASE("a deferred wait launched after close() fails and takes nothing", "[ev
 TEST_CASE("a deferred wait launched while another thread closes the handle completes once",
           "[event][async]") {
   // The launch and close() race: the launch must neither throw nor lose its handler (nor read
-  // what close() takes down), whichever comes first. The close is started at delays across the
-  // launch (0 to 10 us) so that some rounds overlap.
+  // what close() takes down), whichever comes first. The closing thread runs for the whole test
+  // and waits, spinning, for each round; then one side or the other starts 0 to 2 us late, in
+  // steps of 50 ns, so that rounds land all across the launch.
   asio::io_context io;
   scoped_name name("event");
+  std::atomic<named_event*> target{nullptr};
+  std::atomic<int> armed{-1};
+  std::atomic<int> closed{-1};
+  std::atomic<bool> stop{false};
+  const auto close_delay = [](int round) {
+    return std::chrono::nanoseconds(round % 2 == 0 ? (round / 2 % 40) * 50 : 0);
+  };
+  std::thread closer([&] {
+    for (int round = 0; !stop.load(std::memory_order_acquire); ++round) {
+      while (armed.load(std::memory_order_acquire) < round)
+        if (stop.load(std::memory_order_acquire)) return;
+      shmio::test::spin_for(close_delay(round));
+      target.load(std::memory_order_acquire)->close();
+      closed.store(round, std::memory_order_release);
+    }
+  });
   int thrown = 0;
-  for (int round = 0; round < 300; ++round) {
+  int lost = 0;
+  for (int round = 0; round < 600; ++round) {
     named_event ev(io.get_executor(), shmio::create_only, name, event_mode::auto_reset, true);
     auto deferred_wait = ev.async_wait(asio::experimental::deferred);
-    std::atomic<bool> go{false};
-    const auto delay = std::chrono::nanoseconds((round % 20) * 500);
-    std::thread closer([&] {
-      while (!go.load(std::memory_order_acquire)) {
-      }
-      const auto until = std::chrono::steady_clock::now() + delay;
-      while (std::chrono::steady_clock::now() < until) {
-      }
-      ev.close();
-    });
     completions done;
-    go.store(true, std::memory_order_release);
+    target.store(&ev, std::memory_order_release);
+    armed.store(round, std::memory_order_release);
+    if (round % 2 != 0) shmio::test::spin_for(std::chrono::nanoseconds((round / 2 % 40) * 50));
     try {
       std::move(deferred_wait)(done.handler());  // no executor of its own: the handle's
     } catch (const std::exception&) {
       ++thrown;
     }
-    closer.join();
+    while (closed.load(std::memory_order_acquire) < round) {
+    }
     REQUIRE(run_until_idle(io));
-    CHECK(done.calls == 1);
+    lost += done.calls != 1;
   }
+  stop.store(true, std::memory_order_release);
+  closer.join();
   CHECK(thrown == 0);
+  CHECK(lost == 0);
 }
 
 // ---- between processes ---------------------------------------------------------------------

@@ -313,9 +313,7 @@ TEST_CASE("an open of another kind racing the last other holder's close leaves n
     std::thread closer([&] {
       while (!go.load(std::memory_order_acquire)) {
       }
-      const auto until = std::chrono::steady_clock::now() + delay;
-      while (std::chrono::steady_clock::now() < until) {
-      }
+      shmio::test::spin_for(delay);
       s.close();
     });
     go.store(true, std::memory_order_release);

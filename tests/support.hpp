@@ -217,6 +217,14 @@ bool eventually(Pred pred, std::chrono::milliseconds limit = default_bound) {
   return true;
 }
 
+// Busy-waits for `d`: the delays of race tests, which stagger two threads by less than any
+// sleep can.
+inline void spin_for(std::chrono::nanoseconds d) {
+  const auto until = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
 // Runs `io` until it runs out of work (true) or `limit` passes (false).
 inline bool run_until_idle(asio::io_context& io, std::chrono::milliseconds limit = default_bound) {
   io.restart();

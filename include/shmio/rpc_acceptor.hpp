@@ -113,7 +113,8 @@ class rpc_acceptor {
               ex, asio::experimental::append(std::move(self),
                                              std::error_code(asio::error::operation_aborted),
                                              std::move(taken)));
-        return impl->async_next_request(ex, std::move(self));
+        // A copy: `ex` lives in `self`, which the wait moves from before it reads the executor.
+        return impl->async_next_request(executor_type(ex), std::move(self));
       }
       // A step that starts after close() finds the waiter shut (bad_descriptor): to the caller
       // that is the documented operation_aborted. So is a request taken before close() whose
@@ -126,11 +127,12 @@ class rpc_acceptor {
       // ends: after this accept has completed, or has started to wait again before the accepts
       // started after it (having looked at as many nodes as the ring holds, or its request
       // refused).
-      if (taken.look_again) return impl->async_next_request_first(ex, std::move(self));
+      if (taken.look_again)
+        return impl->async_next_request_first(executor_type(ex), std::move(self));
       std::error_code refused;
       auto channel = impl->accept(ex, taken.request, handlers, refused);
       if (refused == asio::error::operation_aborted) return self.complete(refused, rpc_buffer(ex));
-      if (!channel) return impl->async_next_request_first(ex, std::move(self));
+      if (!channel) return impl->async_next_request_first(executor_type(ex), std::move(self));
       self.complete({}, detail::rpc_buffer_access::make(ex, std::move(channel)));
     }
   };
