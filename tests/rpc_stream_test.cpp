@@ -973,6 +973,31 @@ TEST_CASE(
   });
 }
 
+// A server whose "items" handler writes `count` items (-1: for ever) with a window of 64, to a
+// caller whose end does not run (it reads nothing); requests come through `inject`, a third
+// party writing in the caller's name.
+struct unread_stream_server {
+  static constexpr std::uint32_t window = 64;
+  scoped_name name{"stream"};
+  asio::io_context io;
+  asio::io_context caller_io;  // never run
+  writer_log log;
+  rpc_buffer server;
+  rpc_buffer caller;
+  ring_injector inject;
+
+  unread_stream_server(std::size_t handlers, int count)
+      : server(io.get_executor(), shmio::create_only, name, streaming(log, count),
+               with_handlers(handlers)),
+        caller(caller_io.get_executor(), shmio::open_only, name),
+        inject(name) {}
+  static rpc_options with_handlers(std::size_t handlers) {
+    rpc_options o = options(window);
+    o.max_concurrent_handlers = handlers;
+    return o;
+  }
+};
+
 TEST_CASE(
     "rpc_stream: a live stream's items waiting at the handler's end do not make new requests "
     "shed",
@@ -980,25 +1005,16 @@ TEST_CASE(
   // A stream of window 64 to a caller whose end does not run: the handler's items fill the
   // ring and wait in its end's outbox, as many as the window allows. They are bounded by the
   // window already: a plain request that comes meanwhile is served, not shed.
-  scoped_name name("stream");
-  asio::io_context io;
-  writer_log log;
-  constexpr std::uint32_t window = 64;
-  rpc_options o = options(window);
-  o.max_concurrent_handlers = 16;  // fewer than the items that will wait
-  rpc_buffer server(io.get_executor(), shmio::create_only, name, streaming(log, -1), o);
-  asio::io_context caller_io;  // never run: the caller's end reads nothing
-  rpc_buffer caller(caller_io.get_executor(), shmio::open_only, name);
-  ring_injector inject(name);
-  run_until_done(io, [&]() -> asio::awaitable<void> {
-    co_await publish_stream_request(inject, 7000, window, 3);
-    CO_REQUIRE(co_await wait_until([&] { return log.written == static_cast<int>(window); }));
-    co_await publish_plain_request(inject, 8000);
-    CO_REQUIRE(co_await wait_until([&] { return server.statistics().requests_received == 2; }));
-    CHECK(server.statistics().requests_shed == 0);
-    CHECK(server.statistics().responses_sent == 1);
-    caller.close();
-    server.close();
+  unread_stream_server f(16, -1);  // 16 handlers: fewer than the items that will wait
+  run_until_done(f.io, [&]() -> asio::awaitable<void> {
+    co_await publish_stream_request(f.inject, 7000, f.window, 3);
+    CO_REQUIRE(co_await wait_until([&] { return f.log.written == static_cast<int>(f.window); }));
+    co_await publish_plain_request(f.inject, 8000);
+    CO_REQUIRE(co_await wait_until([&] { return f.server.statistics().requests_received == 2; }));
+    CHECK(f.server.statistics().requests_shed == 0);
+    CHECK(f.server.statistics().responses_sent == 1);
+    f.caller.close();
+    f.server.close();
   });
 }
 
@@ -1009,26 +1025,17 @@ TEST_CASE(
   // writes all 64 and returns, more than max_concurrent_handlers items left queued behind the
   // ring. That is one answer waiting (the stream's end), not 64: the caller's next request is
   // served, not shed (and left to time out).
-  scoped_name name("stream");
-  asio::io_context io;
-  writer_log log;
-  constexpr std::uint32_t window = 64;
-  rpc_options o = options(window);
-  o.max_concurrent_handlers = 4;
-  rpc_buffer server(io.get_executor(), shmio::create_only, name, streaming(log, window), o);
-  asio::io_context caller_io;  // not run yet: the caller's end reads nothing for now
-  rpc_buffer caller(caller_io.get_executor(), shmio::open_only, name);
-  ring_injector inject(name);
-  run_until_done(io, [&]() -> asio::awaitable<void> {
-    co_await publish_stream_request(inject, 7000, window, 3);
-    CO_REQUIRE(co_await wait_until([&] { return log.done; }));
-    CHECK(log.written == static_cast<int>(window));
-    co_await publish_plain_request(inject, 8000);
-    CO_REQUIRE(co_await wait_until([&] { return server.statistics().requests_received == 2; }));
-    CHECK(server.statistics().requests_shed == 0);
-    CHECK(server.statistics().responses_sent == 2);  // the stream's end and the plain reply
-    caller.close();
-    server.close();
+  unread_stream_server f(4, static_cast<int>(unread_stream_server::window));
+  run_until_done(f.io, [&]() -> asio::awaitable<void> {
+    co_await publish_stream_request(f.inject, 7000, f.window, 3);
+    CO_REQUIRE(co_await wait_until([&] { return f.log.done; }));
+    CHECK(f.log.written == static_cast<int>(f.window));
+    co_await publish_plain_request(f.inject, 8000);
+    CO_REQUIRE(co_await wait_until([&] { return f.server.statistics().requests_received == 2; }));
+    CHECK(f.server.statistics().requests_shed == 0);
+    CHECK(f.server.statistics().responses_sent == 2);  // the stream's end and the plain reply
+    f.caller.close();
+    f.server.close();
   });
 }
 

@@ -172,9 +172,8 @@ asio::awaitable<void> rpc_channel::serve_stream(std::shared_ptr<rpc_channel> sel
   // Writes it started and did not wait for come after its end: they fail, not the stream.
   end_stream_writes(it->second.stream, asio::error::operation_aborted);
   if (failure) co_return send_error(request.id, failure, text);
-  // relaxed: counters; counted only if it goes (not after close() began).
-  if (send({packet_type::stream_end, next_id(), request.id, {}}))
-    stats_.responses_sent.fetch_add(1, std::memory_order_relaxed);
+  // Counted only if it goes (not after close() began).
+  if (send({packet_type::stream_end, next_id(), request.id, {}})) count_response(0);
 }
 
 asio::awaitable<void> rpc_channel::serve([[maybe_unused]] std::shared_ptr<rpc_channel> self,

@@ -121,8 +121,8 @@ void rpc_channel::close_stream(std::shared_ptr<stream_state> st) {
 
 void rpc_channel::on_stream_item(incoming_message m) {
   auto it = calls_.find(m.response_to);
-  if (it == calls_.end() || !it->second.stream || it->second.call || it->second.waiting ||
-      it->second.queued_whole) {
+  // (A request waiting for credit still holds its call: `call` covers it.)
+  if (it == calls_.end() || !it->second.stream || it->second.call || it->second.queued_whole) {
     // A call answered with an item, or a stream whose request was not even sent yet (waiting
     // for credit, or queued whole: its id guessed): that call fails, and its request is never
     // sent. Else a stream cancelled or ended here: the item is late.
