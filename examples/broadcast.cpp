@@ -4,22 +4,22 @@
 //   broadcast subscriber NAME                   one subscriber (started by the publisher)
 //
 // The publisher creates the reliable broadcast buffer NAME, starts the subscribers, waits until
-// they have all joined, then publishes MESSAGES price ticks and an "end" message with
-// async_write: a reliable writer waits (without blocking its thread) for the slowest
-// subscriber. Each subscriber reads in a coroutine with async_read, checks that the ticks
-// arrive complete and in order, and prints "subscriber PID: N ticks in order, sum S". The
-// publisher prints the sum every subscriber must have reported, and exits 0 if all did.
+// they have all joined (each says so on the ring NAME.joined once it has), then publishes MESSAGES
+// price ticks and an "end" message with async_write: a reliable writer waits (without blocking its
+// thread) for the slowest subscriber. Each subscriber reads in a coroutine with async_read, checks
+// that the ticks arrive complete and in order, and prints "subscriber PID: N ticks in order, sum
+// S". The publisher prints the sum every subscriber must have reported, and exits 0 if all did.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <asio.hpp>
 #include <cstdint>
 #include <cstdio>
 #include <shmio/shmio.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace {
@@ -64,6 +64,9 @@ int run_subscriber(const std::string& name) {
   // Opening as a subscriber joins: from now on, this process sees every message.
   shmio::broadcast_buffer prices(io.get_executor(), shmio::open_only, name,
                                  shmio::broadcast_role::subscriber);
+  const pid_t self = ::getpid();
+  shmio::circular_buffer joined(io.get_executor(), shmio::open_only, name + ".joined");
+  if (joined.write(asio::buffer(&self, sizeof self), 10s) == 0) return 1;
   int rc = 1;
   asio::co_spawn(io, subscribe(prices), [&](std::exception_ptr e, int r) { rc = e ? 1 : r; });
   io.run();
@@ -87,6 +90,10 @@ int run_publisher(int subscribers, std::uint64_t count, const std::string& name)
   options.message_size = sizeof(tick);
   shmio::broadcast_buffer prices(io.get_executor(), shmio::create_only, name,
                                  shmio::broadcast_role::publisher, options);
+  // A node per subscriber (a ring has at least 2): each writes its pid there once it has joined.
+  shmio::circular_buffer joined(io.get_executor(), shmio::create_only, name + ".joined",
+                                std::max<std::size_t>(2, static_cast<std::size_t>(subscribers)),
+                                sizeof(pid_t));
 
   std::vector<pid_t> children;
   const pid_t parent = ::getpid();
@@ -106,16 +113,23 @@ int run_publisher(int subscribers, std::uint64_t count, const std::string& name)
     }
     children.push_back(pid);
   }
+  auto kill_all = [&] {
+    for (pid_t pid : children)
+      ::kill(pid, SIGKILL);
+    for (pid_t pid : children)
+      ::waitpid(pid, nullptr, 0);
+  };
   // Messages published before a subscriber joins are not for it: wait for all of them.
   const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (prices.subscriber_count() < static_cast<std::size_t>(subscribers)) {
-    if (std::chrono::steady_clock::now() > deadline) {
+  for (int i = 0; i < subscribers; ++i) {
+    pid_t who = 0;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left <= 0ms || joined.read(asio::buffer(&who, sizeof who), left) == 0) {
       std::fprintf(stderr, "broadcast: the subscribers did not join\n");
-      for (pid_t pid : children)
-        ::kill(pid, SIGKILL);
+      kill_all();
       return 1;
     }
-    std::this_thread::sleep_for(1ms);
   }
   std::uint64_t sum = 0;
   for (std::uint64_t seq = 1; seq <= count; ++seq)
@@ -124,8 +138,23 @@ int run_publisher(int subscribers, std::uint64_t count, const std::string& name)
               static_cast<unsigned long long>(count), static_cast<unsigned long long>(sum));
   std::fflush(stdout);
 
-  asio::co_spawn(io, publish(prices, count), asio::detached);
+  bool published = false;
+  asio::co_spawn(io, publish(prices, count), [&](std::exception_ptr e) {
+    if (!e) {
+      published = true;
+      return;
+    }
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      std::fprintf(stderr, "broadcast: publishing failed: %s\n", x.what());
+    }
+  });
   io.run();
+  if (!published) {  // the subscribers would wait for the end for ever
+    kill_all();
+    return 1;
+  }
 
   int failed = 0;
   for (pid_t pid : children) {

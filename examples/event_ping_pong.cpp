@@ -45,7 +45,7 @@ asio::awaitable<void> play_ping(shmio::named_event& ping, shmio::named_event& po
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "pong") return play_pong(argv[2]);
 
   const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 10000;
@@ -56,6 +56,8 @@ int main(int argc, char** argv) {
   shmio::named_event pong(io.get_executor(), shmio::create_only, name + ".pong",
                           shmio::event_mode::auto_reset);
 
+  // SIGCHLD is waited for before the child starts: it cannot exit unseen.
+  asio::signal_set child_exit(io, SIGCHLD);
   const pid_t parent = ::getpid();
   pid_t child = ::fork();
   if (child < 0) {
@@ -69,29 +71,24 @@ int main(int argc, char** argv) {
     ::_exit(127);
   }
   std::printf("pong is process %d\n", static_cast<int>(child));
-  // A pong that died would leave the ping waiting for ever: look for its exit now and then.
+  // A pong that died would leave the ping waiting for ever.
   bool pong_died = false;
   bool game_over = false;
-  asio::steady_timer watch(io);
-  std::function<void()> look = [&] {
-    watch.expires_after(100ms);
-    watch.async_wait([&](std::error_code ec) {
-      // The game ended (a tick already queued when it did is not cancelled: the flag tells).
-      if (ec || game_over) return;
-      if (::waitpid(child, nullptr, WNOHANG) == child) {
-        pong_died = true;
-        io.stop();
-        return;
-      }
-      look();
-    });
+  std::function<void(std::error_code, int)> on_child = [&](std::error_code ec, int) {
+    if (ec || game_over) return;
+    if (::waitpid(child, nullptr, WNOHANG) == child) {
+      pong_died = true;
+      io.stop();
+      return;
+    }
+    child_exit.async_wait(on_child);
   };
-  look();
+  child_exit.async_wait(on_child);
   std::exception_ptr failure;
   asio::co_spawn(io, play_ping(ping, pong, rounds), [&](std::exception_ptr e) {
     failure = e;
     game_over = true;
-    watch.cancel();
+    child_exit.cancel();
   });
   io.run();
   if (pong_died) {
@@ -111,4 +108,13 @@ int main(int argc, char** argv) {
   ::kill(child, SIGTERM);
   ::waitpid(child, nullptr, 0);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {  // a name already taken, a port in use, ...
+    std::fprintf(stderr, "event_ping_pong: %s\n", e.what());
+    return 1;
+  }
 }

@@ -10,13 +10,16 @@
 // and writes each line back to the client it came from. The TCP accept, the socket reads and
 // writes and the ring reads and writes are all operations of one io_context on one thread:
 // a shmio ring is just another Asio I/O object in an existing event loop.
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -26,7 +29,6 @@
 #include <memory>
 #include <shmio/shmio.hpp>
 #include <string>
-#include <thread>
 
 namespace {
 
@@ -142,7 +144,7 @@ class bridge {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "worker") == 0) return work(argv[2]);
   if (argc > 3) {
     std::fprintf(stderr, "usage: tcp_bridge [PORT [NAME]]\n");
@@ -174,18 +176,40 @@ int main(int argc, char** argv) {
   std::printf("ready %u\n", b.port());
   std::fflush(stdout);
   io.run();
-  // A worker told to finish may still be stuck writing answers nobody reads: give it 2 s.
+  // A worker told to finish may still be stuck writing answers nobody reads: give it 2 s
+  // (its pidfd turns readable when it exits).
   int status = 0;
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, worker, 0));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (::waitpid(worker, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(worker, SIGKILL);
-      ::waitpid(worker, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  bool exited = false;
+  while (pidfd >= 0 && !exited) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{pidfd, POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (n < 0 && errno != EINTR) break;
+    exited = n > 0;
   }
+  if (pidfd < 0) {  // no pidfd here (an old kernel, a seccomp filter): look every 10 ms
+    while (!exited && std::chrono::steady_clock::now() < deadline) {
+      exited = ::waitpid(worker, &status, WNOHANG) == worker;
+      if (!exited) ::usleep(10'000);
+    }
+  }
+  if (!exited) ::kill(worker, SIGKILL);
+  if (pidfd >= 0 || !exited) ::waitpid(worker, &status, 0);  // else reaped above
+  if (pidfd >= 0) ::close(pidfd);
   std::printf("tcp_bridge: stopped; worker exit %d\n",
               WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {  // a name already taken, a port in use, ...
+    std::fprintf(stderr, "tcp_bridge: %s\n", e.what());
+    return 1;
+  }
 }

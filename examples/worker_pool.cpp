@@ -145,7 +145,7 @@ int run_pool(int workers, std::uint64_t count, const std::string& name) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "worker") == 0) return work(argv[2]);
   const int workers = argc > 1 ? std::atoi(argv[1]) : 4;
   const long long jobs = argc > 2 ? std::atoll(argv[2]) : 2000;
@@ -155,4 +155,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   return run_pool(workers, static_cast<std::uint64_t>(jobs), name);
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {  // a name already taken, a port in use, ...
+    std::fprintf(stderr, "worker_pool: %s\n", e.what());
+    return 1;
+  }
 }

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -102,6 +103,41 @@ TEST_CASE("a writer excludes other writers and every reader", "[lock]") {
   CHECK(b.try_lock());
   CHECK_FALSE(a.try_lock_shared());
   b.unlock();
+}
+
+// One value is copied as its bytes: a type that is more than its bytes is refused at compile time.
+template <class T>
+concept value_readable = requires(const buffer_read_write& b) {
+  b.read<T>(std::size_t{0});
+};
+template <class T>
+concept value_writable = requires(buffer_read_write& b, const T& v) {
+  b.write(v, std::size_t{0});
+};
+static_assert(value_readable<int> && value_writable<int>);
+static_assert(!value_readable<std::optional<std::string>>);
+static_assert(!value_writable<std::optional<std::string>>);
+
+TEST_CASE("try_lock_for takes any duration, even one past the milliseconds' range", "[lock]") {
+  // Rounding seconds::max() up to milliseconds overflows: it must saturate (UBSan builds fail
+  // on the overflow), and a free lock is taken at once whatever the limit.
+  asio::io_context io;
+  scoped_name name("lock");
+  auto a = make_buffer(io, name);
+  CHECK(a.try_lock_for(std::chrono::seconds::max()));
+  a.unlock();
+  CHECK(a.try_lock_shared_for(std::chrono::hours::max()));
+  a.unlock_shared();
+  CHECK(a.try_lock_for(std::chrono::duration<double>(1e300)));
+  a.unlock();
+  // Zero or less tries once, as a timed mutex does (a deadline already passed, say): it must
+  // not wait, let alone for ever.
+  auto b = open_buffer(io, name);
+  a.lock();
+  CHECK_FALSE(b.try_lock_for(std::chrono::microseconds(-500)));
+  CHECK_FALSE(b.try_lock_shared_for(std::chrono::nanoseconds(-1)));
+  CHECK_FALSE(b.try_lock_for(std::chrono::duration<double>(-1e300)));
+  a.unlock();
 }
 
 TEST_CASE("readers are counted: the lock stays shared until the last share goes", "[lock]") {

@@ -564,6 +564,79 @@ TEST_CASE(
   CHECK(take(ring, 0ms) == "next");
 }
 
+TEST_CASE("a parked read whose buffer is too small passes its wake-up on to another parked reader",
+          "[ring][wake]") {
+  // One publication wakes one parked reader. If that one cannot take the message, another that
+  // can must hear of it: else it sleeps while the message waits in the ring. Which of the two is
+  // woken first depends on their slots and on where the signaller's look starts, so both
+  // orders are tried (handles made, and reads parked, small first or large first); without the
+  // pass-on, a run fails whenever the small one is woken (nearly always where it is first).
+  asio::io_context io;
+  scoped_name name("ring");
+  circular_buffer writer(io.get_executor(), shmio::create_only, name, 4, 64);
+  const auto park = shmio::wait_strategy::park_only();
+  const bool small_first = GENERATE(true, false);
+  const bool blocking = GENERATE(false, true);
+  CAPTURE(small_first, blocking);
+  std::optional<circular_buffer> small_reader, large_reader;
+  auto open_reader = [&](std::optional<circular_buffer>& r) {
+    r.emplace(io.get_executor(), shmio::open_only, name, park);
+  };
+  open_reader(small_first ? small_reader : large_reader);
+  open_reader(small_first ? large_reader : small_reader);
+  raw_map raw(name);
+  std::string small(8, '\0'), large(64, '\0');
+  const std::string message(40, 'm');
+  if (!blocking) {
+    completions small_done, large_done;
+    auto start = [&](bool small_one) {
+      if (small_one)
+        small_reader->async_read(asio::buffer(small), small_done.handler());
+      else
+        large_reader->async_read(asio::buffer(large), large_done.handler());
+    };
+    start(small_first);
+    REQUIRE(run_until(io, [&] { return raw.async_parked_readers() == 1; }));
+    start(!small_first);
+    REQUIRE(run_until(io, [&] { return raw.async_parked_readers() == 2; }));
+    put(writer, message);
+    CHECK(run_until(
+        io, [&] { return large_done.calls == 1; }, 3s));
+    CHECK_FALSE(large_done.ec);
+    CHECK(large.substr(0, large_done.size) == message);
+    // Told message_too_large if it was woken; else still waiting.
+    if (small_done.calls == 1) CHECK(small_done.ec == shmio::errc::message_too_large);
+  } else {
+    std::error_code small_ec, large_ec;
+    std::size_t small_n = 0, large_n = 0;
+    std::atomic<bool> large_done{false};
+    auto read = [&](bool small_one) {
+      if (small_one) {
+        small_n = small_reader->read(asio::buffer(small), bound, small_ec);
+      } else {
+        large_n = large_reader->read(asio::buffer(large), bound, large_ec);
+        large_done = true;
+      }
+    };
+    {
+      std::jthread first(read, small_first);  // joined however the scope is left
+      REQUIRE(eventually([&] { return raw.async_parked_readers() == 1; }));
+      std::jthread second(read, !small_first);
+      REQUIRE(eventually([&] { return raw.async_parked_readers() == 2; }));
+      put(writer, message);
+      CHECK(eventually([&] { return large_done.load(); }, 3s));
+      put(writer, "s");  // for the small read, if it was not woken: it fits
+    }
+    CHECK_FALSE(large_ec);
+    CHECK(large.substr(0, large_n) == message);
+    // Told message_too_large if it was woken; else it read the second message.
+    if (small_ec)
+      CHECK(small_ec == shmio::errc::message_too_large);
+    else
+      CHECK(small.substr(0, small_n) == "s");
+  }
+}
+
 TEST_CASE(
     "zero-length messages pass through the ring, and the error_code form tells them from a timeout",
     "[ring]") {

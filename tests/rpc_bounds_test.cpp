@@ -395,6 +395,39 @@ TEST_CASE(
   io.poll();
 }
 
+TEST_CASE("rpc bounds: first packets announcing large messages do not reserve what they announce",
+          "[rpc][bounds]") {
+  // 1024 messages opened by their first packet, each announcing a mebibyte: a reader that
+  // reserved the announced sizes would take a gibibyte of address space (and of commit charge,
+  // where overcommit is off) for a megabyte of packets.
+  namespace raw = shmio::test::rpc;
+  scoped_name name("rpc");
+  asio::io_context io;
+  service::hold_counts counts;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, service::handler(counts),
+                   bounded(1024));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  raw::ring_injector injector(name);
+  auto virtual_bytes = [] {
+    std::ifstream statm("/proc/self/statm");
+    std::size_t pages = 0;
+    statm >> pages;
+    return pages * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  };
+  constexpr std::uint64_t offered = 1024;  // the most a reader keeps open at once
+  constexpr std::uint32_t total = 1 << 20, chunk = 984;
+  const std::size_t before = virtual_bytes();
+  std::uint64_t injected = 0;
+  inject_requests(io, injector, offered, total, (total + chunk - 1) / chunk, chunk, injected);
+  REQUIRE(run_until(io, [&] { return injected == offered; }));
+  REQUIRE(run_until(io, [&] { return owner.statistics().packets_received == offered; }));
+  CHECK(owner.statistics().packets_rejected == 0);  // all of them open
+  CHECK(virtual_bytes() - before < 256u << 20);
+  owner.close();
+  opener.close();
+  io.poll();
+}
+
 TEST_CASE(
     "rpc bounds: a peer whose packets never let the ring go empty does not hold up the end's "
     "timeouts",

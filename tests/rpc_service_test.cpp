@@ -48,6 +48,7 @@
 #include "shmio/detail/ring_ops.hpp"
 #include "shmio/detail/rpc_listener.hpp"
 #include "shmio/detail/rpc_packet.hpp"
+#include "shmio/inspect.hpp"
 #include "shmio/rpc_acceptor.hpp"
 #include "shmio/rpc_buffer.hpp"
 #include "shmio/rpc_server.hpp"
@@ -1210,6 +1211,58 @@ TEST_CASE("rpc_server: a damaged connect ring stops its accepting, says why, and
 }
 
 // ---- named methods ---------------------------------------------------------------------------
+
+TEST_CASE("rpc_server: a method's count is of the requests its handler took, once each",
+          "[rpc][service][methods]") {
+  // Two handlers at once: of four calls made together, two wait for a handler to end. Each is
+  // counted once, as it starts; a call to a streaming method made as a plain call is refused
+  // and not counted.
+  scoped_name name("svc");
+  asio::io_context io;
+  shmio::rpc_methods methods;
+  methods
+      .add("slow", shmio::rpc_handler(
+                       [](std::uint64_t, std::span<const std::byte>) -> asio::awaitable<bytes_t> {
+                         asio::steady_timer t(co_await asio::this_coro::executor, 20ms);
+                         co_await t.async_wait(asio::use_awaitable);
+                         co_return bytes_t{};
+                       }))
+      .add("ticks", shmio::rpc_stream_handler(
+                        [](std::uint64_t, std::span<const std::byte>,
+                           shmio::rpc_stream_writer) -> asio::awaitable<void> { co_return; }));
+  rpc_options options = small_rings();
+  options.max_concurrent_handlers = 2;
+  rpc_server server(io.get_executor(), shmio::create_only, name, methods, options);
+  rpc_buffer client(io.get_executor());
+  std::optional<std::error_code> connected;
+  client.async_connect(name.str(), [&](std::error_code ec) { connected = ec; });
+  REQUIRE(shmio::test::run_until(io, [&] { return connected.has_value(); }));
+  REQUIRE_FALSE(*connected);
+  int done = 0, failed = 0;
+  for (int i = 0; i < 4; ++i)
+    client.async_request("slow", asio::buffer("x", 1), [&](std::error_code ec, bytes_t) {
+      ++done;
+      failed += ec ? 1 : 0;
+    });
+  std::optional<std::error_code> refused;
+  client.async_request("ticks", asio::buffer("x", 1),
+                       [&](std::error_code ec, bytes_t) { refused = ec; });
+  REQUIRE(shmio::test::run_until(io, [&] { return done == 4 && refused.has_value(); }));
+  CHECK(failed == 0);
+  CHECK(*refused == errc::no_such_method);
+  std::error_code ec;
+  const auto info = shmio::inspect::examine(name.str(), ec);
+  REQUIRE_FALSE(ec);
+  REQUIRE(info.rpc_service);
+  std::map<std::string, std::uint64_t> calls;
+  for (const auto& m : info.rpc_service->methods)
+    calls[m.name] = m.calls;
+  CHECK(calls["slow"] == 4);
+  CHECK(calls["ticks"] == 0);
+  client.close();
+  server.close();
+  io.poll();
+}
 
 TEST_CASE("rpc_server: named methods, the unnamed one, and names that are not there",
           "[rpc][service][methods]") {

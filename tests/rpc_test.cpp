@@ -784,6 +784,31 @@ TEST_CASE("rpc_buffer: a handler's exception reaches the caller as remote_error 
   });
 }
 
+TEST_CASE("rpc_buffer: an error text longer than max_message_size arrives cut, as remote_error",
+          "[rpc]") {
+  // An error over the channel's max_message_size would be refused by the caller, which would
+  // then hear message_too_large instead of the error.
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_options options = small_nodes(8, 256);
+  options.max_message_size = 200;
+  const std::string long_text(300, 'e');
+  rpc_buffer owner(
+      io.get_executor(), shmio::create_only, name,
+      shmio::rpc_sync_handler([&](std::uint64_t, std::span<const std::byte>) -> bytes_t {
+        throw std::runtime_error(long_text);
+      }),
+      options);
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    auto [ec, reply] = co_await opener.async_request(asio::buffer(bytes("x")), tuple_awaitable);
+    CHECK(ec == errc::remote_error);
+    CHECK(text(reply) == long_text.substr(0, 196));  // 200 less the error code's 4 bytes
+    owner.close();
+    opener.close();
+  });
+}
+
 TEST_CASE("rpc_buffer: awaited with use_awaitable, a failed call throws rpc_error with its text",
           "[rpc]") {
   scoped_name name("rpc");

@@ -68,26 +68,30 @@ class buffer_read_write : public rw_lock {
 
   // ---- one value ---------------------------------------------------------------------------
 
-  /// Copies `value` to `offset`.
+  /// Copies `value` to `offset`. T must be trivially copyable: its bytes are all it is.
   template <class T>
-  requires(!std::ranges::contiguous_range<T>) void write(const T& value, std::size_t offset = 0) {
+  requires(!std::ranges::contiguous_range<T> &&
+           std::is_trivially_copyable_v<T>) void write(const T& value, std::size_t offset = 0) {
     write_bytes(std::as_bytes(std::span(&value, 1)), offset);
   }
   template <class T>
-  requires(!std::ranges::contiguous_range<T>) void write(const T& value, std::size_t offset,
-                                                         std::error_code& ec) {
+  requires(!std::ranges::contiguous_range<T> &&
+           std::is_trivially_copyable_v<T>) void write(const T& value, std::size_t offset,
+                                                       std::error_code& ec) {
     write_bytes(std::as_bytes(std::span(&value, 1)), offset, ec);
   }
 
-  /// The T at `offset`.
+  /// The T at `offset` (T trivially copyable).
   template <class T>
-  T read(std::size_t offset = 0) const {
+  requires std::is_trivially_copyable_v<T> T read(std::size_t offset = 0)
+  const {
     T value;
     read_bytes(std::as_writable_bytes(std::span(&value, 1)), offset);
     return value;
   }
   template <class T>
-  T read(std::size_t offset, std::error_code& ec) const {
+  requires std::is_trivially_copyable_v<T> T read(std::size_t offset, std::error_code& ec)
+  const {
     T value{};
     read_bytes(std::as_writable_bytes(std::span(&value, 1)), offset, ec);
     return value;

@@ -10,7 +10,7 @@
 //   exactly one reader. Messages are read in the order their writers claimed nodes.
 // - A message larger than node_size() is refused with errc::message_too_large, never cut. A read
 //   into a buffer smaller than the next message fails with errc::message_too_large and leaves
-//   the message in the ring, for a read with a larger buffer.
+//   the message in the ring, for a read with a larger buffer (a parked one is woken for it).
 // - A participant killed while it holds a node does not stall the ring: after ~10 ms others ask
 //   the kernel whether it lives and, if not, skip its half-written message (never delivered) or
 //   free the node it was reading (that one message is lost with its reader).
@@ -169,8 +169,12 @@ class circular_buffer {
   // and cancellation slot are used.
   // Per-operation cancellation: terminal, partial and total. A cancelled operation completes
   // once with asio::error::operation_aborted and has done nothing: a read consumed no message,
-  // a write published none. For a timeout, race the operation against a timer with
-  // asio::experimental::awaitable_operators (`||`), or cancel it through its slot.
+  // a write published none. A cancellation that comes after the operation took its message or
+  // node (its completion already on its way) changes nothing: it completes with its result.
+  // For a timeout, cancel the operation through its slot when a timer fires, and keep what it
+  // completes with. (Racing it against a timer with asio::experimental::awaitable_operators'
+  // `||` does that too, but `||` keeps only the first result: a message read as the timer
+  // fires is then dropped.)
 
   /// Writes one message when a node is free. errc::message_too_large if it exceeds node_size().
   template <class CompletionToken>

@@ -30,6 +30,12 @@
 // as coroutines, but a handler that computes for long should move its work elsewhere. A plain
 // function handler (rpc_sync_handler) is the fast path: it runs inline as its request is read,
 // with no coroutine to start, and holds up the channel while it runs.
+//
+// Threads: calls (async_request, async_request_stream, async_wait_closed) and set_limits may be
+// made from several threads at once. connect, close, moves and destruction change which channel
+// the object holds, and must not overlap any other call on the same object (as for an Asio
+// socket: serialise them on a strand, or post the close to it). Pending calls are aborted by
+// close() whichever thread it runs on.
 
 #include <chrono>
 #include <cstddef>
@@ -156,8 +162,10 @@ class rpc_buffer {
   /// service of that name is running; errc::timed_out if it does not accept within `timeout`;
   /// errc::peer_gone if the service closed or died meanwhile; asio::error::operation_aborted if
   /// cancelled (terminal, partial or total) or closed. A connected or connecting end is closed
-  /// first. After a failed connect, calls on this end fail with errc::peer_gone until the next
-  /// connect.
+  /// first. A connect that fails at once (not_found, access_denied, ...) leaves the end closed:
+  /// is_open() is false and calls fail with asio::error::operation_aborted. One that timed out
+  /// or found the service gone leaves it open, and calls fail with errc::peer_gone until the
+  /// next connect.
   template <class CompletionToken>
   auto async_connect(std::string_view service, std::chrono::milliseconds timeout,
                      CompletionToken&& token);
@@ -186,7 +194,8 @@ class rpc_buffer {
   ///
   /// Completion signature: `void(std::error_code, std::vector<std::byte> reply)`. Errors:
   /// errc::timed_out; asio::error::operation_aborted (cancelled, or this end closed);
-  /// errc::remote_error (the reply then holds the remote exception's text; awaited with
+  /// errc::remote_error (the reply then holds the remote exception's text, cut to
+  /// max_message_size - 4 bytes; awaited with
   /// asio::use_awaitable, the call throws rpc_error, which carries it); errc::no_handler;
   /// errc::peer_gone (the other end closed or died: reported within ~100 ms, not at the
   /// timeout); errc::message_too_large (over max_message_size at either end).
@@ -261,7 +270,8 @@ class rpc_buffer {
   /// stream_window and stream_window_limit (the rest of rpc_options is the channel's, fixed by
   /// its owner). An owner
   /// gets them from its constructor; this is how an opener or a client sets its own. A client
-  /// keeps them for each connect. Thread-safe; they apply to what comes after.
+  /// keeps them for each connect. May run beside calls on other threads (not beside another
+  /// set_limits or a connect); they apply to what comes after.
   void set_limits(const rpc_options& limits);
 
   /// Tells the other end (its pending calls fail with errc::peer_gone at once), aborts this

@@ -21,6 +21,7 @@
 // queue when nobody waits, and no system call.
 
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -65,9 +66,10 @@ class rw_lock {
 
   void lock();
   bool try_lock();
+  /// Tries for `timeout` (zero or less: once), as a timed mutex's try_lock_for does.
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return try_lock_for(std::chrono::ceil<std::chrono::milliseconds>(timeout), throw_on_error());
+    return try_lock_for(to_milliseconds(timeout), throw_on_error());
   }
   /// Releases the exclusive lock this handle holds; does nothing if it holds none.
   void unlock() noexcept;
@@ -82,10 +84,10 @@ class rw_lock {
 
   void lock_shared();
   bool try_lock_shared();
+  /// Tries for `timeout` (zero or less: once), as a timed mutex's try_lock_shared_for does.
   template <class Rep, class Period>
   bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return try_lock_shared_for(std::chrono::ceil<std::chrono::milliseconds>(timeout),
-                               throw_on_error());
+    return try_lock_shared_for(to_milliseconds(timeout), throw_on_error());
   }
   /// Releases one share this handle holds; does nothing if it holds none.
   void unlock_shared() noexcept;
@@ -117,6 +119,18 @@ class rw_lock {
 
  protected:
   struct impl;
+
+  // Rounds up to milliseconds, saturating: seconds::max() or a thousand years must not overflow
+  // into a short (or negative) wait. A duration of zero or less (or NaN) tries once, as a
+  // timed mutex's try_lock_for does (std::unique_lock calls these).
+  template <class Rep, class Period>
+  static std::chrono::milliseconds to_milliseconds(const std::chrono::duration<Rep, Period>& d) {
+    using ms = std::chrono::milliseconds;
+    const long double as_ms = std::chrono::duration<long double, std::milli>(d).count();
+    if (!(as_ms > 0)) return ms(0);
+    if (as_ms >= static_cast<long double>(ms::max().count())) return ms::max();
+    return ms(static_cast<ms::rep>(std::ceil(as_ms)));
+  }
 
   rw_lock() noexcept = default;
   /// A handle that has its executor before it opens: one whose open fails keeps it.

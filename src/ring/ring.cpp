@@ -137,9 +137,10 @@ claim_status ring_view::try_claim_write(write_claim& out) noexcept {
 }
 
 void ring_view::publish(const write_claim& c, std::uint32_t length) noexcept {
-  // relaxed: published by the word's store below. Atomic because a reader that saw the
-  // previous lap's word may still be loading the length (its CAS then fails and drops it).
-  std::atomic_ref<std::uint32_t>(c.node->length).store(length, std::memory_order_relaxed);
+  // release: published by the word's store below; release so that a reader of the previous
+  // lap's word that loads this length (acquire) sees our claim of the node too, and its
+  // re-check of the word fails. Atomic because that reader may be loading it now.
+  std::atomic_ref<std::uint32_t>(c.node->length).store(length, std::memory_order_release);
   // seq_cst: release for the bytes, and ordered before notify's read of `parked` (StoreLoad).
   c.node->word.store(make_word(c.position + 1, c.index, 0), std::memory_order_seq_cst);
   notify_one(state_->readers);
@@ -165,10 +166,11 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
     if (d == 1 && owner == 0) {
       // Published. The length is stable until the node is claimed, and the CAS below fails if
       // it was claimed (and possibly rewritten) since we read the word.
-      // relaxed: ordered after the word's seq_cst load; a writer of the next lap may be
-      // storing it concurrently (then the CAS below fails), so it is an atomic access.
+      // acquire: a writer of the next lap may be storing it concurrently (then the CAS below
+      // fails, and the re-check of the word before too_small sees its claim), so it is an
+      // atomic access.
       const std::uint32_t length =
-          std::atomic_ref<std::uint32_t>(n.length).load(std::memory_order_relaxed);
+          std::atomic_ref<std::uint32_t>(n.length).load(std::memory_order_acquire);
       if (length > size_) {
         if (!skip_corrupted) return claim_status::corrupted;
         // Corrupted: skip it, so that one bad node cannot wedge every reader.
@@ -181,7 +183,14 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
         continue;
       }
       if (length > capacity) {
+        // A length read after another reader took this position (and a writer of the next lap
+        // refilled the node) is not this message's: its claim, seen through the length's
+        // acquire, has changed the word. seq_cst, as the load above.
+        if (n.word.load(std::memory_order_seq_cst) != w) continue;
         out = {&n, {reinterpret_cast<const std::byte*>(&n + 1), length}, pos, i};
+        // The message stays for a read with room for it; the wake-up that brought this read here
+        // may have been the only one its publication gave: pass it on to another parked reader.
+        notify_one(state_->readers);
         return claim_status::too_small;
       }
       if (n.word.compare_exchange_weak(w, make_word(pos + 1, i, me_, true),

@@ -381,6 +381,10 @@ void rpc_channel::send_failed(const outgoing_message& m, std::error_code ec) {
 }
 
 void rpc_channel::send_error(std::uint64_t to, std::error_code ec, std::string_view text) {
+  // An error is a message like any other: over max_message_size, the caller would refuse it and
+  // hear message_too_large, not the error. The text is cut to fit after the code's 4 bytes.
+  const std::uint64_t room = reassembler_max() > 4 ? reassembler_max() - 4 : 0;
+  if (text.size() > room) text = text.substr(0, static_cast<std::size_t>(room));
   // relaxed: a counter; counted only if it goes (not after close() began).
   if (send({packet_type::error, next_id(), to, encode_error(ec.value(), text)}))
     stats_.errors_sent.fetch_add(1, std::memory_order_relaxed);

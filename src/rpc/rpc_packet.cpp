@@ -124,8 +124,11 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
                  2,
                  h.packet_count,
                  h.total_size};
-    // Grow as packets arrive: a forged total must not make us allocate it up front.
-    part.message.payload.reserve(std::min<std::size_t>(h.total_size, std::size_t{1} << 20));
+    // Grow as packets arrive: a forged total must not make us allocate it up front (1024 open
+    // messages each announcing a mebibyte would reserve a gibibyte for 1024 packets). Room for
+    // 16 packets ahead, then the vector's own doubling.
+    part.message.payload.reserve(std::min<std::size_t>(
+        h.total_size, std::size_t{16} * std::max<std::size_t>(p.chunk.size(), 1)));
     part.message.payload.insert(part.message.payload.end(), p.chunk.begin(), p.chunk.end());
     partial_.emplace(h.message_id, std::move(part));
     return result::incomplete;

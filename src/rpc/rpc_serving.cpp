@@ -79,7 +79,6 @@ void rpc_channel::start_request(incoming_message m) {
     return send_error(m.id, errc::no_such_method,
                       "no method '" + std::string(name) + "' at this end");
   }
-  service_.count(method);
   if (stream != static_cast<bool>(method->stream)) {
     const std::string which = named ? "method '" + std::string(name) + "'" : "the unnamed method";
     return send_error(m.id, errc::no_such_method,
@@ -93,10 +92,18 @@ void rpc_channel::start_request(incoming_message m) {
                       "stream window " + std::to_string(window) + " is above this end's limit (" +
                           std::to_string(served_window_limit_) +
                           ", rpc_options::stream_window_limit)");
+  // A method's count is of the requests its handler takes: counted as one starts, not for one
+  // refused, nor for one deferred (it is counted when it starts later).
   // A plain handler runs here and now: no coroutine to start, no trip through the
   // scheduler, nothing to cancel (a cancel packet that comes later finds nothing).
-  if (method->sync) return serve_now(m.id, method->sync, payload);
-  if (method->in_place) return serve_in_place(m.id, method->in_place, payload);
+  if (method->sync) {
+    service_.count(method);
+    return serve_now(m.id, method->sync, payload);
+  }
+  if (method->in_place) {
+    service_.count(method);
+    return serve_in_place(m.id, method->in_place, payload);
+  }
   if (serving_.size() >= max_handlers_) {
     // Later, when a handler ends; past as many again, the caller hears at once. (The reader
     // goes on reading meanwhile: cancels for running handlers must still get through.)
@@ -116,6 +123,7 @@ void rpc_channel::start_request(incoming_message m) {
     stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  service_.count(method);
   call->stream.reset();  // a recycled node's
   if (stream) {
     call->stream.active = true;

@@ -77,12 +77,14 @@ struct alignas(cache_line) broadcast_writer_line {
   std::uint8_t reserved[cache_line - 4];
 };
 static_assert(sizeof(broadcast_writer_line) == cache_line);
+static_assert(offsetof(broadcast_writer_line, owner) == 0);
 
 struct alignas(cache_line) broadcast_joins_line {
   std::atomic<std::uint32_t> high_water;  // 1 + the highest table entry ever taken
   std::uint8_t reserved[cache_line - 4];
 };
 static_assert(sizeof(broadcast_joins_line) == cache_line);
+static_assert(offsetof(broadcast_joins_line, high_water) == 0);
 
 struct broadcast_state {
   broadcast_header header;

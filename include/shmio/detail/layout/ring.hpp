@@ -30,7 +30,8 @@ namespace shmio::detail::layout {
 // A reader that is done stores turn p + node_count, owner 0: free for the writer of the next lap.
 // `tail` and `head` are hints (the next positions to write and read); the node words decide.
 // Owners are participant numbers: each open handle holds an exclusive lock on byte
-// participant_lock_base + number of the segment file, so a dead owner can be told from a slow one.
+// participant_lock_base + number - 1 of the segment file, so a dead owner can be told from a slow
+// one.
 
 inline constexpr std::uint64_t participant_lock_base = 64;
 inline constexpr std::uint32_t max_participants = 4096;
@@ -58,6 +59,7 @@ struct alignas(cache_line) ring_cursor {
   std::uint8_t reserved[cache_line - 8];
 };
 static_assert(sizeof(ring_cursor) == cache_line);
+static_assert(offsetof(ring_cursor, position) == 0);
 
 struct ring_state {
   ring_header header;

@@ -22,7 +22,8 @@ namespace shmio::detail::layout {
 // travels as packets, one per node: a packet_header, then up to node_size - 40 payload bytes.
 // The owner holds an exclusive lock on byte rpc_owner_lock_byte of the file and the opener on
 // rpc_opener_lock_byte for as long as they are attached: that is how each learns that the other
-// is gone. Ring participant numbers (participant_lock_base + n) are shared by both rings.
+// is gone. Ring participant numbers (number n on byte participant_lock_base + n - 1) are shared by
+// both rings.
 //
 // Openers come and go; the owner stays. Each opener, before it takes its lock byte, adds 1 to
 // opener_generation and stamps every packet it sends with the result; the owner stamps what it

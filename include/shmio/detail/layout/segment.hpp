@@ -15,7 +15,8 @@ inline constexpr std::size_t cache_line = 64;  // fixed, not hardware_destructiv
 template <class T>
 inline constexpr bool shareable_atomic = std::atomic<T>::is_always_lock_free &&
                                          sizeof(std::atomic<T>) == sizeof(T);
-static_assert(shareable_atomic<std::uint32_t> && shareable_atomic<std::uint64_t>);
+static_assert(shareable_atomic<std::uint8_t> && shareable_atomic<std::uint32_t> &&
+              shareable_atomic<std::uint64_t>);
 
 // ---- segment header: the first 64 bytes of every segment file ------------------------------
 //
