@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -57,6 +58,17 @@ class lock_probe {
   }
   std::uint32_t writer() const { return state().control.writer.load(); }
   std::uint64_t parked_writers() const { return state().writers.parked.load(); }
+  /// The pid of the writer word's owner (by its number's slot), 0 if none.
+  std::uint32_t writer_pid() const {
+    const std::uint32_t owner = writer() & layout::rw_owner_mask;
+    return owner == 0 ? 0 : state().slots[owner - 1].pid.load();
+  }
+  std::uint32_t shares() const {
+    std::uint32_t n = 0;
+    for (const auto& slot : state().slots)
+      n += slot.shares.load();
+    return n;
+  }
 
  private:
   shmio::test::raw_segment segment_;
@@ -381,6 +393,63 @@ TEST_CASE("async_lock completes when the holder in another handle unlocks", "[lo
   CHECK_FALSE(r.ec);
   a.unlock_shared();
   CHECK(b.try_lock());
+  b.unlock();
+}
+
+TEST_CASE("a lock taken for an async_lock whose handler is destroyed unrun is given back",
+          "[lock][async]") {
+  // The handler's io_context goes before it runs: nobody will unlock what it would have been
+  // given, so the lock must not stay held by the (still open) handle; and a holder's death
+  // that the lock carried is told to the next acquirer instead.
+  std::optional<asio::io_context> handler_io(std::in_place);  // outlives `a` if a check fails
+  asio::io_context io;
+  scoped_name name("lock");
+  auto a = make_buffer(io, name);
+  auto b = open_buffer(io, name);
+  const std::string how = GENERATE("at once", "parked", "after a death");
+  const bool exclusive = GENERATE(true, false);
+  CAPTURE(how, exclusive);
+  if (how == "after a death") {
+    child victim({peer_path(), "lock-hold", name.str(), "exclusive", "0"});
+    REQUIRE(eventually([&] { return a.read<std::uint8_t>(0) == 1; }));
+    REQUIRE(victim.kill9() == 128 + SIGKILL);
+  }
+  const bool parked = how == "parked";
+  if (parked) {  // a share holds up a writer; a writer, a reader
+    if (exclusive)
+      b.lock_shared();
+    else
+      b.lock();
+  }
+  bool ran = false;
+  auto handler =
+      asio::bind_executor(handler_io->get_executor(), [&](std::error_code, bool) { ran = true; });
+  if (exclusive)
+    a.async_lock(std::move(handler));
+  else
+    a.async_lock_shared(std::move(handler));
+  if (parked) {
+    io.poll();
+    if (exclusive)
+      b.unlock_shared();
+    else
+      b.unlock();
+  }
+  // Taken (its completion is then posted at once, to handler_io, which never runs).
+  lock_probe probe(name);
+  REQUIRE(run_until(io, [&] {
+    // (After a death, the dead writer's word is held until `a` takes it over: held by us.)
+    const bool ours = probe.writer_pid() == static_cast<std::uint32_t>(::getpid());
+    return exclusive ? ours && (probe.writer() & layout::rw_writer_held) != 0 && probe.shares() == 0
+                     : probe.writer() == 0 && probe.shares() == 1;
+  }));
+  handler_io.reset();
+  CHECK_FALSE(ran);
+  io.poll();
+  std::error_code ec;
+  CHECK(b.try_lock_for(0ms, ec));  // neither the lock nor a share is left
+  CHECK(ec ==
+        (how == "after a death" ? std::error_code(shmio::errc::owner_died) : std::error_code()));
   b.unlock();
 }
 

@@ -2152,6 +2152,77 @@ TEST_CASE("rpc_buffer: forged replies and cancels for unknown calls are ignored"
   });
 }
 
+TEST_CASE("rpc_buffer: a reply whose packets do not fit together fails its call at once", "[rpc]") {
+  // A call without a timeout whose reply arrives garbled (its second packet announces another
+  // size) would otherwise wait for ever for the rest of a message that can never be whole.
+  scoped_name name("rpc");
+  asio::io_context io, opener_io;  // opener_io never runs: the test answers for the opener
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo),
+                   small_nodes(8, 256));
+  // It serves (else the owner's call fails at once, no_handler), but never reads.
+  rpc_buffer opener(opener_io.get_executor(), shmio::open_only, name, shmio::rpc_handler(echo));
+  ring_injector inject(name);
+  std::optional<std::error_code> result;
+  owner.async_request(asio::buffer(bytes("x")), std::chrono::milliseconds::max(),
+                      [&](std::error_code ec, bytes_t) { result = ec; });
+  std::optional<bytes_t> sent;
+  REQUIRE(shmio::test::run_until(
+      io, [&] { return (sent = inject.take_sent_to_opener()).has_value(); }));
+  layout::packet_header request{};
+  std::memcpy(&request, sent->data(), sizeof request);
+  const auto per = static_cast<std::uint32_t>(inject.node_size() - detail::packet_header_size);
+  const std::uint32_t total = per + 10;
+  const bool repeat_first = GENERATE(false, true);  // or its first packet comes again
+  CAPTURE(repeat_first);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        co_await inject.publish(
+            node(header(response_type, 1, 900, total, 2, request.message_id), per));
+        if (repeat_first)
+          co_await inject.publish(
+              node(header(response_type, 1, 900, total, 2, request.message_id), per));
+        else
+          co_await inject.publish(
+              node(header(response_type, 2, 900, total + 1, 2, request.message_id), 11));
+      },
+      asio::detached);
+  REQUIRE(shmio::test::run_until(
+      io, [&] { return result.has_value(); }, 5s));
+  CHECK(*result == errc::corrupted);
+  CHECK(owner.statistics().packets_rejected == 1);
+  owner.close();
+  opener.close();
+  io.poll();
+}
+
+TEST_CASE("rpc_buffer: a request whose packets do not fit together is answered corrupted",
+          "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  int handled = 0;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name,
+                   shmio::rpc_handler([&](std::uint64_t id, std::span<const std::byte> in) {
+                     ++handled;
+                     return echo(id, in);
+                   }),
+                   small_nodes(8, 256));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name, shmio::rpc_handler(echo));
+  ring_injector inject(name);
+  const auto per = static_cast<std::uint32_t>(inject.node_size() - detail::packet_header_size);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    const std::uint32_t total = per + 10;
+    co_await inject.publish(node(header(request_type, 1, 4343, total, 2), per));
+    co_await inject.publish(node(header(request_type, 2, 4343, total + 1, 2), 11));
+    CO_CHECK(co_await wait_until([&] { return owner.statistics().errors_sent == 1; }));
+    CHECK(handled == 0);
+    // The opener never made that call: its answer is a discarded reply there.
+    CO_CHECK(co_await wait_until([&] { return opener.statistics().discarded_replies == 1; }));
+    owner.close();
+    opener.close();
+  });
+}
+
 TEST_CASE("rpc_buffer: a request over the limit that reaches the owner is answered at once",
           "[rpc]") {
   // An opener never sends one (it knows the limit), so a third party forges it: the owner

@@ -77,7 +77,9 @@ class rw_lock {
   /// Waits for the lock. On return it is held if `ec` is clear or errc::owner_died (the
   /// previous holder died holding it), and not held for any other error.
   void lock(std::error_code& ec);
-  /// As lock(ec), giving up after `timeout` (zero: one try): returns false then, `ec` clear.
+  /// As lock(ec), giving up after `timeout` (zero: one try; negative or milliseconds::max(): no
+  /// limit, as for the library's other waits; the duration template above tries a negative
+  /// once, as a timed mutex does): returns false then, `ec` clear.
   bool try_lock_for(std::chrono::milliseconds timeout, std::error_code& ec);
 
   // ---- shared ----------------------------------------------------------------------------

@@ -108,8 +108,16 @@ void rw_lock_view::join() noexcept {
 void rw_lock_view::leave() noexcept {
   bool reclaimed = false;
   bool cleared = false;
-  // acq_rel: the holder's accesses happen before the next acquirer's.
-  if (my_slot().shares.exchange(0, std::memory_order_acq_rel) != 0) reclaimed = true;
+  // Shares given up unreleased are told as a death, marked before they go (as a dead writer's
+  // is, reclaim_writer): an acquirer that sees them gone must see the mark too. relaxed: the
+  // mark is published by the exchange. (At join the slot may be a dead previous holder's that
+  // a writer reclaims meanwhile: the death is then told twice, never missed.)
+  if (my_slot().shares.load(std::memory_order_relaxed) != 0) {
+    state_->control.owner_died.store(1, std::memory_order_relaxed);
+    // acq_rel: the holder's accesses happen before the next acquirer's.
+    my_slot().shares.exchange(0, std::memory_order_acq_rel);
+    reclaimed = true;
+  }
   std::uint32_t w = state_->control.writer.load(std::memory_order_acquire);
   if ((w & rw_owner_mask) == me_) {
     const bool held = (w & rw_writer_held) != 0;
@@ -117,7 +125,6 @@ void rw_lock_view::leave() noexcept {
     if (held) state_->control.owner_died.store(1, std::memory_order_relaxed);
     cleared = state_->control.writer.compare_exchange_strong(w, 0, std::memory_order_seq_cst);
   }
-  if (reclaimed) state_->control.owner_died.store(1, std::memory_order_release);
   // Nothing changed: an open must not wake every parked waiter of the lock for nothing.
   if (reclaimed || cleared) wake_all();
 }

@@ -248,7 +248,32 @@ void rpc_channel::on_packet(std::span<const std::byte> bytes) {
                    h.type == static_cast<std::uint8_t>(packet_type::error))
           finish_call(h.response_to, errc::message_too_large, {}, true);
       }
+      if (const auto& broken = reassembler_.last_dropped()) fail_broken(*broken);
       return;
+  }
+}
+
+void rpc_channel::fail_broken(const reassembler::dropped_message& m) {
+  // A message begun and then garbled will never be whole: what waits for it is told now,
+  // rather than at a timeout (or never, without one).
+  switch (m.type) {
+    case packet_type::request:
+      // The caller over there waits for an answer.
+      if (answers_backlogged())
+        stats_.requests_shed.fetch_add(1, std::memory_order_relaxed);
+      else
+        send_error(m.id, errc::corrupted, "request's packets did not fit together");
+      break;
+    case packet_type::response:
+    case packet_type::error:
+      finish_call(m.response_to, errc::corrupted, {}, true);
+      break;
+    case packet_type::stream_item:
+      // The stream ends, and its handler over there hears of it.
+      if (calls_.contains(m.response_to)) abandon_call(m.response_to, errc::corrupted);
+      break;
+    default:  // a cancel, an end or a credit is one packet: never in part
+      break;
   }
 }
 

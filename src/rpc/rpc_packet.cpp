@@ -84,8 +84,16 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
                                      bool view_single) {
   const auto& h = p.header;
   last_too_large_ = false;
+  last_dropped_.reset();
   if (h.total_size > max_message_size_) {
-    if (auto it = partial_.find(h.message_id); it != partial_.end()) drop(it);
+    // A first packet of the same kind is answered as too large (last_too_large_), which tells
+    // what waited for the message dropped under its id; anything else is a broken message.
+    if (auto it = partial_.find(h.message_id); it != partial_.end()) {
+      if (h.packet_index == 1 && static_cast<std::uint8_t>(it->second.message.type) == h.type)
+        drop(it);
+      else
+        drop_broken(it);
+    }
     last_too_large_ = h.packet_index == 1;  // answer once, at its first packet
     return result::rejected;
   }
@@ -110,7 +118,7 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
   auto it = partial_.find(h.message_id);
   if (h.packet_index == 1) {
     if (it != partial_.end() || partial_.size() >= max_partial_) {
-      if (it != partial_.end()) drop(it);
+      if (it != partial_.end()) drop_broken(it);
       return result::rejected;
     }
     if (announced_ + h.total_size > max_bytes_) {
@@ -138,7 +146,7 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
   if (h.packet_index != part.next_index || h.packet_count != part.packet_count ||
       h.total_size != part.total_size || static_cast<std::uint8_t>(part.message.type) != h.type ||
       h.generation != part.message.generation || h.flags != part.message.flags) {
-    drop(it);
+    drop_broken(it);
     return result::rejected;
   }
   part.message.payload.insert(part.message.payload.end(), p.chunk.begin(), p.chunk.end());
@@ -151,6 +159,12 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
 void reassembler::drop(std::unordered_map<std::uint64_t, partial>::iterator it) noexcept {
   announced_ -= it->second.total_size;
   partial_.erase(it);
+}
+
+void reassembler::drop_broken(std::unordered_map<std::uint64_t, partial>::iterator it) noexcept {
+  const incoming_message& m = it->second.message;
+  last_dropped_ = dropped_message{m.type, m.id, m.response_to};
+  drop(it);
 }
 
 std::uint64_t encode_timeout(std::chrono::milliseconds timeout) noexcept {

@@ -345,6 +345,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
               std::string_view text);
   // `may_dispatch`: see pending_call::complete. `stream_end`: the answer is a stream's end;
   // a stream answered otherwise, or a call answered so, broke the protocol (errc::corrupted).
+  // A message dropped in part (reassembler::last_dropped): fails what waited for it.
+  void fail_broken(const reassembler::dropped_message& m);
   void finish_call(std::uint64_t id, std::error_code ec, reply_bytes reply,
                    bool may_dispatch = false, bool stream_end = false);
   /// A call's request went out (or will, queued whole): a stream's opening completes.

@@ -119,6 +119,15 @@ class reassembler {
   /// True if the message `add` last rejected was a request too large to take: the caller
   /// answers it with an error instead of silence.
   bool last_rejected_too_large() const noexcept { return last_too_large_; }
+  /// The message `add` last dropped in part (a later packet of it did not fit, or its first
+  /// packet came again), if the last rejection dropped one: the caller fails what waited for it
+  /// rather than leave it waiting for a message that will never be whole.
+  struct dropped_message {
+    layout::packet_type type;
+    std::uint64_t id;
+    std::uint64_t response_to;
+  };
+  const std::optional<dropped_message>& last_dropped() const noexcept { return last_dropped_; }
   void clear() noexcept {
     partial_.clear();
     announced_ = 0;
@@ -140,6 +149,9 @@ class reassembler {
   std::unordered_map<std::uint64_t, partial> partial_;
   void drop(std::unordered_map<std::uint64_t, partial>::iterator it) noexcept;
   bool last_too_large_ = false;
+  std::optional<dropped_message> last_dropped_;
+  // Drops `it` as a message that cannot be completed, noting it in last_dropped_.
+  void drop_broken(std::unordered_map<std::uint64_t, partial>::iterator it) noexcept;
 };
 
 /// A default timeout as the RPC headers hold it: milliseconds, or layout::rpc_no_timeout for

@@ -63,6 +63,12 @@ class rw_lock_view {
   void abandon_claim() noexcept;
   /// False if this handle does not hold the lock exclusively.
   bool unlock() noexcept;
+  /// Marks a death this handle was told of (taken with the lock) for the next acquirer: the
+  /// lock goes back unused, and the death must not go untold. Call before the unlock.
+  void retell_death() noexcept {
+    // relaxed: published by the unlock's seq_cst CAS or decrement, which comes after it.
+    state_->control.owner_died.store(1, std::memory_order_relaxed);
+  }
   bool held_exclusively() const noexcept;
 
   // ---- shared -----------------------------------------------------------------------------
