@@ -153,6 +153,14 @@ asio::awaitable<bytes_t> echo(std::uint64_t, std::span<const std::byte> in) {
   co_return bytes_t(in.begin(), in.end());
 }
 
+// echo, counting the requests it serves in `handled`.
+shmio::rpc_handler counting_echo(int& handled) {
+  return [&handled](std::uint64_t id, std::span<const std::byte> in) {
+    ++handled;
+    return echo(id, in);
+  };
+}
+
 /// The seed's example handler: two bytes in, their sum out as a 4-byte int; else an echo.
 bytes_t add_two(std::uint64_t, std::span<const std::byte> in) {
   if (in.size() != 2) return {in.begin(), in.end()};
@@ -2068,11 +2076,7 @@ TEST_CASE("rpc_buffer: corrupt packets in the ring are rejected and counted and 
   scoped_name name("rpc");
   asio::io_context io;
   int handled = 0;
-  rpc_buffer owner(io.get_executor(), shmio::create_only, name,
-                   shmio::rpc_handler([&](std::uint64_t id, std::span<const std::byte> in) {
-                     ++handled;
-                     return echo(id, in);
-                   }),
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, counting_echo(handled),
                    small_nodes(16, 4096));
   rpc_buffer opener(io.get_executor(), shmio::open_only, name, shmio::rpc_handler(echo));
   ring_injector inject(name);
@@ -2201,11 +2205,7 @@ TEST_CASE("rpc_buffer: a request whose packets do not fit together is answered c
   scoped_name name("rpc");
   asio::io_context io;
   int handled = 0;
-  rpc_buffer owner(io.get_executor(), shmio::create_only, name,
-                   shmio::rpc_handler([&](std::uint64_t id, std::span<const std::byte> in) {
-                     ++handled;
-                     return echo(id, in);
-                   }),
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, counting_echo(handled),
                    small_nodes(8, 256));
   rpc_buffer opener(io.get_executor(), shmio::open_only, name, shmio::rpc_handler(echo));
   ring_injector inject(name);
@@ -2233,12 +2233,7 @@ TEST_CASE("rpc_buffer: a request over the limit that reaches the owner is answer
   rpc_options options = small_nodes(8, 4096);
   options.max_message_size = 1000;
   int handled = 0;
-  rpc_buffer owner(io.get_executor(), shmio::create_only, name,
-                   shmio::rpc_handler([&](std::uint64_t id, std::span<const std::byte> in) {
-                     ++handled;
-                     return echo(id, in);
-                   }),
-                   options);
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, counting_echo(handled), options);
   rpc_buffer opener(io.get_executor(), shmio::open_only, name, shmio::rpc_handler(echo));
   ring_injector inject(name);
   const auto per = static_cast<std::uint32_t>(inject.node_size() - detail::packet_header_size);
