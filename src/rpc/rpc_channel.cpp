@@ -233,46 +233,38 @@ void rpc_channel::on_packet(std::span<const std::byte> bytes) {
       stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
       if (reassembler_.last_rejected_too_large()) {
         const auto& h = packet->header;
-        if (h.type == static_cast<std::uint8_t>(packet_type::request)) {
-          // Refused at its first packet, it is answered at once: shed as a whole request would
-          // be while the other end is not reading our answers, or they would pile up unbounded.
-          if (answers_backlogged())
-            stats_.requests_shed.fetch_add(1, std::memory_order_relaxed);
-          else
-            send_error(h.message_id, errc::message_too_large,
-                       "request larger than max_message_size");
-        } else if (h.type == static_cast<std::uint8_t>(packet_type::stream_item)) {
-          // The stream ends, and its handler over there hears of it (it would write on).
-          if (calls_.contains(h.response_to)) abandon_call(h.response_to, errc::message_too_large);
-        } else if (h.type == static_cast<std::uint8_t>(packet_type::response) ||
-                   h.type == static_cast<std::uint8_t>(packet_type::error))
-          finish_call(h.response_to, errc::message_too_large, {}, true);
+        fail_waiting(static_cast<packet_type>(h.type), h.message_id, h.response_to,
+                     errc::message_too_large, "request larger than max_message_size");
       }
-      if (const auto& broken = reassembler_.last_dropped()) fail_broken(*broken);
+      if (const auto& broken = reassembler_.last_dropped())
+        fail_waiting(broken->type, broken->id, broken->response_to, errc::corrupted,
+                     "request's packets did not fit together");
       return;
   }
 }
 
-void rpc_channel::fail_broken(const reassembler::dropped_message& m) {
-  // A message begun and then garbled will never be whole: what waits for it is told now,
-  // rather than at a timeout (or never, without one).
-  switch (m.type) {
+void rpc_channel::fail_waiting(packet_type type, std::uint64_t id, std::uint64_t response_to,
+                               std::error_code ec, std::string_view request_text) {
+  // A message refused at its first packet, or begun and then garbled, will never be whole: what
+  // waits for it is told now, rather than at a timeout (or never, without one).
+  switch (type) {
     case packet_type::request:
-      // The caller over there waits for an answer.
+      // The caller over there waits for an answer. Shed as a whole request would be while the
+      // other end is not reading our answers, or they would pile up unbounded.
       if (answers_backlogged())
         stats_.requests_shed.fetch_add(1, std::memory_order_relaxed);
       else
-        send_error(m.id, errc::corrupted, "request's packets did not fit together");
+        send_error(id, ec, request_text);
       break;
     case packet_type::response:
     case packet_type::error:
-      finish_call(m.response_to, errc::corrupted, {}, true);
+      finish_call(response_to, ec, {}, true);
       break;
     case packet_type::stream_item:
-      // The stream ends, and its handler over there hears of it.
-      if (calls_.contains(m.response_to)) abandon_call(m.response_to, errc::corrupted);
+      // The stream ends, and its handler over there hears of it (it would write on).
+      if (calls_.contains(response_to)) abandon_call(response_to, ec);
       break;
-    default:  // a cancel, an end or a credit is one packet: never in part
+    default:  // a cancel, an end or a credit is one packet: never in part, never too large
       break;
   }
 }

@@ -343,10 +343,12 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void end_serving(std::uint64_t id, const serving_call* call);
   void answer(std::uint64_t request_id, std::vector<std::byte> reply, std::error_code failure,
               std::string_view text);
+  // A message of `type` refused as it arrived (too large, or dropped in part) that will never be
+  // whole: fails what waited for it with `ec` (a request is answered, with `request_text`).
+  void fail_waiting(layout::packet_type type, std::uint64_t id, std::uint64_t response_to,
+                    std::error_code ec, std::string_view request_text);
   // `may_dispatch`: see pending_call::complete. `stream_end`: the answer is a stream's end;
   // a stream answered otherwise, or a call answered so, broke the protocol (errc::corrupted).
-  // A message dropped in part (reassembler::last_dropped): fails what waited for it.
-  void fail_broken(const reassembler::dropped_message& m);
   void finish_call(std::uint64_t id, std::error_code ec, reply_bytes reply,
                    bool may_dispatch = false, bool stream_end = false);
   /// A call's request went out (or will, queued whole): a stream's opening completes.
