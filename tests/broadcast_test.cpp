@@ -5,9 +5,11 @@
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/io_context.hpp>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -186,6 +188,51 @@ TEST_CASE("a lapped lossy subscriber is told how many messages it lost, then res
   child again({peer_path(), "broadcast-publish", name.str(), "13", "9"});
   REQUIRE(again.wait() == 0);
   CHECK_THROWS_AS(sub.read(asio::buffer(buf), default_bound), shmio::error);
+}
+
+TEST_CASE("a lapped lossy subscriber resyncs past a slot being written at that moment",
+          "[broadcast][lossy]") {
+  // The oldest message the ring holds is in the slot the next write takes: if that write has
+  // begun, the subscriber resyncs to the message after it, so that its next read returns a
+  // message rather than a second loss.
+  scoped_name name("bc");
+  asio::io_context io;
+  broadcast_buffer sub(io.get_executor(), shmio::create_only, name, broadcast_role::subscriber,
+                       options(broadcast_mode::lossy, 2));
+  broadcast_buffer pub(io.get_executor(), shmio::open_only, name, broadcast_role::publisher);
+  for (unsigned long i = 0; i < 4; ++i)
+    write_text(pub, numbered(i));  // m0 and m1 overwritten; m2 and m3 held
+  std::atomic<bool> filling{false}, finish{false};
+  std::thread writer([&] {
+    std::error_code ec;
+    pub.write_in_place(
+        [&](std::span<std::byte> slot) {
+          filling = true;
+          while (!finish)
+            std::this_thread::yield();  // holds position 4, m2's slot, as written
+          std::memcpy(slot.data(), "m4", 2);
+          return std::size_t{2};
+        },
+        default_bound, ec);
+  });
+  struct finisher {
+    std::atomic<bool>& finish;
+    std::thread& t;
+    ~finisher() {
+      finish = true;
+      t.join();
+    }
+  } finish_writer{finish, writer};
+  REQUIRE(eventually([&] { return filling.load(); }));
+  char buf[64];
+  std::error_code ec;
+  CHECK(sub.read(asio::buffer(buf), 0ms, ec) == 3);  // m0, m1, and m2 going
+  CHECK(ec == errc::messages_lost);
+  CHECK(read_text(sub, ec, 0ms) == "m3");
+  CHECK_FALSE(ec);
+  finish = true;
+  CHECK(read_text(sub, ec) == "m4");
+  CHECK_FALSE(ec);
 }
 
 TEST_CASE("an in-place read that a writer overtook is reported, never returned",

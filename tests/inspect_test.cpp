@@ -355,6 +355,35 @@ TEST_CASE("inspect lists and sweeps temporary files of dead creators", "[inspect
   CHECK(ec == shmio::errc::invalid_name);
   shmio::inspect::remove_file_if_stale("/dev/shm/unrelated", ec);
   CHECK(ec == shmio::errc::invalid_name);
+  // Nor is a path that climbs out of /dev/shm through a name of ours.
+  const std::string climbing =
+      "/dev/shm/.shmio.tmp." + std::to_string(::getpid()) + ".x/../../etc/passwd";
+  CHECK_FALSE(shmio::inspect::remove_file_if_stale(climbing, ec));
+  CHECK(ec == shmio::errc::invalid_name);
+  CHECK_FALSE(shmio::inspect::remove_file(climbing, ec));
+  CHECK(ec == shmio::errc::invalid_name);
+  shmio::inspect::examine_file(climbing, ec);
+  CHECK(ec == shmio::errc::invalid_name);
+}
+
+TEST_CASE("inspect removes a live segment's file on request; its holders keep what they mapped",
+          "[inspect]") {
+  scoped_name name("inspect");
+  asio::io_context io;
+  shmio::circular_buffer ring(io.get_executor(), shmio::create_only, name, 4, 32);
+  const std::string path = file_of(name.str());
+  std::error_code ec;
+  CHECK(shmio::inspect::remove_file(path, ec));
+  CHECK_FALSE(ec);
+  CHECK(::access(path.c_str(), F_OK) != 0);
+  CHECK(ring.write(asio::buffer("x", 1), 0ms) == 1);  // still mapped
+  // The name is free: a new segment takes it, and the old handle's close leaves it there.
+  shmio::circular_buffer next(io.get_executor(), shmio::create_only, name, 4, 32);
+  ring.close();
+  CHECK(::access(path.c_str(), F_OK) == 0);
+  CHECK(next.write(asio::buffer("y", 1), 0ms) == 1);
+  CHECK_FALSE(shmio::inspect::remove_file(file_of("inspect-none-such"), ec));
+  CHECK(ec == shmio::errc::not_found);
 }
 
 TEST_CASE("inspect reads a shared_array's geometry and its lock: free, shared, exclusive",
@@ -641,10 +670,21 @@ TEST_CASE("inspect reports damaged broadcast bodies as corrupted", "[inspect]") 
     CHECK(status_after(bc_entries, std::uint64_t{50}).status == shmio::errc::corrupted);
   }
   SECTION("a tail behind a published slot") {
+    // Positions 0 and 1 published, the tail 0: position 0 could be a publication whose tail has
+    // yet to move; position 1 cannot.
     auto info = status_after(bc_tail, std::uint64_t{0});
     CHECK(info.status == shmio::errc::corrupted);
     REQUIRE(info.broadcast);
-    CHECK(info.broadcast->invalid == 2);
+    CHECK(info.broadcast->invalid == 1);
+  }
+  SECTION("a publication whose tail has yet to move is no damage") {
+    // A writer publishes its slot, then moves the tail: seen in between (or killed there), the
+    // slot of position tail holds a published message.
+    auto info = status_after(slots + 64 * 2, published_version(2));
+    CHECK_FALSE(info.status);
+    REQUIRE(info.broadcast);
+    CHECK(info.broadcast->invalid == 0);
+    CHECK(info.broadcast->published == 3);
   }
   SECTION("a slot version of another slot's position") {
     auto info = status_after(slots + 64, published_version(2));  // slot 1 cannot hold 2

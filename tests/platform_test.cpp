@@ -110,6 +110,16 @@ TEST_CASE("populating pages beyond the file's end maps those before it and raise
   CHECK(faults_so_far() - before == 0);
 }
 
+TEST_CASE("a process id past INT_MAX, as a damaged header may hold, names no live process",
+          "[platform]") {
+  // As a pid_t it is negative, and kill() would ask about a process group, or (-1) about every
+  // process this one may signal.
+  CHECK(platform::process_alive(static_cast<std::uint32_t>(::getpid())));
+  CHECK_FALSE(platform::process_alive(0));
+  CHECK_FALSE(platform::process_alive(0xFFFF'FFFFu));
+  CHECK_FALSE(platform::process_alive(static_cast<std::uint32_t>(-::getpgrp())));  // our group
+}
+
 TEST_CASE(
     "a ring reaches its doorbell after other doorbells left more rings unread than a "
     "socket's send buffer holds",

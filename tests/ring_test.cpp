@@ -1433,6 +1433,49 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "a handle whose next read waits behind a handler queued on another executor passes a "
+    "wake-one ring on to another reader",
+    "[ring][async]") {
+  // a's first read takes m1, and its handler waits in the queue of an io_context that does not
+  // run; a's second read may not go before it (reads complete in order). A publication that
+  // rings a's slot must reach b, parked beside it, rather than wait with a.
+  asio::io_context io, elsewhere;
+  scoped_name name("ring");
+  circular_buffer a(io.get_executor(), shmio::create_only, name, 8, 16);  // readers' slot 0
+  circular_buffer b(io.get_executor(), shmio::open_only, name);           // readers' slot 1
+  raw_map raw(name);
+  const auto& slots = raw.state().readers.slots;
+  std::string buf1(16, '\0'), buf2(16, '\0'), buf_b(16, '\0');
+  completions done1, done2, done_b;
+  a.async_read(asio::buffer(buf1), asio::bind_executor(elsewhere, done1.handler()));
+  a.async_read(asio::buffer(buf2), done2.handler());
+  REQUIRE(run_until(io, [&] { return raw.async_parked_readers() == 1; }));
+  put(b, "m1");  // a's slot alone is armed: a's first read takes it
+  REQUIRE(run_until(io, [&] { return raw.state().head.position.load() == 1; }));
+  // Rings go round the armed slots in turn: one that came to a's slot used to wait there,
+  // unlooked at, for as long as the first handler was not reached.
+  for (int i = 0; i < 8; ++i) {
+    done_b = {};
+    b.async_read(asio::buffer(buf_b), done_b.handler());
+    REQUIRE(run_until(io, [&] { return slots[1].armed.load() == 1; }));
+    const std::string m = numbered(2 + i);
+    put(b, m);
+    REQUIRE(run_until(io, [&] { return done_b.calls == 1; }));
+    CHECK_FALSE(done_b.ec);
+    CHECK(buf_b.substr(0, done_b.size) == m);
+  }
+  CHECK(done1.calls == 0);
+  CHECK(done2.calls == 0);
+  // Once the first handler is reached, the second read goes on.
+  elsewhere.run();
+  CHECK(done1.calls == 1);
+  CHECK(buf1.substr(0, done1.size) == "m1");
+  put(b, "last");
+  REQUIRE(run_until(io, [&] { return done2.calls == 1; }));
+  CHECK(buf2.substr(0, done2.size) == "last");
+}
+
+TEST_CASE(
     "a pending async_write on a full ring cancelled through its slot completes once with "
     "operation_aborted and publishes nothing",
     "[ring][async]") {

@@ -44,6 +44,8 @@
 #include "rpc_service_support.hpp"
 #include "shmio/detail/layout.hpp"
 #include "shmio/detail/liveness.hpp"
+#include "shmio/detail/names.hpp"
+#include "shmio/detail/platform.hpp"
 #include "shmio/detail/ring.hpp"
 #include "shmio/detail/ring_ops.hpp"
 #include "shmio/detail/rpc_listener.hpp"
@@ -52,6 +54,7 @@
 #include "shmio/rpc_acceptor.hpp"
 #include "shmio/rpc_buffer.hpp"
 #include "shmio/rpc_server.hpp"
+#include "shmio/segment.hpp"
 #include "support.hpp"
 
 namespace {
@@ -993,6 +996,136 @@ TEST_CASE("rpc_acceptor: forged connect requests are refused and counted; real c
   });
   impostor.close();
   acceptor.close();
+}
+
+TEST_CASE("rpc_acceptor: a request for a channel whose admin lock is held is refused at once",
+          "[rpc][service]") {
+  // The acceptor opens its clients' channels on its executor's thread. One whose admin lock a
+  // process holds (a client stopped in its close, or a hostile one) must not stall it: it used
+  // to wait 2 s for each such request, and so every other client of the service.
+  scoped_name name("svc");
+  asio::io_context io;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  layout::connect_request request{};
+  request.version = layout::listener_version;
+  request.pid = static_cast<std::uint32_t>(::getpid());
+  request.nonce = 4321;
+  const std::string channel = detail::connection_name(name, request.pid, request.nonce);
+  shmio::rpc_buffer held(io.get_executor(), shmio::create_only, channel, shmio::rpc_handler{},
+                         small_rings());
+  std::error_code ec;
+  detail::platform::unique_fd admin(
+      ::open(detail::segment_path(channel, ec).c_str(), O_RDWR | O_CLOEXEC));
+  REQUIRE(admin.get() >= 0);
+  REQUIRE(detail::platform::try_lock_byte(admin.get(), layout::admin_lock_byte,
+                                          detail::platform::lock_kind::exclusive, ec));
+  connect_ring ring(name);
+  for (int i = 0; i < 5; ++i)
+    ring.publish(as_bytes(request));
+  const auto start = std::chrono::steady_clock::now();
+  run_body(io, [&]() -> asio::awaitable<void> {
+    rpc_buffer client(io.get_executor());
+    rpc_buffer end = co_await connect_pair(acceptor, client, shmio::rpc_handler{});
+    client.close();
+    end.close();
+  });
+  const auto took = std::chrono::steady_clock::now() - start;
+  CAPTURE(std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
+  CHECK(acceptor.statistics().refused == 5);
+  CHECK(took < 1500ms);  // one wait for the lock would be 2 s; the five, 10 s
+  held.close();
+  acceptor.close();
+}
+
+TEST_CASE("rpc_acceptor: a service removes the channels its killed clients left unannounced",
+          "[rpc][service]") {
+  // A client makes its channel, then posts its request: one killed in between (or while it
+  // retried against a full backlog) leaves a channel that no request names, so no accept
+  // opens it and finds it stale, and its random name is never made again.
+  scoped_name name("svc");
+  const std::string left = detail::connection_name(name, 4242, 0x5eed);
+  child maker([&] {
+    std::error_code ec;
+    auto s = shmio::segment::create(left, shmio::object_kind::rpc, 4096, {}, ec);
+    ::_exit(ec ? 1 : 0);  // no close: the file stays, held by nobody
+    return 0;
+  });
+  REQUIRE(maker.wait() == 0);
+  REQUIRE(shm_files_with(left) == 1);
+  asio::io_context io;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  CHECK(shm_files_with(left) == 0);
+  // A live one (its maker holds it) stays.
+  const std::string live = detail::connection_name(name, 4243, 0x5eed);
+  shmio::rpc_buffer held(io.get_executor(), shmio::create_only, live, shmio::rpc_handler{},
+                         small_rings());
+  acceptor.close();
+  rpc_acceptor again(io.get_executor(), shmio::create_only, name, small_rings());
+  CHECK(shm_files_with(live) == 1);
+}
+
+TEST_CASE("rpc_acceptor: a closed service's name is free at once, its accepts still pending",
+          "[rpc][service]") {
+  // Its pending accept keeps its state until the io_context runs the abort; a service made
+  // again under the name meanwhile (in the same handler, say) must not find it in its way.
+  scoped_name name("svc"), other("svc");
+  asio::io_context io;
+  service::hold_counts counts;
+  {
+    rpc_server first(io.get_executor(), shmio::create_only, name, service::handler(counts),
+                     small_rings());
+    first.close();
+    rpc_server second(io.get_executor(), shmio::create_only, name, service::handler(counts),
+                      small_rings());
+    rpc_acceptor gone(io.get_executor(), shmio::create_only, other, small_rings());
+    bool aborted = false;
+    gone.async_accept(
+        [&](std::error_code ec, rpc_buffer) { aborted = ec == asio::error::operation_aborted; });
+    gone.close();
+    rpc_acceptor back(io.get_executor(), shmio::create_only, other, small_rings());
+    // The new service serves.
+    run_body(io, [&]() -> asio::awaitable<void> {
+      rpc_buffer client(io.get_executor());
+      co_await client.async_connect(name, asio::use_awaitable);
+      const auto request = service::payload(10, 1);
+      const auto reply = co_await client.async_request(asio::buffer(request), asio::use_awaitable);
+      CHECK(reply == service::answer(request));
+      client.close();
+    });
+    CHECK(aborted);
+  }
+  CHECK(shm_files_with(name) == 0);
+  CHECK(shm_files_with(other) == 0);
+}
+
+TEST_CASE("rpc_acceptor: async_accept is cancelled by every cancellation type", "[rpc][service]") {
+  const auto type = GENERATE(asio::cancellation_type::terminal, asio::cancellation_type::partial,
+                             asio::cancellation_type::total);
+  CAPTURE(static_cast<int>(type));
+  scoped_name name("svc");
+  asio::io_context io;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  asio::cancellation_signal signal;
+  int calls = 0;
+  std::error_code result;
+  acceptor.async_accept(
+      asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, rpc_buffer) {
+        ++calls;
+        result = ec;
+      }));
+  io.poll();
+  CHECK(calls == 0);
+  signal.emit(type);
+  CHECK(shmio::test::run_until(io, [&] { return calls == 1; }));
+  CHECK(result == asio::error::operation_aborted);
+  // The service goes on: a client is accepted by the next accept.
+  run_body(io, [&]() -> asio::awaitable<void> {
+    rpc_buffer client(io.get_executor());
+    rpc_buffer end = co_await connect_pair(acceptor, client, shmio::rpc_handler{});
+    client.close();
+    end.close();
+  });
+  CHECK(calls == 1);
 }
 
 TEST_CASE("rpc_acceptor: accepts complete in the order started when the first one takes no client",

@@ -238,6 +238,23 @@ TEST_CASE("a segment file has mode 0600 and a header with magic, version, kind a
   CHECK(h.creator_pid == static_cast<std::uint32_t>(::getpid()));
 }
 
+TEST_CASE("a segment file has mode 0600 whatever the umask, and others open it", "[segment]") {
+  // A umask that takes the owner's write bit would leave a file only the creator's descriptor
+  // can write: every other open (O_RDWR) would fail with access_denied.
+  scoped_name name;
+  const mode_t old_mask = ::umask(0277);
+  std::error_code ec;
+  auto s = segment::create(name, object_kind::raw, 64, {}, ec);
+  ::umask(old_mask);
+  REQUIRE_FALSE(ec);
+  struct stat st {};
+  REQUIRE(::stat(s.path().c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0600);
+  auto other = segment::open(name, object_kind::raw, ec);
+  CHECK_FALSE(ec);
+  CHECK(other.is_open());
+}
+
 TEST_CASE("an open of a missing name fails with not_found", "[segment]") {
   scoped_name name;
   std::error_code ec;

@@ -606,8 +606,7 @@ int remove_one(const std::string& name, bool force) {
     return 1;
   }
   // By path rather than by name: that covers cut names as well.
-  if (std::remove(s.file.c_str()) != 0)
-    return fail(name, std::error_code(errno, std::generic_category()));
+  if (!inspect::remove_file(s.file, ec)) return fail(name, ec);
   std::printf("removed %s (it was in use)\n", display_name(s).c_str());
   return 0;
 }

@@ -169,8 +169,10 @@ class broadcast_buffer {
   // Completion signature of all four: void(std::error_code, std::size_t), with the errors and
   // sizes of the blocking forms. No handler runs inside the initiating call: an operation that
   // can finish at once completes as if by asio::post to the handler's associated executor.
-  // Operations of one handle complete in the order they were started. The handler's
-  // associated executor, allocator and cancellation slot are used.
+  // Operations of one handle complete in the order they were started (a cancelled one
+  // completes at once, as circular_buffer's do). Closing, moving or destroying the handle must
+  // not overlap another call on it; close() aborts pending operations from any thread. The
+  // handler's associated executor, allocator and cancellation slot are used.
   // Per-operation cancellation: terminal, partial and total. A cancelled operation completes
   // once with asio::error::operation_aborted and has done nothing: a read consumed no message
   // (the next read returns it), a write published none.

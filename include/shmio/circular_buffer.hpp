@@ -19,9 +19,10 @@
 // with one shared-memory load when nobody is parked, and no system call.
 //
 // Threads: several threads may read and write through one handle at once. Closing, moving or
-// destroying it must not overlap a blocking call on it (as for an Asio socket's synchronous
-// operations: a blocking call is not woken by close(); give it a timeout). Pending async
-// operations are aborted by close() from any thread, a handler's included.
+// destroying it must not overlap another call on it, a blocking one or an async operation's
+// initiating call (as for an Asio socket; a blocking call is not woken by close(): give it a
+// timeout). Pending async operations are aborted by close() from any thread, a handler's
+// included.
 
 #include <chrono>
 #include <cstddef>
@@ -165,8 +166,9 @@ class circular_buffer {
   // No handler runs inside the initiating call: an operation that can finish at once completes
   // as if by asio::post to the handler's associated executor (for a coroutine that wants the
   // ready message without that trip, see the co_ forms below). Reads of one handle complete in
-  // the order they were started, and so do writes. The handler's associated executor, allocator
-  // and cancellation slot are used.
+  // the order they were started, and so do writes (a cancelled one completes at once: its
+  // handler may run before that of an earlier one still queued on another executor, as with an
+  // Asio socket). The handler's associated executor, allocator and cancellation slot are used.
   // Per-operation cancellation: terminal, partial and total. A cancelled operation completes
   // once with asio::error::operation_aborted and has done nothing: a read consumed no message,
   // a write published none. A cancellation that comes after the operation took its message or

@@ -223,5 +223,10 @@ bool remove_if_stale(std::string_view name, std::error_code& ec);
 /// more (creates also remove those, at most once a minute in a process: a creator killed before
 /// it renamed its file leaves it behind).
 bool remove_file_if_stale(const std::string& path, std::error_code& ec);
+/// Removes the file `path` (a shmio file in /dev/shm, else errc::invalid_name) even if processes
+/// hold it (they keep using what they have mapped), under the same lock as a last close takes:
+/// a close racing it never removes a new segment made under the name meanwhile. errc::not_found
+/// if no file was there.
+bool remove_file(const std::string& path, std::error_code& ec);
 
 }  // namespace shmio::inspect

@@ -85,7 +85,9 @@ class named_event {
   ///
   /// Completion signature: `void(std::error_code)`. A handler never runs inside this call: a
   /// wait that can finish at once is completed as if by asio::post to the handler's executor.
-  /// Waits of one handle complete in the order they were started.
+  /// Waits of one handle complete in the order they were started (a cancelled one completes at
+  /// once, as circular_buffer's operations do). Closing, moving or destroying the handle must
+  /// not overlap another call on it.
   ///
   /// Per-operation cancellation: terminal, partial and total. A cancelled wait completes once
   /// with asio::error::operation_aborted and has taken nothing: an auto-reset signal it did not

@@ -26,6 +26,8 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/async_result.hpp>
+#include <asio/cancellation_state.hpp>
+#include <asio/cancellation_type.hpp>
 #include <asio/compose.hpp>
 #include <asio/error.hpp>
 #include <asio/experimental/append.hpp>
@@ -91,7 +93,9 @@ class rpc_acceptor {
   }
 
   /// Stops taking connections: pending accepts complete with operation_aborted, and new
-  /// clients get errc::not_found. Connections already made are not affected. An accept making
+  /// clients get errc::not_found. The service's name is free at once: a service may be made
+  /// again under it before the aborted accepts have run. Connections already made are not
+  /// affected. An accept making
   /// its connection on another thread at that moment (its handler bound elsewhere) gives it up
   /// and completes with operation_aborted, unless it had it made before close() began.
   void close() noexcept;
@@ -113,6 +117,9 @@ class rpc_acceptor {
               ex, asio::experimental::append(std::move(self),
                                              std::error_code(asio::error::operation_aborted),
                                              std::move(taken)));
+        // Every type, as documented: async_compose's own filter passes only terminal
+        // cancellation on to the wait.
+        self.reset_cancellation_state(asio::enable_total_cancellation());
         // A copy: `ex` lives in `self`, which the wait moves from before it reads the executor.
         return impl->async_next_request(executor_type(ex), std::move(self));
       }
@@ -127,13 +134,20 @@ class rpc_acceptor {
       // ends: after this accept has completed, or has started to wait again before the accepts
       // started after it (having looked at as many nodes as the ring holds, or its request
       // refused).
-      if (taken.look_again)
-        return impl->async_next_request_first(executor_type(ex), std::move(self));
-      std::error_code refused;
-      auto channel = impl->accept(ex, taken.request, handlers, refused);
-      if (refused == asio::error::operation_aborted) return self.complete(refused, rpc_buffer(ex));
-      if (!channel) return impl->async_next_request_first(executor_type(ex), std::move(self));
-      self.complete({}, detail::rpc_buffer_access::make(ex, std::move(channel)));
+      if (!taken.look_again) {
+        std::error_code refused;
+        auto channel = impl->accept(ex, taken.request, handlers, refused);
+        if (refused == asio::error::operation_aborted)
+          return self.complete(refused, rpc_buffer(ex));
+        if (channel)
+          return self.complete({}, detail::rpc_buffer_access::make(ex, std::move(channel)));
+      }
+      // About to wait again. A cancellation that came after the wait had taken this request
+      // found no wait to cancel: it is heard here. (A request taken is served first: ending
+      // the accept then would leave its client connected to nobody.)
+      if (self.get_cancellation_state().cancelled() != asio::cancellation_type::none)
+        return self.complete(asio::error::operation_aborted, rpc_buffer(ex));
+      return impl->async_next_request_first(executor_type(ex), std::move(self));
     }
   };
 

@@ -393,7 +393,14 @@ outcome<std::size_t> broadcast_subscriber::overtaken() noexcept {
   // Lapped: resync to the oldest position that may still be intact, the one just past what
   // the writer holding the lock may be overwriting.
   const std::uint64_t tail = g_.state().tail.position.load(std::memory_order_acquire);
-  const std::uint64_t oldest = tail >= g_.slot_count() ? tail - g_.slot_count() : 0;
+  std::uint64_t oldest = tail >= g_.slot_count() ? tail - g_.slot_count() : 0;
+  // Its slot is the one the next write (position tail) takes: if that write has begun, the
+  // oldest message held is the one after it. (A write that begins after this look laps the
+  // subscriber again; its next read says so.)
+  // acquire: as begin()'s load of a version.
+  if (tail >= g_.slot_count() &&
+      g_.slot(oldest).seq.load(std::memory_order_acquire) > published(oldest))
+    ++oldest;
   const std::uint64_t next = std::max(oldest, cursor_ + 1);
   const std::uint64_t lost = next - cursor_;
   lost_ += lost;

@@ -104,9 +104,13 @@ bool is_shmio_file(std::string_view file) {
   return file.starts_with(detail::file_prefix) || file.starts_with(temp_prefix);
 }
 
-std::error_code from_open_error(const std::error_code& ec) {
-  if (ec == std::errc::no_such_file_or_directory) return errc::not_found;
-  return errc::access_denied;
+// Whether `path` names a file of shm_directory itself (nothing under a directory in it, no
+// "..") whose name is one of ours; `info` gets what the name says.
+bool parse_path(std::string_view path, segment_info& info) {
+  const std::string_view dir = detail::shm_directory;
+  if (!path.starts_with(dir)) return false;
+  const std::string_view file = path.substr(dir.size());
+  return file.find('/') == std::string_view::npos && parse_file_name(file, info);
 }
 
 }  // namespace
@@ -154,16 +158,13 @@ segment_info examine_one(const std::string& path, std::error_code& ec) {
   ec.clear();
   segment_info info;
   info.file = path;
-  const std::string_view dir = detail::shm_directory;
-  std::string_view file(path);
-  if (!file.starts_with(dir) || file.substr(dir.size()).find('/') != std::string_view::npos ||
-      !parse_file_name(file.substr(dir.size()), info)) {
+  if (!parse_path(path, info)) {
     ec = errc::invalid_name;
     return info;
   }
   platform::unique_fd fd = platform::open_read_only(path, ec);
   if (ec) {
-    ec = from_open_error(ec);
+    ec = detail::file_error(ec);
     return info;
   }
   auto st = platform::status(fd.get(), ec);
@@ -302,6 +303,12 @@ std::vector<segment_info> list(std::error_code& ec) {
     segment_info info = examine_one(dir + file, one);
     // Gone meanwhile, another user's, or not one of ours by name: not listed.
     if (one == errc::not_found || one == errc::access_denied || one == errc::invalid_name) continue;
+    // One that could not be looked at (no descriptor or memory left) is listed with why, not
+    // left out as if it were not there.
+    if (one && !info.status) {
+      info.status = one;
+      info.problem = "could not be examined: " + one.message();
+    }
     out.push_back(std::move(info));
   }
   std::sort(out.begin(), out.end(), [](const segment_info& a, const segment_info& b) {
@@ -322,15 +329,13 @@ std::vector<segment_info> list(std::error_code& ec) {
 bool remove_file_if_stale(const std::string& path, std::error_code& ec) {
   ec.clear();
   segment_info parsed;
-  const std::string_view dir = detail::shm_directory;
-  std::string_view file(path);
-  if (!file.starts_with(dir) || !parse_file_name(file.substr(dir.size()), parsed)) {
+  if (!parse_path(path, parsed)) {
     ec = errc::invalid_name;
     return false;
   }
   platform::unique_fd fd = platform::open_existing(path, ec);
   if (ec) {
-    ec = from_open_error(ec);
+    ec = detail::file_error(ec);
     return false;
   }
   auto st = platform::status(fd.get(), ec);
@@ -349,6 +354,17 @@ bool remove_file_if_stale(const std::string& path, std::error_code& ec) {
   if (!ec && found == detail::stale_test::held) ec = errc::busy;       // some process holds it
   detail::unlock_admin(fd.get());
   return found == detail::stale_test::removed;
+}
+
+bool remove_file(const std::string& path, std::error_code& ec) {
+  ec.clear();
+  segment_info parsed;
+  if (!parse_path(path, parsed)) {
+    ec = errc::invalid_name;
+    return false;
+  }
+  if (!detail::remove_path(path, ec) && !ec) ec = errc::not_found;
+  return !ec;
 }
 
 bool remove_if_stale(std::string_view name, std::error_code& ec) {

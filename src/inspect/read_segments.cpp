@@ -274,8 +274,10 @@ void read_broadcast(std::span<const std::byte> body, int fd, segment_info& info)
     return set_problem(info, errc::corrupted,
                        "subscriber high-water mark " + std::to_string(high) + " past the " +
                            std::to_string(h.subscriber_capacity) + " entries");
-  // Entries and slots first, the tail last: the tail only grows, so a cursor or a slot version
-  // past the tail read afterwards is damage, not a race with a writer.
+  // Entries and slots first, the tail last: the tail only grows, so a cursor, or a slot version
+  // past the position the tail names (the writer publishes a slot, then moves the tail: a
+  // published slot of position tail is a write between its two steps, or a writer killed
+  // there), read afterwards is damage, not a race with a writer.
   const auto* entries =
       reinterpret_cast<const layout::subscriber_entry*>(body.data() + h.subscribers_offset);
   std::uint64_t max_cursor = 0;
@@ -309,6 +311,8 @@ void read_broadcast(std::span<const std::byte> body, int fd, segment_info& info)
     versions[i] = slot.seq.load(std::memory_order_relaxed);
     lengths[i] = slot.length.load(std::memory_order_relaxed);
   }
+  // acquire (fence): the cursors and versions above were loaded before the tail.
+  std::atomic_thread_fence(std::memory_order_acquire);
   b.write_sequence = st.tail.position.load(std::memory_order_relaxed);
   if (max_cursor > b.write_sequence)
     return set_problem(info, errc::corrupted,
@@ -323,8 +327,7 @@ void read_broadcast(std::span<const std::byte> body, int fd, segment_info& info)
     }
     const std::uint64_t position = (v - 1) / 2;
     const bool being_written = v % 2 == 1;
-    if (position % h.slot_count != i ||
-        (being_written ? position > b.write_sequence : position >= b.write_sequence) ||
+    if (position % h.slot_count != i || position > b.write_sequence ||
         (!being_written && lengths[i] > h.message_size))
       ++b.invalid;
     else

@@ -40,9 +40,19 @@ void unique_fd::reset(int fd) noexcept {
 }
 
 unique_fd create_exclusive(const std::string& path, std::error_code& ec) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) ec = last_error();
-  return unique_fd(fd);
+  unique_fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (fd.get() < 0) {
+    ec = last_error();
+    return fd;
+  }
+  // The mode is 0600 whatever the umask: one that took the owner's write bit (0277) would leave
+  // a file that only this descriptor can write, and every other open of it fails.
+  if (::fchmod(fd.get(), 0600) != 0) {
+    ec = last_error();
+    ::unlink(path.c_str());  // ours, just made: no other process has it yet
+    fd.reset();
+  }
+  return fd;
 }
 
 unique_fd open_existing(const std::string& path, std::error_code& ec) {

@@ -26,7 +26,10 @@ std::uint32_t user_id() noexcept {
 }
 
 bool process_alive(std::uint32_t pid) noexcept {
-  return pid != 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+  // Past INT_MAX a pid_t is negative, and kill() would ask about a process group (or, for -1,
+  // every process): such a number, as read from a damaged header, names no process.
+  return pid != 0 && pid <= 0x7FFF'FFFFu &&
+         (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
 }
 
 int open_process_watch(std::uint32_t pid, std::error_code& ec) noexcept {

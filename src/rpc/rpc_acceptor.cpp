@@ -1,8 +1,11 @@
 #include "shmio/rpc_acceptor.hpp"
 
+#include <chrono>
+
 #include "shmio/detail/liveness.hpp"
 #include "shmio/detail/platform.hpp"
 #include "shmio/detail/ring_ops.hpp"
+#include "shmio/detail/segment_locks.hpp"
 
 namespace shmio {
 namespace detail {
@@ -42,7 +45,27 @@ std::shared_ptr<rpc_acceptor_impl> rpc_acceptor_impl::create(const asio::any_io_
   if (ec) return nullptr;
   im->counters_ = method_counters::map(im->seg_, im->settings_.methods_offset, ec);
   if (ec) return nullptr;
+  im->sweep_if_due();
   return im;
+}
+
+void rpc_acceptor_impl::sweep_if_due() noexcept {
+  // A client makes its channel, then posts its request. One killed in between (or while the
+  // backlog was full, retrying) leaves a channel that no request names: no acceptor opens it,
+  // so none finds it stale, and its random name is never made again. Such files are looked for
+  // when the service starts, and then at most once a minute as it accepts.
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+  // relaxed: a schedule; the CAS only keeps two accepts from sweeping at once.
+  std::int64_t due = next_sweep_ns_.load(std::memory_order_relaxed);
+  if (now < due) return;
+  const std::int64_t next = now + std::chrono::nanoseconds(std::chrono::minutes(1)).count();
+  if (!next_sweep_ns_.compare_exchange_strong(due, next, std::memory_order_relaxed)) return;
+  try {
+    sweep_stale_segments(std::string(name()) + '#');
+  } catch (...) {  // std::bad_alloc: best effort
+  }
 }
 
 rpc_acceptor_impl::~rpc_acceptor_impl() {
@@ -91,6 +114,7 @@ std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_execut
     ec = asio::error::operation_aborted;
     return nullptr;
   }
+  sweep_if_due();
   handlers.count_into(counters_);
   // Made without the mutex: close() does not wait for it, and the handlers (user code) of a
   // channel refused are destroyed here, under no lock of ours.
@@ -138,9 +162,13 @@ void rpc_acceptor_impl::close() noexcept {
   }
   if (waiter_) waiter_->shutdown();
   std::error_code ignored;
-  if (seg_.is_open())
-    platform::try_lock_byte(seg_.native_handle(), layout::listener_server_lock_byte,
-                            platform::lock_kind::unlock, ignored);
+  if (!seg_.is_open()) return;
+  platform::try_lock_byte(seg_.native_handle(), layout::listener_server_lock_byte,
+                          platform::lock_kind::unlock, ignored);
+  // The name goes now, not when the last operation that keeps this state has run: a service
+  // made again under it (by this thread, before its io_context runs again) must not find the
+  // old one in its way, and new clients find no service.
+  unlink_held(seg_.native_handle(), seg_.path());
 }
 
 }  // namespace detail

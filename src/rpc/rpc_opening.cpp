@@ -11,6 +11,7 @@
 
 #include "shmio/detail/platform.hpp"
 #include "shmio/detail/rpc_channel.hpp"
+#include "shmio/detail/segment_locks.hpp"
 
 namespace shmio::detail {
 namespace {
@@ -140,7 +141,11 @@ std::shared_ptr<rpc_channel> rpc_channel::make_opener(const asio::any_io_executo
                                                       std::string_view name, rpc_service service,
                                                       wait_strategy strategy, std::error_code& ec,
                                                       const rpc_options* expected) {
-  segment seg = segment::open(name, object_kind::rpc, ec);
+  // An acceptor opens its clients' channels on its executor's thread: a file whose admin lock is
+  // held (by a client closing it, which is done with it; or by one stopped there) is refused at
+  // once, not waited for, or one client could stall the whole service.
+  segment seg = open_segment(name, object_kind::rpc,
+                             expected ? std::chrono::milliseconds(1) : admin_patience, ec);
   if (ec) return nullptr;
   // An acceptor's new connection, made with the sizes it expects: mapped before it is
   // validated (which reads both rings' states), and only if the file is as large as those

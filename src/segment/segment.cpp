@@ -23,18 +23,6 @@ using namespace std::chrono_literals;
 constexpr int max_create_rounds = 64;
 constexpr std::uint64_t max_body_size = std::uint64_t{1} << 44;  // 16 TiB: far past any /dev/shm
 
-std::error_code from_system(const std::error_code& ec) {
-  if (ec == std::errc::no_such_file_or_directory) return errc::not_found;
-  if (ec == std::errc::no_space_on_device || ec == std::errc::file_too_large) return errc::no_space;
-  // ELOOP: the final component is a symlink; EACCES/EPERM: not ours to use.
-  // EISDIR/ENXIO/ENODEV: a directory, socket or device sits at the path.
-  if (ec == std::errc::too_many_symbolic_link_levels || ec == std::errc::permission_denied ||
-      ec == std::errc::operation_not_permitted || ec == std::errc::is_a_directory ||
-      ec == std::errc::no_such_device_or_address || ec == std::errc::no_such_device)
-    return errc::access_denied;
-  return ec;
-}
-
 // Only a regular file of ours, readable by nobody else, is a segment we may use.
 std::error_code check_ownership(const platform::file_status& st) {
   if (!st.regular || st.owner_uid != platform::user_id() || (st.mode & 077) != 0)
@@ -72,19 +60,20 @@ void populate_first_page(void* base) noexcept {
 // Looks at the file at `path`. A stale one is removed; a live one is opened (if `adopt`) or
 // reported as live. `out` holds the mapping when the result is `opened`.
 existing probe_existing(const std::string& path, object_kind kind, bool adopt, mapping& out,
-                        std::error_code& ec) {
+                        std::error_code& ec,
+                        std::chrono::milliseconds patience = detail::admin_patience) {
   platform::unique_fd fd = platform::open_existing(path, ec);
   if (ec) {
     if (ec == std::errc::no_such_file_or_directory) {
       ec.clear();
       return existing::missing;
     }
-    ec = from_system(ec);
+    ec = detail::file_error(ec);
     return existing::live;
   }
   auto st = platform::status(fd.get(), ec);
   if (!ec) ec = check_ownership(st);
-  if (ec || !detail::lock_admin(fd.get(), ec)) return existing::live;
+  if (ec || !detail::lock_admin(fd.get(), ec, patience)) return existing::live;
 
   switch (detail::remove_if_unheld(fd.get(), path, ec)) {
     case detail::stale_test::gone:
@@ -92,7 +81,8 @@ existing probe_existing(const std::string& path, object_kind kind, bool adopt, m
     case detail::stale_test::removed:
       return existing::stale_removed;  // closing fd drops our locks
     case detail::stale_test::held:
-      ec = from_system(ec);  // why it could not tell (for a stale file: why its unlink failed)
+      ec = detail::file_error(
+          ec);  // why it could not tell (for a stale file: why its unlink failed)
       break;
   }
   if (!ec && adopt) st = platform::status(fd.get(), ec);  // its size, as of under the lock
@@ -164,7 +154,7 @@ mapping build_private(const std::string& temp, object_kind kind, std::size_t bod
   const std::size_t total = sizeof(layout::segment_header) + body_size;
   m.fd = platform::create_exclusive(temp, ec);
   if (ec) {
-    ec = from_system(ec);
+    ec = detail::file_error(ec);
     return m;
   }
   // Held from the start, before the reserve (which may take long for a large file): a sweep
@@ -176,7 +166,7 @@ mapping build_private(const std::string& temp, object_kind kind, std::size_t bod
   if (!ec) platform::reserve(m.fd.get(), total, ec);
   void* base = ec ? nullptr : platform::map_shared(m.fd.get(), total, ec);
   if (ec) {
-    ec = from_system(ec);
+    ec = detail::file_error(ec);
     std::error_code ignored;
     platform::unlink(temp, ignored);
     m = {};
@@ -258,7 +248,7 @@ struct segment_access {
       platform::rename_no_replace(temp, path, ec);
       if (!ec) return make(name, std::move(path), std::move(mine), kind, true);
       if (ec != std::errc::file_exists) {
-        ec = from_system(ec);
+        ec = detail::file_error(ec);
         discard_mine();
         return {};
       }
@@ -305,12 +295,17 @@ segment segment::open_or_create(std::string_view name, object_kind kind, std::si
 }
 
 segment segment::open(std::string_view name, object_kind kind, std::error_code& ec) {
+  return detail::open_segment(name, kind, detail::admin_patience, ec);
+}
+
+segment detail::open_segment(std::string_view name, object_kind kind,
+                             std::chrono::milliseconds admin_patience, std::error_code& ec) {
   ec.clear();
   std::string path = detail::segment_path(name, ec);
   if (ec) return {};
   mapping m;
   for (int round = 0; round < max_create_rounds; ++round) {
-    switch (probe_existing(path, kind, true, m, ec)) {
+    switch (probe_existing(path, kind, true, m, ec, admin_patience)) {
       case existing::opened:
         return segment_access::make(name, path, std::move(m), kind, false);
       case existing::live:
@@ -401,31 +396,7 @@ bool segment::remove(std::string_view name, std::error_code& ec) {
   ec.clear();
   std::string path = detail::segment_path(name, ec);
   if (ec) return false;
-  // Under the file's admin lock, as every close and stale removal that unlinks it takes it: a
-  // closer that found the file unused, and unlinks it a moment later, must not find the name
-  // made free by us and taken by a new segment in between, and unlink that one.
-  std::error_code open_ec;
-  platform::unique_fd fd = platform::open_existing(path, open_ec);
-  if (open_ec == std::errc::no_such_file_or_directory) return false;
-  bool locked = false;
-  if (!open_ec) {  // otherwise not a segment file we can lock (a symlink, say): just the name
-    if (!detail::lock_admin(fd.get(), ec)) return false;
-    locked = true;
-    const auto st = platform::status(fd.get(), ec);
-    if (!ec && st.links == 0) {  // unlinked meanwhile, by its last closer or a stale check
-      detail::unlock_admin(fd.get());
-      return false;
-    }
-    ec.clear();
-  }
-  platform::unlink(path, ec);
-  if (locked) detail::unlock_admin(fd.get());
-  if (ec == std::errc::no_such_file_or_directory) {
-    ec.clear();
-    return false;
-  }
-  if (ec) ec = from_system(ec);
-  return !ec;
+  return detail::remove_path(path, ec);
 }
 
 }  // namespace shmio

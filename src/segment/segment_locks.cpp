@@ -12,8 +12,20 @@ namespace shmio::detail {
 
 using namespace std::chrono_literals;
 
-bool lock_admin(int fd, std::error_code& ec) {
-  const auto deadline = std::chrono::steady_clock::now() + 2s;
+std::error_code file_error(const std::error_code& ec) {
+  if (ec == std::errc::no_such_file_or_directory) return errc::not_found;
+  if (ec == std::errc::no_space_on_device || ec == std::errc::file_too_large) return errc::no_space;
+  // ELOOP: the final component is a symlink; EACCES/EPERM: not ours to use.
+  // EISDIR/ENXIO/ENODEV: a directory, socket or device sits at the path.
+  if (ec == std::errc::too_many_symbolic_link_levels || ec == std::errc::permission_denied ||
+      ec == std::errc::operation_not_permitted || ec == std::errc::is_a_directory ||
+      ec == std::errc::no_such_device_or_address || ec == std::errc::no_such_device)
+    return errc::access_denied;
+  return ec;
+}
+
+bool lock_admin(int fd, std::error_code& ec, std::chrono::milliseconds patience) {
+  const auto deadline = std::chrono::steady_clock::now() + patience;
   auto backoff = std::chrono::microseconds(20);
   for (;;) {
     if (platform::try_lock_byte(fd, layout::admin_lock_byte, platform::lock_kind::exclusive, ec))
@@ -31,6 +43,42 @@ bool lock_admin(int fd, std::error_code& ec) {
 void unlock_admin(int fd) noexcept {
   std::error_code ignored;
   platform::try_lock_byte(fd, layout::admin_lock_byte, platform::lock_kind::unlock, ignored);
+}
+
+bool remove_path(const std::string& path, std::error_code& ec) {
+  ec.clear();
+  std::error_code open_ec;
+  platform::unique_fd fd = platform::open_existing(path, open_ec);
+  if (open_ec == std::errc::no_such_file_or_directory) return false;
+  bool locked = false;
+  if (!open_ec) {  // otherwise not a segment file we can lock (a symlink, say): just the name
+    if (!lock_admin(fd.get(), ec)) return false;
+    locked = true;
+    const auto st = platform::status(fd.get(), ec);
+    if (!ec && st.links == 0) {  // unlinked meanwhile, by its last closer or a stale check
+      unlock_admin(fd.get());
+      return false;
+    }
+    ec.clear();
+  }
+  platform::unlink(path, ec);
+  if (locked) unlock_admin(fd.get());
+  if (ec == std::errc::no_such_file_or_directory) {
+    ec.clear();
+    return false;
+  }
+  if (ec) ec = file_error(ec);
+  return !ec;
+}
+
+void unlink_held(int fd, const std::string& path) noexcept {
+  std::error_code ec;
+  if (!lock_admin(fd, ec)) return;
+  // A segment file is only ever linked at its own path (renamed there, never moved): while it
+  // has a link, under the admin lock, that link is `path`.
+  const auto st = platform::status(fd, ec);
+  if (!ec && st.links > 0) platform::unlink(path, ec);
+  unlock_admin(fd);
 }
 
 stale_test remove_if_unheld(int fd, const std::string& path, std::error_code& ec) {
@@ -68,6 +116,33 @@ stale_test remove_if_abandoned_temporary(int fd, const std::string& path, std::e
   const auto st = platform::status(fd, ec);
   if (ec || !old_enough_to_be_abandoned(st.modified_ns)) return stale_test::held;
   return remove_if_unheld(fd, path, ec);
+}
+
+void sweep_stale_segments(std::string_view name_prefix) noexcept {
+  try {
+    std::error_code ec;
+    const std::string prefix = segment_file_name(name_prefix, ec);
+    // Cut, if one more character does not extend it.
+    std::string longer(name_prefix);
+    longer += 'x';
+    if (ec || !segment_file_name(longer, ec).starts_with(prefix) || ec) return;
+    const std::string dir(shm_directory);
+    for (const std::string& file : platform::list_directory(dir, ec)) {
+      if (!file.starts_with(prefix)) continue;
+      const std::string path = dir + file;
+      std::error_code file_ec;
+      platform::unique_fd fd = platform::open_existing(path, file_ec);
+      if (file_ec) continue;
+      const auto st = platform::status(fd.get(), file_ec);
+      if (file_ec || !st.regular || st.owner_uid != platform::user_id()) continue;
+      if (!platform::try_lock_byte(fd.get(), layout::admin_lock_byte,
+                                   platform::lock_kind::exclusive, file_ec))
+        continue;
+      // Removed: closing fd lets go of both locks, as in the sweep below.
+      if (remove_if_unheld(fd.get(), path, file_ec) != stale_test::removed) unlock_admin(fd.get());
+    }
+  } catch (...) {  // std::bad_alloc from the listing or a name: the sweep is best effort
+  }
 }
 
 void sweep_abandoned_temporaries() noexcept {

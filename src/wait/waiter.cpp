@@ -106,10 +106,14 @@ void waiter::withdraw_idle(unsigned mask) noexcept {
 void waiter::arm_for(std::size_t q, std::uint32_t taken) noexcept {
   // An arming is followed by a look at the head, or a wake-one ring it took in (re-arming
   // consumes the claim) stays with a wait that never looked, and is lost if that wait is then
-  // cancelled (models/README.md, F3). A head the gate holds back is not armed for: the queue
-  // stays as it was (a claim on it is still there to be passed on), and the gate's opening
+  // cancelled (models/README.md, F3). A head the gate holds back is not armed for, and an
+  // arming left from before the gate closed (a batch that stopped at a handler of another
+  // executor) is withdrawn: a wake-one ring it takes in would wait, unlooked at, for as long as
+  // that handler is not reached (its io_context may not run for a while), beside a sleeper in
+  // another process that could take the message; withdrawing passes it on. The gate's opening
   // re-checks (take_gated), arming then.
   if (!ops_[q].gate_open(taken)) {
+    reactor_.withdraw(q);
     ops_[q].note_gated();
     return;
   }

@@ -105,6 +105,10 @@ class rpc_acceptor_impl {
   }
   std::atomic<std::uint64_t> accepted_{0};
   std::atomic<std::uint64_t> refused_{0};
+  // When the channels that clients killed before their request reached us left are next looked
+  // for (steady clock, ns); see sweep_if_due.
+  std::atomic<std::int64_t> next_sweep_ns_{0};
+  void sweep_if_due() noexcept;
 };
 
 }  // namespace shmio::detail

@@ -10,11 +10,24 @@
 #include <string_view>
 #include <system_error>
 
+#include "shmio/segment.hpp"
+
 namespace shmio::detail {
 
+/// segment::open, waiting at most `admin_patience` for the file's admin lock (a process closing
+/// or creating it holds it for microseconds; one stopped there, or a hostile one, for ever).
+segment open_segment(std::string_view name, object_kind kind,
+                     std::chrono::milliseconds admin_patience, std::error_code& ec);
+
+/// A system error of a segment file's open, lock or unlink as shmio reports it (not_found,
+/// no_space, access_denied); others pass through.
+std::error_code file_error(const std::error_code& ec);
+
+/// How long lock_admin waits by default.
+inline constexpr std::chrono::milliseconds admin_patience{2000};
 /// Takes the segment file's admin lock. It is held for microseconds by well-behaved processes;
-/// a holder stopped by a signal must not hang us: after 2 s, errc::timed_out.
-bool lock_admin(int fd, std::error_code& ec);
+/// a holder stopped by a signal must not hang us: after `patience`, errc::timed_out.
+bool lock_admin(int fd, std::error_code& ec, std::chrono::milliseconds patience = admin_patience);
 void unlock_admin(int fd) noexcept;
 
 enum class stale_test {
@@ -29,6 +42,18 @@ enum class stale_test {
 /// for EPERM or EACCES; the exclusive lock taken for the test let go again).
 stale_test remove_if_unheld(int fd, const std::string& path, std::error_code& ec);
 
+/// Unlinks the segment file at `path` whether or not processes hold it, under its admin lock,
+/// as every close and stale removal that unlinks it takes it: a closer that found the file
+/// unused, and unlinks it a moment later, must not find the name made free by us and taken by
+/// a new segment in between, and unlink that one. False, with `ec` clear, if no file was there.
+bool remove_path(const std::string& path, std::error_code& ec);
+
+/// Unlinks the segment file open as `fd` from `path`, where it is named, even though processes
+/// (this one too) hold it: its name is free at once, while the holders keep what they mapped.
+/// Under the admin lock; nothing if the file was unlinked already (its path may name another
+/// segment by now). Best effort.
+void unlink_held(int fd, const std::string& path) noexcept;
+
 /// A segment is built under a temporary name in shm_directory and renamed into place
 /// (segment.cpp); a creator killed before the rename leaves the file, which no name leads to.
 /// Such a file is abandoned when no process holds it and it was last changed at least
@@ -41,6 +66,10 @@ bool old_enough_to_be_abandoned(std::uint64_t modified_ns) noexcept;
 /// With the admin lock held: unlinks the temporary file at `path` (open as `fd`) if abandoned.
 /// `held` also when it is too young to tell.
 stale_test remove_if_abandoned_temporary(int fd, const std::string& path, std::error_code& ec);
+/// Removes the stale segment files whose names begin with `name_prefix` (nothing if the prefix's
+/// file name would be cut: a cut name cannot be matched). Best effort, and never waits: a file
+/// that cannot be looked at, or whose admin lock is busy, is left for the next sweep.
+void sweep_stale_segments(std::string_view name_prefix) noexcept;
 /// Removes this user's abandoned temporary files. Best effort: a file that cannot be looked at
 /// (or whose admin lock is busy) is left for the next sweep.
 void sweep_abandoned_temporaries() noexcept;
