@@ -1441,8 +1441,10 @@ TEST_CASE(
   // rings a's slot must reach b, parked beside it, rather than wait with a.
   asio::io_context io, elsewhere;
   scoped_name name("ring");
-  circular_buffer a(io.get_executor(), shmio::create_only, name, 8, 16);  // readers' slot 0
-  circular_buffer b(io.get_executor(), shmio::open_only, name);           // readers' slot 1
+  // Parked at once: a's reads are both parked when a ring comes, and one look takes the first.
+  const auto park = shmio::wait_strategy::park_only();
+  circular_buffer a(io.get_executor(), shmio::create_only, name, 8, 16, park);  // readers' slot 0
+  circular_buffer b(io.get_executor(), shmio::open_only, name, park);           // readers' slot 1
   raw_map raw(name);
   const auto& slots = raw.state().readers.slots;
   std::string buf1(16, '\0'), buf2(16, '\0'), buf_b(16, '\0');

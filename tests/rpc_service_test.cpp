@@ -1128,6 +1128,41 @@ TEST_CASE("rpc_acceptor: async_accept is cancelled by every cancellation type", 
   CHECK(calls == 1);
 }
 
+TEST_CASE(
+    "rpc_acceptor: a cancellation that comes after the accept took a request it then refuses "
+    "ends the accept",
+    "[rpc][service]") {
+  // The wait had completed (it took the request) when the cancellation came, so no wait was
+  // there to cancel; the accept hears it before it would wait again.
+  const auto type = GENERATE(asio::cancellation_type::terminal, asio::cancellation_type::partial,
+                             asio::cancellation_type::total);
+  CAPTURE(static_cast<int>(type));
+  scoped_name name("svc");
+  asio::io_context io, steps;  // the accept's handler, and so its steps, on `steps`
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  connect_ring ring(name);
+  layout::connect_request gone{};  // well formed, for a channel nobody made: refused
+  gone.version = layout::listener_version;
+  gone.pid = static_cast<std::uint32_t>(::getpid());
+  gone.nonce = 99;
+  ring.publish(as_bytes(gone));
+  asio::cancellation_signal signal;
+  int calls = 0;
+  std::error_code result;
+  acceptor.async_accept(asio::bind_cancellation_slot(
+      signal.slot(), asio::bind_executor(steps, [&](std::error_code ec, rpc_buffer) {
+        ++calls;
+        result = ec;
+      })));
+  // The wait takes the request, and its next step waits in `steps`' queue.
+  REQUIRE(shmio::test::run_until(io, [&] { return ring.state().head.position.load() == 1; }));
+  io.poll();
+  signal.emit(type);
+  CHECK(shmio::test::run_until(steps, [&] { return calls == 1; }));
+  CHECK(result == asio::error::operation_aborted);
+  CHECK(acceptor.statistics().refused == 1);
+}
+
 TEST_CASE("rpc_acceptor: accepts complete in the order started when the first one takes no client",
           "[rpc][service]") {
   // The first accept's look at the ring takes no client: a request for a channel nobody made

@@ -142,10 +142,10 @@ std::shared_ptr<rpc_channel> rpc_channel::make_opener(const asio::any_io_executo
                                                       wait_strategy strategy, std::error_code& ec,
                                                       const rpc_options* expected) {
   // An acceptor opens its clients' channels on its executor's thread: a file whose admin lock is
-  // held (by a client closing it, which is done with it; or by one stopped there) is refused at
-  // once, not waited for, or one client could stall the whole service.
-  segment seg = open_segment(name, object_kind::rpc,
-                             expected ? std::chrono::milliseconds(1) : admin_patience, ec);
+  // held longer than a preempted holder holds it (a client stopped in its close, or a hostile
+  // process) is refused, not waited for 2 s, or one client could stall the whole service.
+  segment seg =
+      open_segment(name, object_kind::rpc, expected ? acceptor_admin_patience : admin_patience, ec);
   if (ec) return nullptr;
   // An acceptor's new connection, made with the sizes it expects: mapped before it is
   // validated (which reads both rings' states), and only if the file is as large as those

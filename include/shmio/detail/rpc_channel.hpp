@@ -490,6 +490,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   bool peer_lost_ = false;
   bool accepted_ = false;        // a connecting owner: the accept packet came (strand-only)
   bool request_posted_ = false;  // a connecting owner: the connect request is in the backlog
+  int acceptor_left_looks_ = 0;  // a connecting owner: peer checks in a row that found it gone
   std::uint32_t connect_pid_ = 0;
   std::uint64_t connect_nonce_ = 0;
   std::unique_ptr<listener_link> link_;  // a connecting owner's listener, until the outcome

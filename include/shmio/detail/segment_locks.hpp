@@ -25,6 +25,8 @@ std::error_code file_error(const std::error_code& ec);
 
 /// How long lock_admin waits by default.
 inline constexpr std::chrono::milliseconds admin_patience{2000};
+/// How long an acceptor waits for the admin lock of a channel it was asked to open.
+inline constexpr std::chrono::milliseconds acceptor_admin_patience{10};
 /// Takes the segment file's admin lock. It is held for microseconds by well-behaved processes;
 /// a holder stopped by a signal must not hang us: after `patience`, errc::timed_out.
 bool lock_admin(int fd, std::error_code& ec, std::chrono::milliseconds patience = admin_patience);
