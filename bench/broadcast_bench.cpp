@@ -51,6 +51,7 @@ struct subscriber_report {
   std::uint64_t received = 0;
   std::uint64_t lost = 0;
   std::int64_t latency_sum_ns = 0;
+  std::uint64_t failed = 0;  // it stopped before the end message: the run measures nothing
 };
 
 std::int64_t now_ns() {
@@ -74,11 +75,16 @@ std::int64_t now_ns() {
         r.lost += n;
         continue;
       }
-      if (ec || n != sizeof m || m.seq == 0) break;
+      if (ec || n != sizeof m) {
+        r.failed = 1;
+        break;
+      }
+      if (m.seq == 0) break;  // the end message
       r.latency_sum_ns += now_ns() - m.stamp_ns;
       ++r.received;
     }
   } catch (...) {
+    r.failed = 1;
   }
   if (::write(out, &r, sizeof r) != sizeof r) ::_exit(1);
   ::_exit(0);
@@ -91,6 +97,7 @@ void report_subscribers(benchmark::State& state, const std::vector<pid_t>& child
   for (std::size_t i = 0; i < children.size(); ++i) {
     subscriber_report r;
     if (::read(pipes[i], &r, sizeof r) != sizeof r) state.SkipWithError("no report");
+    if (r.failed != 0) state.SkipWithError("a subscriber failed before the end message");
     ::close(pipes[i]);
     ::waitpid(children[i], nullptr, 0);
     const double mean = r.received ? static_cast<double>(r.latency_sum_ns) / r.received : 0;
@@ -139,11 +146,16 @@ void BM_broadcast(benchmark::State& state) {
 
   message m{};
   std::uint64_t seq = 0;
+  bool published = true;
   for (auto _ : state) {
     m.seq = ++seq;
     m.stamp_ns = now_ns();
-    pub.write(asio::buffer(&m, sizeof m), 30'000ms);
+    if (pub.write(asio::buffer(&m, sizeof m), 30'000ms) != sizeof m) {
+      published = false;  // timed out: a subscriber stuck for 30 s
+      break;
+    }
   }
+  if (!published) state.SkipWithError("a publish timed out");
   state.SetItemsProcessed(static_cast<std::int64_t>(seq));
 
   // The end message: lossy subscribers may miss one, so repeat it until they are all gone.

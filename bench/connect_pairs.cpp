@@ -43,7 +43,9 @@
 #include <asio/posix/stream_descriptor.hpp>
 #include <asio/use_awaitable.hpp>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <ctime>
 #include <optional>
 #include <shmio/rpc_buffer.hpp>
 #include <shmio/rpc_server.hpp>
@@ -118,9 +120,10 @@ floor_words words_of(void* base) {
           b + 2 * page + 64};
 }
 
-void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected) {
+void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
+                const timespec* timeout = nullptr) {
   // Shared (no FUTEX_PRIVATE_FLAG): the two processes map the file at different addresses.
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT, expected, nullptr,
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT, expected, timeout,
             nullptr, 0);
 }
 
@@ -166,9 +169,15 @@ void floor_call(const floor_words& w, std::uint32_t& seq, const std::vector<std:
   // release: publishes the request's bytes with the number the child waits for.
   w.request_seq->store(seq, std::memory_order_release);
   futex_wake(w.request_seq);
-  // acquire: pairs with the child's release store after it wrote the reply.
-  for (std::uint32_t v; (v = w.reply_seq->load(std::memory_order_acquire)) != seq;)
-    futex_wait(w.reply_seq, v);
+  // acquire: pairs with the child's release store after it wrote the reply. Bounded: a child
+  // that died would otherwise leave the benchmark waiting for ever.
+  const auto deadline = clock_type::now() + std::chrono::seconds(10);
+  const timespec slice{0, 100'000'000};
+  for (std::uint32_t v; (v = w.reply_seq->load(std::memory_order_acquire)) != seq;) {
+    if (clock_type::now() >= deadline)
+      throw std::runtime_error("the floor's answering thread did not answer in 10 s");
+    futex_wait(w.reply_seq, v, &slice);
+  }
   reply.assign(w.reply, w.reply + message);
 }
 

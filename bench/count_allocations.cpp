@@ -1,5 +1,6 @@
-// The bench binaries' replacement of the global operator new, so that benchmarks can report
-// heap allocations per operation (shmio_bench::allocations()). In a file of its own: inlined
+// The bench binaries' replacement of the global operator new (and of aligned_alloc, which Asio
+// uses in its place), so that benchmarks can report heap allocations per operation
+// (shmio_bench::allocations()). In a file of its own: inlined
 // into callers, the replacement makes g++ see new/free pairs it warns about.
 #include <atomic>
 #include <cstdint>
@@ -20,9 +21,21 @@ void* operator new(std::size_t n) {
 }
 void* operator new(std::size_t n, std::align_val_t a) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
-  const auto al = static_cast<std::size_t>(a);
-  if (void* p = std::aligned_alloc(al, (n + al - 1) / al * al)) return p;
+  void* p = nullptr;
+  if (::posix_memalign(&p, static_cast<std::size_t>(a), n ? n : 1) == 0) return p;
   throw std::bad_alloc();
+}
+
+// Asio's own allocations (its recycling allocator's blocks, coroutine frames, operations)
+// bypass operator new: with C++17 and glibc it takes them from aligned_alloc. Replaced here
+// too, or they would go uncounted. glibc lets a program replace its allocation functions; this
+// one takes its memory from posix_memalign, and free() gives it back.
+extern "C" void* aligned_alloc(std::size_t alignment, std::size_t size) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  void* p = nullptr;
+  // posix_memalign wants at least a pointer's alignment; aligned_alloc takes any power of two.
+  const std::size_t al = alignment < sizeof(void*) ? sizeof(void*) : alignment;
+  return ::posix_memalign(&p, al, size ? size : 1) == 0 ? p : nullptr;
 }
 void operator delete(void* p) noexcept {
   std::free(p);

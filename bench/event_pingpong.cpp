@@ -29,9 +29,11 @@
 //
 //   shmio_sync_pinlate, shmio_async_pinlate   as shmio_sync / shmio_async, but each process
 //       creates or opens its events while it may still run on every CPU and pins itself only
-//       afterwards. shmio decides once, at construction, whether to spin at all
-//       (spin_policy: usable_cpus() > 1, i.e. the process's own affinity mask), so this shows
-//       what the default strategy does when it does spin.
+//       afterwards. When shmio decided at construction whether to spin at all from the
+//       process's own affinity mask, this showed what the default strategy does when it does
+//       spin. It now decides from the machine's online CPUs (spin_policy), which pinning does
+//       not change: these families take the path of the pinned ones, and their rows are a
+//       check that they match.
 //
 // The spin floor on a single CPU makes progress only when the scheduler preempts the spinner,
 // so spin_floor/same measures the scheduler's time slice, not a cache line. It runs a fixed,

@@ -16,6 +16,7 @@
 // Cleanup: the child gets PR_SET_PDEATHSIG(SIGKILL) and is stopped, killed if need be, and
 // reaped at teardown. Segment names carry the parent's pid; the last handle removes them.
 #include <benchmark/benchmark.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -38,6 +39,13 @@ namespace {
 enum class mode { exclusive, shared };
 
 // ---- the two locks, behind one shape ----------------------------------------------------------
+
+// A forked contender's word that it runs, and holds the lock in turn: until then the benchmark
+// would time an uncontended lock.
+void say_ready(int fd) {
+  const char c = 'r';
+  if (::write(fd, &c, 1) != 1) ::_exit(3);
+}
 
 // A pthread_rwlock_t and a stop flag in memory shared with forked children.
 struct pthread_side {
@@ -71,8 +79,10 @@ struct pthread_side {
       pthread_rwlock_unlock(&block->lock);
     }
   }
-  // Runs in a forked child until stopped.
-  void hammer(mode m) {
+  // Runs in a forked child until stopped; says so on `ready` after its first round.
+  void hammer(mode m, int ready) {
+    acquire_release(m, 0);
+    say_ready(ready);
     while (block->stop.load(std::memory_order_relaxed) == 0)
       acquire_release(m, 0);
   }
@@ -101,9 +111,12 @@ struct shmio_side {
       h.unlock_shared();
     }
   }
-  void hammer(mode m) {
+  void hammer(mode m, int ready) {
     asio::io_context child_io;
     shmio::buffer_read_write mine(child_io.get_executor(), shmio::open_only, name);
+    mine.lock();
+    mine.unlock();
+    say_ready(ready);
     // The lock calls are opaque to the compiler, so this read is made on every round.
     while (mine.read<std::uint8_t>(0) == 0) {
       if (m == mode::exclusive) {
@@ -146,20 +159,35 @@ void two_threads(benchmark::State& state, mode m) {
 template <class Side>
 void two_processes(benchmark::State& state, mode m) {
   Side& s = side<Side>();
+  int ready[2];
+  if (::pipe(ready) != 0) return state.SkipWithError("pipe failed");
   std::fflush(nullptr);
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    s.hammer(m);
+    ::close(ready[0]);
+    try {
+      s.hammer(m, ready[1]);
+    } catch (...) {
+      ::_exit(2);
+    }
     ::_exit(0);
   }
+  ::close(ready[1]);
   if (pid < 0) {
+    ::close(ready[0]);
     state.SkipWithError("fork failed");
     return;
   }
-  for (auto _ : state)
-    s.acquire_release(m, 0);
-  state.SetItemsProcessed(state.iterations());
+  pollfd p{ready[0], POLLIN, 0};
+  char c = 0;
+  const bool running = ::poll(&p, 1, 10'000) == 1 && ::read(ready[0], &c, 1) == 1;
+  ::close(ready[0]);
+  if (running) {
+    for (auto _ : state)
+      s.acquire_release(m, 0);
+    state.SetItemsProcessed(state.iterations());
+  }
   s.request_stop();
   int status = 0;
   for (int i = 0; i < 200 && ::waitpid(pid, &status, WNOHANG) == 0; ++i)
@@ -168,6 +196,12 @@ void two_processes(benchmark::State& state, mode m) {
     ::kill(pid, SIGKILL);
     ::waitpid(pid, &status, 0);
   }
+  // A contender that never ran, or did not end as asked, leaves nothing this run can be
+  // trusted for.
+  if (!running)
+    state.SkipWithError("the contending process did not start");
+  else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    state.SkipWithError("the contending process failed");
   // Ready for the next run: clear the stop flag.
   if constexpr (std::is_same_v<Side, pthread_side>)
     s.block->stop.store(0, std::memory_order_relaxed);

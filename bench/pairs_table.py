@@ -5,7 +5,8 @@ it (the line floor, or the socket's connect + call + close)."""
 import json
 import sys
 
-FAMILIES = ["spin_ring", "sync", "co_await", "co_fast", "post_floor"]
+FAMILIES = ["spin_ring", "sync", "co_await", "co_fast", "post_floor", "rpc_plain",
+            "rpc_coroutine", "rpc_in_place"]
 
 
 CONNECT_FAMILIES = ["shmio", "mapped_floor", "wake_floor"]
@@ -33,7 +34,8 @@ def main(path):
     print("|---" * (len(FAMILIES) + 3) + "|")
     for b in runs:
         cells = [f"{b['line_median_ns']:.0f}"]
-        cells += [f"{b[f + '_over_line']:.2f}×" for f in FAMILIES]
+        # A family a binary did not run (an older one) is a dash.
+        cells += [f"{b[f + '_over_line']:.2f}×" if f + "_over_line" in b else "–" for f in FAMILIES]
         cells += [f"{b['co_await_p99_over_median']:.2f}", f"{b['co_fast_p99_over_median']:.2f}"]
         print("| " + " | ".join(cells) + " |")
 

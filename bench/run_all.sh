@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs every benchmark in one go and writes what docs/performance.md quotes:
-#   OUT/{events,ring,rpc,locks,broadcast,roundtrip,service}.json   Google Benchmark's output,
-#                                                REPS repetitions each
+#   OUT/{events,ring,rpc,locks,broadcast,roundtrip,service,connect,stream}.json, and cli.json
+#                                                if shmio_bench_cli was built: Google
+#                                                Benchmark's output, REPS repetitions each (the
+#                                                report quotes all but stream and cli, which
+#                                                docs/performance.md reads from their JSON)
 #   OUT/report.md                                the tables, ratios and target checks
 #   PLOTS/ring_latency_vs_size.png, PLOTS/ring_throughput.png   (gnuplot; Debian gnuplot-nox)
 # Usage: bench/run_all.sh [BUILD_DIR (build)] [OUT (bench-results)] [REPS (3)] [PLOTS (OUT/img)]

@@ -10,8 +10,9 @@
 //     bytes sent from where they are, the reply read into its buffer).
 //   rpc-service-hold NAME
 //     Connects and calls "hold", which the service never answers: the test kills it meanwhile.
-//   rpc-service-server NAME
+//   rpc-service-server NAME [HOLD_FD]
 //     Serves NAME with an rpc_server (tests/rpc_service_support.hpp's handler) until killed.
+//     With HOLD_FD, writes the byte 'h' to it as each "hold" call reaches the handler.
 //
 // Exit codes: 0 done, 1 connect failed, 2 bad arguments, 3 a wrong or failed reply,
 // 97 an exception.
@@ -20,7 +21,9 @@
 #include <algorithm>
 #include <asio/io_context.hpp>
 #include <asio/use_future.hpp>
+#include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "peer.hpp"
@@ -111,8 +114,22 @@ SHMIO_PEER_COMMAND("rpc-service-server", args) {
   if (args.empty()) return exit_usage;
   asio::io_context io;
   service::hold_counts counts;
-  shmio::rpc_server server(io.get_executor(), shmio::create_only, args[0],
-                           service::methods(counts));
+  shmio::rpc_methods methods = service::methods(counts);
+  if (args.size() > 1) {
+    const int hold_fd = std::stoi(args[1]);
+    methods.add("", shmio::rpc_handler([inner = service::handler(counts), hold_fd](
+                                           std::uint64_t id, std::span<const std::byte> in) {
+                  if (std::string_view(reinterpret_cast<const char*>(in.data()), in.size()) ==
+                      service::hold) {
+                    const char c = 'h';
+                    if (::write(hold_fd, &c, 1) != 1) {
+                      // the test waits for the byte in vain, and fails
+                    }
+                  }
+                  return inner(id, in);
+                }));
+  }
+  shmio::rpc_server server(io.get_executor(), shmio::create_only, args[0], std::move(methods));
   io.run();
   return 0;
 }

@@ -21,14 +21,14 @@ namespace {
 struct serving_thread {
   asio::io_context io;
   rpc_buffer end;
-  std::thread runner;
+  io_thread runner;
   serving_thread(const scoped_name& name, bool owner)
       : end(owner ? rpc_buffer(io, shmio::create_only, name, methods())
                   : rpc_buffer(io, shmio::open_only, name, methods())),
-        runner([this] { io.run(); }) {}
+        runner(io) {}
   ~serving_thread() {
     asio::post(io, [this] { end.close(); });
-    runner.join();
+    CHECK(runner.join());  // closed, the end leaves its io_context nothing to do
   }
   static shmio::rpc_methods methods() {
     shmio::rpc_methods m(
@@ -155,9 +155,11 @@ TEST_CASE("rpc idle: a call to an end that serves nothing fails at once, whether
     result = ec;
     answered = true;
   });
-  std::thread serving([&] { run_until(io, [&] { return answered.load(); }); });
-  REQUIRE(run_until(silent_io, [&] { return answered.load(); }));
-  serving.join();
+  {
+    // Joined (within run_until's bound) also when the check below fails.
+    std::jthread serving([&] { run_until(io, [&] { return answered.load(); }); });
+    REQUIRE(run_until(silent_io, [&] { return answered.load(); }));
+  }
   CHECK_FALSE(*result);
   silent.close();
   caller.close();

@@ -67,6 +67,7 @@ using shmio::rpc_options;
 using shmio::rpc_server;
 using shmio::test::child;
 using shmio::test::eventually;
+using shmio::test::io_thread;
 using shmio::test::peer_path;
 using shmio::test::scoped_name;
 using shmio::test::write_proc;
@@ -274,10 +275,12 @@ TEST_CASE("rpc_server: a client that keeps its ring full does not keep another u
   // turns of the flooder's reader (reader_turn, 200 µs of packets, each): the flood goes on
   // meanwhile, and a server that kept to the full ring would serve the flooder thousands of times
   // first.
-  const std::uint64_t flooded_before = flooded.load();
   asio::io_context io;
   rpc_buffer other(io.get_executor());
   other.connect(name.str(), bound);
+  // Counted from here: how long the connect itself took (much longer under a sanitizer) is not
+  // what this test bounds.
+  const std::uint64_t flooded_before = flooded.load();
   const bytes_t request = bytes("the other client");
   std::optional<std::error_code> ec;
   bytes_t reply;
@@ -285,8 +288,10 @@ TEST_CASE("rpc_server: a client that keeps its ring full does not keep another u
     ec = e;
     reply = std::move(r);
   });
-  io.run();
+  io.run_for(bound);
+  CHECK(io.stopped());  // an idle client holds no work once its call completed
   const std::uint64_t flooded_meanwhile = flooded.load() - flooded_before;
+  CAPTURE(flooded_before, flooded_meanwhile);
   REQUIRE(ec.has_value());
   CHECK_FALSE(*ec);
   CHECK(reply == request);
@@ -322,7 +327,7 @@ TEST_CASE("rpc_buffer: connect to a service that is not there fails with not_fou
       ::_exit(0);  // no destructor: leaves the listener behind, its lock gone with the process
       return 0;
     });
-    dead.wait();
+    REQUIRE(dead.wait() == 0);  // it made the listener (99: the create threw)
   }
   client.connect(name.str(), 10s, sync_ec);
   CHECK(sync_ec == errc::not_found);
@@ -400,7 +405,8 @@ TEST_CASE(
     open = end.is_open();
   }));
   acceptor.close();
-  other.run();
+  other.run_for(bound);
+  CHECK(other.stopped());
   REQUIRE(accepted);
   CHECK(*accepted == asio::error::operation_aborted);
   CHECK_FALSE(open);
@@ -439,19 +445,18 @@ TEST_CASE(
     struct runner {
       asio::io_context& io;
       asio::executor_work_guard<asio::io_context::executor_type> guard{io.get_executor()};
-      std::thread thread{[this] { io.run(); }};
-      void join() {
+      io_thread thread{io};  // stopped and joined also when a check fails
+      bool join() {
         guard.reset();
-        if (thread.joinable()) thread.join();
+        return thread.join();
       }
-      ~runner() { join(); }
     } run_other{other};
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(25 * round);
     while (std::chrono::steady_clock::now() < until) {
     }
     acceptor.close();
     const std::uint64_t accepted_at_close = acceptor.statistics().accepted;
-    run_other.join();
+    CHECK(run_other.join());  // runs out of work: nothing left behind by either outcome
     REQUIRE(done);
     CHECK(end->is_open() == !accepted);
     CHECK(accepted_at_close == (accepted ? 0 : 1));
@@ -489,9 +494,10 @@ TEST_CASE(
     asio::io_context other;
     auto io_guard = asio::make_work_guard(io);
     auto other_guard = asio::make_work_guard(other);
-    std::thread io_runner([&] { io.run(); });
-    std::thread other_runners[] = {std::thread([&] { other.run(); }),
-                                   std::thread([&] { other.run(); })};
+    std::optional<io_thread> io_runner, other_runners[2];
+    io_runner.emplace(io);
+    for (auto& r : other_runners)
+      r.emplace(other);
     std::atomic<int> handled{0};
     shmio::rpc_methods methods;
     methods.add("", shmio::rpc_sync_handler([&](std::uint64_t, std::span<const std::byte> in) {
@@ -501,13 +507,23 @@ TEST_CASE(
     rpc_acceptor acceptor(other.get_executor(), shmio::create_only, name, small_rings());
     rpc_buffer client(io.get_executor());
     std::promise<std::error_code> connected, called;
-    client.async_connect(name.str(), 1h, [&](std::error_code ec) {
+    client.async_connect(name.str(), bound, [&](std::error_code ec) {
       connected.set_value(ec);
       client.async_request(asio::buffer(bytes("x")),
                            [&](std::error_code e, bytes_t) { called.set_value(e); });
     });
     std::promise<std::error_code> accepted;
     std::optional<rpc_buffer> end;  // kept open until the client has heard
+    // Destroyed before the ends, the acceptor and the promises, also when a check below fails:
+    // stops both contexts and joins their threads.
+    struct stop_runners {
+      std::function<void()> f;
+      ~stop_runners() { f(); }
+    } stop_guard{[&] {
+      io_runner.reset();
+      for (auto& r : other_runners)
+        r.reset();
+    }};
     acceptor.async_accept(methods, [&](std::error_code ec, rpc_buffer e) {
       end.emplace(std::move(e));
       accepted.set_value(ec);
@@ -516,24 +532,33 @@ TEST_CASE(
     while (std::chrono::steady_clock::now() < until) {
     }
     acceptor.close();
-    const std::error_code accept_ec = accepted.get_future().get();
-    CHECK(connected.get_future().get() ==
-          (accept_ec ? std::error_code(errc::peer_gone) : std::error_code()));
-    const std::error_code call_ec = called.get_future().get();
+    // Each completes within the connect's timeout (the call fails at once without a
+    // connection, and a connection serves it at once).
+    auto ready = [](std::future<std::error_code> f) -> std::optional<std::error_code> {
+      if (f.wait_for(bound) != std::future_status::ready) return std::nullopt;
+      return f.get();
+    };
+    const auto accept_ec = ready(accepted.get_future());
+    REQUIRE(accept_ec);
+    const auto connect_ec = ready(connected.get_future());
+    REQUIRE(connect_ec);
+    CHECK(*connect_ec == (*accept_ec ? std::error_code(errc::peer_gone) : std::error_code()));
+    const auto call_ec = ready(called.get_future());
+    REQUIRE(call_ec);
     client.close();
     end.reset();
     io_guard.reset();
     other_guard.reset();
-    io_runner.join();
-    for (auto& t : other_runners)
-      t.join();
+    CHECK(io_runner->join());  // both contexts run out of work
+    for (auto& r : other_runners)
+      CHECK(r->join());
     // Read after both contexts stopped: a handler started late would be counted too.
-    if (accept_ec) {
-      CHECK(accept_ec == asio::error::operation_aborted);
-      CHECK(call_ec == errc::peer_gone);
+    if (*accept_ec) {
+      CHECK(*accept_ec == asio::error::operation_aborted);
+      CHECK(*call_ec == errc::peer_gone);
       CHECK(handled == 0);
     } else {
-      CHECK_FALSE(call_ec);
+      CHECK_FALSE(*call_ec);
       CHECK(handled == 1);
     }
   }
@@ -639,7 +664,7 @@ TEST_CASE("rpc_buffer: a blocking connect from a thread that does not run the io
   service::hold_counts counts;
   rpc_server server(server_io.get_executor(), shmio::create_only, name, service::handler(counts),
                     small_rings());
-  std::thread server_thread([&] { server_io.run(); });
+  io_thread server_thread(server_io);
   rpc_buffer client(client_io.get_executor());
   client.connect(name.str());  // client_io does not run yet
   CHECK(eventually([&] { return server.connection_count() == 1; }));
@@ -657,8 +682,7 @@ TEST_CASE("rpc_buffer: a blocking connect from a thread that does not run the io
   CHECK(eventually([&] { return server.connection_count() == 0; }));
   CHECK(server.statistics().accepted == 1);
   server.close();
-  server_thread.join();
-  CHECK(server_io.stopped());
+  CHECK(server_thread.join());  // closed, the server leaves its io_context nothing to do
   CHECK(shm_files_with(name.str()) == 0);
 }
 
@@ -671,14 +695,14 @@ struct server_thread {
   asio::io_context io;
   service::hold_counts counts;
   rpc_server server;
-  std::thread runner;
+  io_thread runner;
   explicit server_thread(std::string_view name)
       : server(io.get_executor(), shmio::create_only, name, service::methods(counts),
                small_rings()),
-        runner([this] { io.run(); }) {}
+        runner(io) {}
   ~server_thread() {
     server.close();
-    runner.join();
+    CHECK(runner.join());  // closed, the server leaves its io_context nothing to do
   }
 };
 
@@ -843,7 +867,9 @@ TEST_CASE("rpc_server: an idle client in a pid namespace of its own that dies is
 TEST_CASE("rpc_buffer: a server killed mid-call fails its clients' calls with peer_gone",
           "[rpc][service][process]") {
   scoped_name name("svc");
-  child server({peer_path(), "rpc-service-server", name.str()});
+  shmio::test::signal_pipe hold_started;
+  child server(
+      {peer_path(), "rpc-service-server", name.str(), std::to_string(hold_started.write_fd())});
   asio::io_context io;
   rpc_buffer client(io.get_executor());
   // The server process is up when its service answers a connect.
@@ -859,10 +885,10 @@ TEST_CASE("rpc_buffer: a server killed mid-call fails its clients' calls with pe
     failed = std::chrono::steady_clock::now();
     call = ec;
   });
-  // The call reaches the server: its packet leaves this process's ring.
-  io.run_for(50ms);
-  killed = std::chrono::steady_clock::now();
-  server.kill9();
+  // The call reaches the server: its handler says so.
+  REQUIRE(shmio::test::run_until(io, [&] { return hold_started.wait(0ms) == 'h'; }));
+  REQUIRE(server.kill9() == 128 + SIGKILL);
+  killed = std::chrono::steady_clock::now();  // from the reap: the kernel's teardown is not ours
   CHECK(shmio::test::run_until(io, [&] { return call && closed; }));
   REQUIRE(call);
   CHECK(*call == errc::peer_gone);
@@ -880,12 +906,13 @@ TEST_CASE("rpc_server: a thousand short-lived clients leave no descriptors, mapp
   server_thread s(name);
   asio::io_context io;
   auto work = asio::make_work_guard(io);
-  std::thread client_thread([&] { io.run(); });
+  io_thread client_thread(io);  // stopped and joined also when a check fails
   auto one_client = [&](int i) {
     rpc_buffer client(io.get_executor());
     client.connect(name.str());
     const auto request = service::payload(64, i);
     auto reply = client.async_request(asio::buffer(request), asio::use_future);
+    REQUIRE(reply.wait_for(bound) == std::future_status::ready);
     CHECK(reply.get() == service::answer(request));
     client.close();
   };
@@ -902,7 +929,7 @@ TEST_CASE("rpc_server: a thousand short-lived clients leave no descriptors, mapp
   CHECK(eventually([&] { return shm_files_with(name.str() + "#") == 0; }));
   CHECK(s.server.statistics().accepted == 1020);
   work.reset();
-  client_thread.join();
+  CHECK(client_thread.join());
 }
 
 // ---- hostile connect requests ----------------------------------------------------------------
@@ -1262,8 +1289,11 @@ TEST_CASE(
         static_cast<void>(r->try_publish({}));
     });
   bool accept_done = false;
-  acceptor.async_accept(shmio::rpc_handler{},
-                        [&](std::error_code, rpc_buffer) { accept_done = true; });
+  std::error_code accept_ec;
+  acceptor.async_accept(shmio::rpc_handler{}, [&](std::error_code ec, rpc_buffer) {
+    accept_ec = ec;
+    accept_done = true;
+  });
   // The acceptor has gone through the ring several times over; a timer started then on its
   // thread still fires: each look at the ring ends after as many nodes as the ring holds.
   const auto backlog = detail::listener_backlog;
@@ -1280,8 +1310,8 @@ TEST_CASE(
   CHECK(timer_ran);
   CHECK_FALSE(accept_done);
   acceptor.close();
-  io.run_for(100ms);
-  CHECK(accept_done);  // operation_aborted
+  CHECK(shmio::test::run_until(io, [&] { return accept_done; }));
+  CHECK(accept_ec == asio::error::operation_aborted);
 }
 
 TEST_CASE("rpc_acceptor: a client's channel of other sizes is refused before any of it is read",

@@ -124,6 +124,8 @@ class signal_pipe {
   void notify(char c = 1) const {
     if (::write(fds_[1], &c, 1) != 1) std::abort();
   }
+  /// The end notify() writes to, for a child process started by fork + exec (it inherits it).
+  int write_fd() const noexcept { return fds_[1]; }
   /// Waits up to `timeout` for a byte; returns it, or -1 on timeout or EOF.
   int wait(std::chrono::milliseconds timeout = std::chrono::seconds(10)) const {
     pollfd p{fds_[0], POLLIN, 0};
@@ -202,6 +204,13 @@ class child {
   int status_ = -1;
 };
 
+#ifndef SHMIO_TEST_TIME_SCALE
+#define SHMIO_TEST_TIME_SCALE 1
+#endif
+/// How many times slower than a plain build this one runs (tests/CMakeLists.txt: 10 under
+/// sanitizers): bounds on how soon something must happen are multiplied by it.
+inline constexpr int time_scale = SHMIO_TEST_TIME_SCALE;
+
 /// Far longer than anything should take: only a hang or a lost wake-up reaches it.
 inline constexpr std::chrono::milliseconds default_bound{10'000};
 
@@ -243,6 +252,39 @@ bool run_until(asio::io_context& io, Pred done, std::chrono::milliseconds limit 
   }
   return true;
 }
+
+// Runs `io` on a thread of its own until it runs out of work. join() waits up to `limit` for
+// that, stops `io` if it has not, and joins the thread: false if `io` had work left, so that
+// leftover work fails a test instead of hanging it. The destructor (a failed check unwinding)
+// stops `io` at once and joins.
+class io_thread {
+ public:
+  explicit io_thread(asio::io_context& io)
+      : io_(io), thread_([this] {
+          io_.run();
+          ran_dry_ = true;
+        }) {}
+  ~io_thread() {
+    if (thread_.joinable()) {
+      io_.stop();
+      thread_.join();
+    }
+  }
+  io_thread(const io_thread&) = delete;
+  io_thread& operator=(const io_thread&) = delete;
+  bool join(std::chrono::milliseconds limit = default_bound) {
+    if (!thread_.joinable()) return ran_dry_;
+    const bool dry = eventually([this] { return ran_dry_.load(); }, limit);
+    if (!dry) io_.stop();
+    thread_.join();
+    return dry;
+  }
+
+ private:
+  asio::io_context& io_;
+  std::atomic<bool> ran_dry_{false};
+  std::thread thread_;
+};
 
 /// Completions of a closed handle's operations, which should all report bad_descriptor from
 /// inside io.run() on this thread (through the executor the handle was made with).

@@ -224,9 +224,10 @@ class rpc_buffer {
 
   /// Calls the other end as async_request does, in place: `payload` is sent from where it is
   /// and the reply is read into `reply`, with no copy and, in steady state, no heap allocation
-  /// at this end (for requests and replies of one packet each: up to node_size - 40 bytes,
-  /// rpc_options). Neither buffer is copied, so both (and the characters of `method`) must stay
-  /// valid until the call completes, as for asio::async_write.
+  /// of its own at this end (Asio's per-thread caches of operation blocks miss now and then)
+  /// for requests and replies of one packet each (up to node_size - 40 bytes, rpc_options). Neither
+  /// buffer is copied, so both (and the characters of `method`) must stay valid until the call
+  /// completes, as for asio::async_write.
   ///
   /// Completion signature: `void(std::error_code, std::size_t reply_size)`. The errors of
   /// async_request; on an error with a text (errc::remote_error), `reply` holds as much of it
