@@ -3,6 +3,7 @@
 // (shmio_bench::allocations()). In a file of its own: inlined
 // into callers, the replacement makes g++ see new/free pairs it warns about.
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <new>
@@ -19,10 +20,22 @@ void* operator new(std::size_t n) {
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
+namespace {
+// posix_memalign wants at least a pointer's alignment; aligned_alloc and aligned new take any
+// power of two.
+void* aligned_block(std::size_t alignment, std::size_t size) noexcept {
+  void* p = nullptr;
+  const int e =
+      ::posix_memalign(&p, alignment < sizeof(void*) ? sizeof(void*) : alignment, size ? size : 1);
+  if (e == 0) return p;
+  errno = e;
+  return nullptr;
+}
+}  // namespace
+
 void* operator new(std::size_t n, std::align_val_t a) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
-  void* p = nullptr;
-  if (::posix_memalign(&p, static_cast<std::size_t>(a), n ? n : 1) == 0) return p;
+  if (void* p = aligned_block(static_cast<std::size_t>(a), n)) return p;
   throw std::bad_alloc();
 }
 
@@ -32,10 +45,7 @@ void* operator new(std::size_t n, std::align_val_t a) {
 // one takes its memory from posix_memalign, and free() gives it back.
 extern "C" void* aligned_alloc(std::size_t alignment, std::size_t size) noexcept {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
-  void* p = nullptr;
-  // posix_memalign wants at least a pointer's alignment; aligned_alloc takes any power of two.
-  const std::size_t al = alignment < sizeof(void*) ? sizeof(void*) : alignment;
-  return ::posix_memalign(&p, al, size ? size : 1) == 0 ? p : nullptr;
+  return aligned_block(alignment, size);
 }
 void operator delete(void* p) noexcept {
   std::free(p);

@@ -302,9 +302,11 @@ def broadcast_tables(runs):
         received = median_of(runs, n, "received_per_sub")
         # Compared with the socket by what each subscriber receives: a lossy one gets only part
         # of what is published (the socket's subscribers get every message).
-        published = median_of(runs, n, "iterations")
-        delivered = (rate * received / published if rate is not None and received is not None
-                     and published else rate)
+        # Per repetition, then the median: the three figures of one run belong together.
+        per_run = [b["items_per_second"] * b["received_per_sub"] / b["iterations"]
+                   for b in runs.get(n, []) if b.get("items_per_second") is not None and
+                   b.get("received_per_sub") is not None and b.get("iterations")]
+        delivered = statistics.median(per_run) if per_run else rate
         mode = ("asio local stream, a socket per subscriber" if m.group(2) is None else
                 "shmio lossy" if m.group(2) == "1" else "shmio reliable")
         out.append(f"| {mode} | {m.group(1)} | "

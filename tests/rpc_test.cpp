@@ -253,7 +253,6 @@ TEST_CASE("rpc_buffer: a reply completes on the executor of the caller's handler
   scoped_name name("rpc");
   asio::io_context io, other;
   auto guard = asio::make_work_guard(other);
-  shmio::test::io_thread other_thread(other);  // stopped and joined also if a check throws
   rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_sync_handler(add_two));
   rpc_buffer opener(io.get_executor(), shmio::open_only, name);
   // Counted here, checked after the join: Catch2's assertions are for one thread.
@@ -273,6 +272,8 @@ TEST_CASE("rpc_buffer: a reply completes on the executor of the caller's handler
                            });
                          }));
   };
+  // After everything its handlers use: stopped and joined first, also if a check throws.
+  shmio::test::io_thread other_thread(other);
   asio::post(io, [&] { call(20); });
   io.run_for(bound);
   CHECK(io.stopped());  // both ends closed: nothing of theirs left running

@@ -54,14 +54,7 @@ void rpc_acceptor_impl::sweep_if_due() noexcept {
   // backlog was full, retrying) leaves a channel that no request names: no acceptor opens it,
   // so none finds it stale, and its random name is never made again. Such files are looked for
   // when the service starts, and then at most once a minute as it accepts.
-  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               std::chrono::steady_clock::now().time_since_epoch())
-                               .count();
-  // relaxed: a schedule; the CAS only keeps two accepts from sweeping at once.
-  std::int64_t due = next_sweep_ns_.load(std::memory_order_relaxed);
-  if (now < due) return;
-  const std::int64_t next = now + std::chrono::nanoseconds(std::chrono::minutes(1)).count();
-  if (!next_sweep_ns_.compare_exchange_strong(due, next, std::memory_order_relaxed)) return;
+  if (!turn_due(next_sweep_ns_, std::chrono::minutes(1))) return;
   try {
     sweep_stale_segments(std::string(name()) + '#');
   } catch (...) {  // std::bad_alloc: best effort

@@ -132,15 +132,8 @@ std::string temp_path() {
 // one sweep a minute in a process: it lists the directory).
 void sweep_temporaries_now_and_then() noexcept {
   static std::atomic<std::int64_t> next_sweep_ns{0};
-  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               std::chrono::steady_clock::now().time_since_epoch())
-                               .count();
-  // relaxed: a schedule; the CAS only keeps two threads from sweeping at once.
-  std::int64_t due = next_sweep_ns.load(std::memory_order_relaxed);
-  if (now < due) return;
-  const std::int64_t next = now + std::chrono::nanoseconds(std::chrono::minutes(1)).count();
-  if (!next_sweep_ns.compare_exchange_strong(due, next, std::memory_order_relaxed)) return;
-  detail::sweep_abandoned_temporaries();
+  if (detail::turn_due(next_sweep_ns, std::chrono::minutes(1)))
+    detail::sweep_abandoned_temporaries();
 }
 
 // Builds a complete segment under a private name, locked and initialised.

@@ -1,6 +1,7 @@
 #include "shmio/detail/segment_locks.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 
 #include "shmio/detail/layout.hpp"
@@ -118,6 +119,45 @@ stale_test remove_if_abandoned_temporary(int fd, const std::string& path, std::e
   return remove_if_unheld(fd, path, ec);
 }
 
+namespace {
+
+// Removes the files of shm_directory whose names begin with `file_prefix` and that `test` (with
+// the admin lock held) finds stale. Best effort: a sweep never waits (it runs inside a create,
+// or on an acceptor's thread), so a file that cannot be looked at, or whose admin lock is busy,
+// is left for the next sweep.
+void sweep_files(std::string_view file_prefix,
+                 stale_test (*test)(int, const std::string&, std::error_code&)) {
+  std::error_code ec;
+  const std::string dir(shm_directory);
+  for (const std::string& file : platform::list_directory(dir, ec)) {
+    if (!file.starts_with(file_prefix)) continue;
+    const std::string path = dir + file;
+    std::error_code file_ec;
+    platform::unique_fd fd = platform::open_existing(path, file_ec);
+    if (file_ec) continue;
+    const auto st = platform::status(fd.get(), file_ec);
+    if (file_ec || !st.regular || st.owner_uid != platform::user_id()) continue;
+    if (!platform::try_lock_byte(fd.get(), layout::admin_lock_byte, platform::lock_kind::exclusive,
+                                 file_ec))
+      continue;
+    // Removed: the fd's close lets go of the admin and the exclusive holder lock together,
+    // as nothing else ever holds the latter without the former.
+    if (test(fd.get(), path, file_ec) != stale_test::removed) unlock_admin(fd.get());
+  }
+}
+
+}  // namespace
+
+bool turn_due(std::atomic<std::int64_t>& next_ns, std::chrono::nanoseconds period) noexcept {
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+  // relaxed: a schedule; the CAS only keeps two threads from taking the same turn.
+  std::int64_t due = next_ns.load(std::memory_order_relaxed);
+  if (now < due) return false;
+  return next_ns.compare_exchange_strong(due, now + period.count(), std::memory_order_relaxed);
+}
+
 void sweep_stale_segments(std::string_view name_prefix) noexcept {
   try {
     std::error_code ec;
@@ -126,46 +166,14 @@ void sweep_stale_segments(std::string_view name_prefix) noexcept {
     std::string longer(name_prefix);
     longer += 'x';
     if (ec || !segment_file_name(longer, ec).starts_with(prefix) || ec) return;
-    const std::string dir(shm_directory);
-    for (const std::string& file : platform::list_directory(dir, ec)) {
-      if (!file.starts_with(prefix)) continue;
-      const std::string path = dir + file;
-      std::error_code file_ec;
-      platform::unique_fd fd = platform::open_existing(path, file_ec);
-      if (file_ec) continue;
-      const auto st = platform::status(fd.get(), file_ec);
-      if (file_ec || !st.regular || st.owner_uid != platform::user_id()) continue;
-      if (!platform::try_lock_byte(fd.get(), layout::admin_lock_byte,
-                                   platform::lock_kind::exclusive, file_ec))
-        continue;
-      // Removed: closing fd lets go of both locks, as in the sweep below.
-      if (remove_if_unheld(fd.get(), path, file_ec) != stale_test::removed) unlock_admin(fd.get());
-    }
+    sweep_files(prefix, &remove_if_unheld);
   } catch (...) {  // std::bad_alloc from the listing or a name: the sweep is best effort
   }
 }
 
 void sweep_abandoned_temporaries() noexcept {
   try {
-    std::error_code ec;
-    const std::string dir(shm_directory);
-    for (const std::string& file : platform::list_directory(dir, ec)) {
-      if (!file.starts_with(temporary_file_prefix)) continue;
-      const std::string path = dir + file;
-      std::error_code file_ec;
-      platform::unique_fd fd = platform::open_existing(path, file_ec);
-      if (file_ec) continue;
-      const auto st = platform::status(fd.get(), file_ec);
-      if (file_ec || !st.regular || st.owner_uid != platform::user_id()) continue;
-      // One try at the admin lock: a sweep never waits (it runs inside a create).
-      if (!platform::try_lock_byte(fd.get(), layout::admin_lock_byte,
-                                   platform::lock_kind::exclusive, file_ec))
-        continue;
-      // Removed: the fd's close lets go of the admin and the exclusive holder lock together,
-      // as nothing else ever holds the latter without the former.
-      if (remove_if_abandoned_temporary(fd.get(), path, file_ec) != stale_test::removed)
-        unlock_admin(fd.get());
-    }
+    sweep_files(temporary_file_prefix, &remove_if_abandoned_temporary);
   } catch (...) {  // std::bad_alloc from the listing: the sweep is best effort
   }
 }

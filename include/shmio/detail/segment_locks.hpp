@@ -4,6 +4,7 @@
 // segment open holds a shared lock on byte 0 of its file; create, open, close and stale removal
 // take the admin lock on byte 1 around their test-and-act.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -68,6 +69,10 @@ bool old_enough_to_be_abandoned(std::uint64_t modified_ns) noexcept;
 /// With the admin lock held: unlinks the temporary file at `path` (open as `fd`) if abandoned.
 /// `held` also when it is too young to tell.
 stale_test remove_if_abandoned_temporary(int fd, const std::string& path, std::error_code& ec);
+/// True, once per `period` across the threads that share `next_ns` (steady clock, ns; 0 at
+/// first: the first call takes a turn): for work done now and then, such as the sweeps below.
+bool turn_due(std::atomic<std::int64_t>& next_ns, std::chrono::nanoseconds period) noexcept;
+
 /// Removes the stale segment files whose names begin with `name_prefix` (nothing if the prefix's
 /// file name would be cut: a cut name cannot be matched). Best effort, and never waits: a file
 /// that cannot be looked at, or whose admin lock is busy, is left for the next sweep.
