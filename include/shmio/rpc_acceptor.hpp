@@ -95,9 +95,9 @@ class rpc_acceptor {
   /// Stops taking connections: pending accepts complete with operation_aborted, and new
   /// clients get errc::not_found. The service's name is free at once: a service may be made
   /// again under it before the aborted accepts have run. Connections already made are not
-  /// affected. An accept making
-  /// its connection on another thread at that moment (its handler bound elsewhere) gives it up
-  /// and completes with operation_aborted, unless it had it made before close() began.
+  /// affected. An accept making its connection on another thread at that moment (its handler
+  /// bound elsewhere) gives it up and completes with operation_aborted, unless it had it made
+  /// before close() began.
   void close() noexcept;
 
  private:

@@ -268,21 +268,17 @@ asio::awaitable<void> rpc_channel::housekeeping_loop(
         request_posted_ = link_->post_request(connect_pid_, connect_nonce_, ec);
         if (ec) connect_failed(ec);
       }
-      if (connecting() && tick % ticks_per_peer_check == 0 && !link_->server_alive())
-        connect_failed(errc::peer_gone);
-      // An acceptor that counted itself holds its admission byte until it has let go of its
-      // lock byte: both free, it refused the channel after all (its end failed to attach), or
-      // took it and went at once. Only a second such look, a check later, fails the connect:
-      // an accept packet written before it went is read meanwhile (our reader runs between
-      // the two ticks), and the connect then completes as it would have. acquire: as
-      // wait_connected's look.
       if (connecting() && tick % ticks_per_peer_check == 0) {
+        // An acceptor that counted itself holds its admission byte until it has let go of its
+        // lock byte: both free, it refused the channel after all (its end failed to attach), or
+        // took it and went at once. Only a second such look, a check later, fails the connect:
+        // an accept packet written before it went is read meanwhile (our reader runs between
+        // the two ticks), and the connect then completes as it would have. acquire: as
+        // wait_connected's look.
         const bool left = header_->opener_generation.load(std::memory_order_acquire) != 0 &&
                           look_at_peer_locks() == peer_locks::free;
-        if (!left)
-          acceptor_left_looks_ = 0;
-        else if (++acceptor_left_looks_ == 2)
-          connect_failed(errc::peer_gone);
+        acceptor_left_looks_ = left ? acceptor_left_looks_ + 1 : 0;
+        if (!link_->server_alive() || acceptor_left_looks_ == 2) connect_failed(errc::peer_gone);
       }
     }
     const bool watched = !calls_.empty() || !serving_.empty() || poll_peer_;

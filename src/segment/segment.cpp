@@ -81,8 +81,8 @@ existing probe_existing(const std::string& path, object_kind kind, bool adopt, m
     case detail::stale_test::removed:
       return existing::stale_removed;  // closing fd drops our locks
     case detail::stale_test::held:
-      ec = detail::file_error(
-          ec);  // why it could not tell (for a stale file: why its unlink failed)
+      // Why it could not tell (for a stale file: why its unlink failed).
+      ec = detail::file_error(ec);
       break;
   }
   if (!ec && adopt) st = platform::status(fd.get(), ec);  // its size, as of under the lock
