@@ -270,6 +270,18 @@ TEST_CASE("inspect reports corrupted files as corrupted", "[inspect]") {
     REQUIRE(info.ring);
     CHECK(info.ring->invalid == 1);
   }
+  SECTION("a tail moved far past the head") {
+    leave_stale_ring(name.str());
+    // The ring's writers fail with corrupted from then on (ring.cpp): the inspector says so.
+    const std::uint64_t tail = std::uint64_t{1} << 40;
+    overwrite(path, 64 + 64, &tail, sizeof tail);  // the segment header, then ring_state.tail
+    auto info = shmio::inspect::examine(name.str(), ec);
+    CHECK(info.status == shmio::errc::corrupted);
+    CHECK_THAT(info.problem, Catch::Contains("head and tail"));
+    REQUIRE(info.ring);
+    CHECK(info.ring->cursors_apart);
+    CHECK(info.ring->invalid == 0);
+  }
   SECTION("a length past the node size") {
     leave_stale_ring(name.str());
     const std::uint32_t length = 1000;

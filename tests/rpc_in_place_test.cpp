@@ -181,7 +181,7 @@ TEST_CASE("rpc in place: a handler's exception reaches the caller's buffer as re
     std::tie(ec, n) =
         co_await opener.async_request("nope", {}, asio::buffer(reply), tuple_awaitable);
     CHECK(ec == errc::no_such_method);
-    CHECK(reply.substr(0, n) == "no method 'nope' at this end");
+    CHECK(reply.substr(0, n) == "the other end has no method 'nope'");
     std::tie(ec, n) = co_await opener.async_request(std::string(256, 'x'), {}, asio::buffer(reply),
                                                     tuple_awaitable);
     CHECK(ec == errc::invalid_argument);

@@ -1068,6 +1068,99 @@ TEST_CASE("rpc_acceptor: a request for a channel whose admin lock is held is ref
   acceptor.close();
 }
 
+TEST_CASE("rpc_acceptor: a channel whose admin lock is held closes at once on the service's side",
+          "[rpc][service]") {
+  // The acceptor's end of a connection closes on the service's thread, and a close takes the
+  // file's admin lock. Held by the client (stopped, or hostile), it used to stall the whole
+  // service 2 s per close, as the open did before it.
+  scoped_name name("svc");
+  asio::io_context io;
+  service::hold_counts counts;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  std::chrono::steady_clock::duration took{};
+  run_body(io, [&]() -> asio::awaitable<void> {
+    rpc_buffer client(io.get_executor()), other(io.get_executor());
+    rpc_buffer end = co_await connect_pair(acceptor, client, service::handler(counts));
+    rpc_buffer other_end = co_await connect_pair(acceptor, other, service::handler(counts));
+    std::error_code ec;
+    detail::platform::unique_fd admin(
+        ::open(detail::segment_path(client.name(), ec).c_str(), O_RDWR | O_CLOEXEC));
+    REQUIRE(admin.get() >= 0);
+    REQUIRE(detail::platform::try_lock_byte(admin.get(), layout::admin_lock_byte,
+                                            detail::platform::lock_kind::exclusive, ec));
+    const auto start = std::chrono::steady_clock::now();
+    end.close();
+    const auto request = service::payload(64, 7);
+    CHECK(co_await other.async_request(asio::buffer(request), asio::use_awaitable) ==
+          service::answer(request));
+    took = std::chrono::steady_clock::now() - start;
+    admin.reset();
+    client.close();
+    other.close();
+    other_end.close();
+    acceptor.close();
+  });
+  CAPTURE(std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
+  CHECK(took < 1500ms);  // the old wait for the lock alone was 2 s
+}
+
+TEST_CASE(
+    "rpc_acceptor: a client that truncates its channel's file fails that channel, not the "
+    "service",
+    "[rpc][service][hostile]") {
+  // The service maps a file its client made, and any process that can write a file can
+  // truncate it: the next access to a page it took raises SIGBUS, which would kill the service
+  // and every other client's connection with it. The truncation guard an RPC end installs
+  // turns that into zero pages, and the channel whose file it was fails with corrupted.
+  const bool service_calls = GENERATE(true, false);
+  CAPTURE(service_calls);
+  scoped_name name("svc");
+  asio::io_context io;
+  service::hold_counts counts;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  REQUIRE(detail::platform::truncation_guard_installed());
+  run_body(io, [&]() -> asio::awaitable<void> {
+    rpc_buffer client(io.get_executor());
+    rpc_buffer end = co_await connect_pair(acceptor, client, service::handler(counts));
+    const auto request = service::payload(100, 3);
+    CHECK(co_await client.async_request(asio::buffer(request), asio::use_awaitable) ==
+          service::answer(request));
+    // Cut to its first page: the headers and the rings' states stay, every node goes (a node
+    // of these rings is over 1 KiB, and the first begins past the two rings' headers).
+    std::error_code ec;
+    const std::string path = detail::segment_path(client.name(), ec);
+    REQUIRE_FALSE(ec);
+    {
+      detail::platform::unique_fd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+      REQUIRE(fd.get() >= 0);
+      REQUIRE(::ftruncate(fd.get(), 4096) == 0);
+    }
+    const auto faults = detail::platform::faults_recovered();
+    // Either end writes a node of a ring the truncation took: the write faults, the guard maps
+    // zeros in its place, and the call fails at once rather than at its timeout.
+    rpc_buffer& caller = service_calls ? end : client;
+    auto [call_ec, reply] =
+        co_await caller.async_request(asio::buffer(request), 5s, tuple_awaitable);
+    CHECK(call_ec == errc::corrupted);
+    CHECK(detail::platform::faults_recovered() > faults);
+    // The channel has failed: later calls fail at once too.
+    auto [again_ec, again] =
+        co_await caller.async_request(asio::buffer(request), 5s, tuple_awaitable);
+    CHECK(again_ec == errc::corrupted);
+    // The service goes on serving its other clients.
+    rpc_buffer other(io.get_executor());
+    rpc_buffer other_end = co_await connect_pair(acceptor, other, service::handler(counts));
+    CHECK(co_await other.async_request(asio::buffer(request), asio::use_awaitable) ==
+          service::answer(request));
+    other.close();
+    other_end.close();
+    client.close();
+    end.close();
+    acceptor.close();
+  });
+  CHECK(shm_files_with(name.str()) == 0);
+}
+
 TEST_CASE("rpc_acceptor: a service removes the channels its killed clients left unannounced",
           "[rpc][service]") {
   // A client makes its channel, then posts its request: one killed in between (or while it
@@ -1535,7 +1628,7 @@ TEST_CASE("rpc_server: named methods, the unnamed one, and names that are not th
     auto [ec2, r2] =
         co_await client.async_request("del", asio::buffer(request), 1h, tuple_awaitable);
     CHECK(ec2 == errc::no_such_method);
-    CHECK(text_of(r2) == "no method 'del' at this end");
+    CHECK(text_of(r2) == "the other end has no method 'del'");
     CHECK(std::chrono::steady_clock::now() - start < 5s);
     // Names out of range never leave this process.
     auto [ec3, r3] = co_await client.async_request("", asio::buffer(request), tuple_awaitable);

@@ -309,6 +309,46 @@ TEST_CASE("rpc_stream: a write started after its end's close() began fails with 
   });
 }
 
+TEST_CASE("rpc_stream: a write after the caller left and its end then closed fails with peer_gone",
+          "[rpc][stream]") {
+  // An rpc_server closes the end of a client that went, maybe before the handler's next write
+  // runs: that write reports why the stream ended (its caller went), not the close after it.
+  scoped_name name("stream");
+  asio::io_context io;
+  std::optional<std::error_code> wrote;
+  bool go = false;
+  rpc_methods methods;
+  methods.add("items",
+              [&](std::uint64_t, std::span<const std::byte>,
+                  rpc_stream_writer out) -> asio::awaitable<void> {
+                // Writes on after the cancellation that comes with the caller's going.
+                co_await asio::this_coro::throw_if_cancelled(false);
+                const bytes_t x = item(1, 0);
+                co_await out.async_write(asio::buffer(x), asio::use_awaitable);
+                auto ex = co_await asio::this_coro::executor;
+                while (!go)
+                  co_await asio::post(ex, asio::use_awaitable);
+                auto [ec] = co_await out.async_write(asio::buffer(x), tuple_awaitable);
+                wrote = ec;
+              });
+  rpc_buffer caller(io, shmio::create_only, name, {}, options());
+  rpc_buffer server(io, shmio::open_only, name, methods);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    const bytes_t seed = seed_bytes(1);
+    rpc_stream s =
+        co_await caller.async_request_stream("items", asio::buffer(seed), asio::use_awaitable);
+    auto [ec, got] = co_await s.async_read(tuple_awaitable);
+    CHECK_FALSE(ec);
+    caller.close();
+    auto [closed_ec] = co_await server.async_wait_closed(tuple_awaitable);
+    CHECK_FALSE(closed_ec);
+    server.close();
+    go = true;
+    CO_REQUIRE(co_await wait_until([&] { return wrote.has_value(); }));
+    CHECK(*wrote == errc::peer_gone);
+  });
+}
+
 TEST_CASE("rpc_stream: a stream request started right before close() does not open",
           "[rpc][stream]") {
   // Started from outside the strand (the io_context is not running), so the request waits to

@@ -849,7 +849,7 @@ TEST_CASE("rpc_buffer: awaited with use_awaitable, a failed call throws rpc_erro
     caught = co_await rpc_error_of(opener.async_request("nope", {}, asio::use_awaitable));
     REQUIRE(caught);
     CHECK(caught->code() == errc::no_such_method);
-    CHECK(caught->remote_what() == "no method 'nope' at this end");
+    CHECK(caught->remote_what() == "the other end has no method 'nope'");
     // Success is unchanged; text in and out without casts.
     const std::string greeting = "hello";
     auto reply = co_await opener.async_request("echo", asio::buffer(greeting), asio::use_awaitable);

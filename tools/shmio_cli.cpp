@@ -172,7 +172,9 @@ std::string calls_text(const inspect::rpc_service_info& r) {
   std::uint64_t calls = 0;
   for (const auto& m : r.methods)
     calls += m.calls;
-  return count(calls, "call", "calls");
+  // A full table may have left methods out: their calls were not counted.
+  return (r.methods.size() >= inspect::rpc_counted_methods ? "at least " : "") +
+         count(calls, "call", "calls");
 }
 
 // "2 clients (1 live)"; "at least ..." when some connections' names were cut (see inspect.hpp).
@@ -302,7 +304,10 @@ void print_detail(const inspect::segment_info& s) {
       if (c.status) std::printf("; CORRUPTED: %s", c.problem.c_str());
       std::printf("\n");
     }
-    std::printf("methods:  %zu\n", r.methods.size());
+    std::printf("methods:  %zu%s\n", r.methods.size(),
+                r.methods.size() >= inspect::rpc_counted_methods
+                    ? " (the most a service counts: any others' calls are not counted)"
+                    : "");
     for (const auto& m : r.methods)
       std::printf("  %s%s  %s\n", m.name.empty() ? "(unnamed)" : printable(m.name).c_str(),
                   m.name_cut ? "..." : "", count(m.calls, "call", "calls").c_str());
@@ -376,6 +381,7 @@ void write_ring(json_writer& j, const inspect::ring_info& r) {
   j.key("invalid").value(std::uint64_t{r.invalid});
   j.key("head").value(r.head);
   j.key("tail").value(r.tail);
+  j.key("cursors_apart").value(r.cursors_apart);
   j.key("readers");
   write_queue(j, r.readers);
   j.key("writers");

@@ -182,8 +182,12 @@ class broadcast_buffer {
   auto async_write(asio::const_buffer message, CompletionToken&& token);
   /// As write_in_place; `fill` runs in the completion handler's context (its associated
   /// executor: strand-safe), just before the handler, never inside this call and never under a
-  /// lock of shmio's. This handle holds the writer lock meanwhile: keep it short. If `fill`
-  /// throws, nothing is published and the operation completes with errc::callback_failed.
+  /// mutex of shmio's in this process. The broadcast's writer lock (in shared memory) is this
+  /// handle's from the moment the write can go until `fill` has run: every other writer, in
+  /// any process, waits for it meanwhile, also while the handler waits for its executor to run
+  /// it (or until the handler is destroyed unrun). Keep `fill` short and the executor running.
+  /// If `fill` throws, nothing is published and the operation completes with
+  /// errc::callback_failed.
   template <class Fill, class CompletionToken>
   auto async_write_in_place(Fill fill, CompletionToken&& token);
   /// Reads the next message into `buffer` when one is published.

@@ -40,6 +40,9 @@ struct ring_info {
   std::uint32_t invalid = 0;    ///< nodes whose word or length is inconsistent
   std::uint64_t head = 0;       ///< readers' position hint
   std::uint64_t tail = 0;       ///< writers' position hint
+  /// The head and tail further apart than a ring's cursors ever are (two laps either way):
+  /// one of them was damaged, and writers or readers of the ring fail with errc::corrupted.
+  bool cursors_apart = false;
   wait_queue_info readers;
   wait_queue_info writers;
   std::uint32_t used() const noexcept { return published + writing + reading; }
@@ -136,6 +139,10 @@ struct rpc_method_info {
   std::uint64_t calls = 0;  ///< as recorded; informational
 };
 
+/// The methods of a service that its listener counts calls for: those its connections were
+/// first given; the calls of any method past them are not counted.
+inline constexpr std::size_t rpc_counted_methods = 64;
+
 /// An RPC service (object_kind::rpc_listener, made by an rpc_acceptor or rpc_server): the sizes
 /// of every connection's channel, its server, the connect requests waiting and its clients.
 struct rpc_service_info {
@@ -153,8 +160,8 @@ struct rpc_service_info {
   /// False when the service's name is so long that its connections' file names may be cut: a
   /// cut name cannot be told to be this service's, so such connections are missing.
   bool clients_complete = true;
-  /// Its methods (up to 64, in the order its connections were first given them), with the
-  /// calls taken for each.
+  /// Its methods (up to rpc_counted_methods, in the order its connections were first given
+  /// them), with the calls taken for each.
   std::vector<rpc_method_info> methods;
 
   std::uint32_t waiting() const noexcept { return requests.published; }  ///< connect requests

@@ -29,6 +29,11 @@
 // with cancellation where one is needed; mind that asio's awaitable operators (`||` with a
 // timer) cancel the read with cancellation_type::terminal, which ends the stream. For a timeout
 // that leaves the stream going, cancel the read with cancellation_type::total.
+//
+// Work: an open stream keeps its end reading, and with it io_context::run() from returning,
+// until it ends (eof or an error read) or is closed, whether or not a read is pending: unlike
+// a socket's idle read side, its items, its end or the other end's failure may come at any
+// time and are kept for the next read. A stream the caller stops reading early: close() it.
 
 #include <cstddef>
 #include <cstdint>

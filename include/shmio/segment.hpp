@@ -87,6 +87,12 @@ class segment {
   /// The file descriptor of the segment file (-1 when closed). Objects built on a segment use
   /// it for per-participant liveness locks; it stays owned by the segment.
   int native_handle() const noexcept { return fd_; }
+  /// True if another process truncated the file under this handle and the truncation guard
+  /// kept this process alive: the pages it took now read as zeros, and what is written there
+  /// reaches nobody; the object on the segment fails with errc::corrupted. Only RPC segments
+  /// (object_kind::rpc and rpc_listener) are guarded, in a process with an RPC end (it installs
+  /// the guard); a truncation of any other segment faults with SIGBUS (docs/protocol.md).
+  bool faulted() const noexcept;
 
   /// Removes the file of `name` whether or not it is in use; processes that have it mapped keep
   /// their mapping. Returns false (and leaves `ec` clear) if there was no such file. Takes the
@@ -103,6 +109,8 @@ class segment {
   object_kind kind_ = object_kind::raw;
   bool created_ = false;
   std::uint32_t opened_by_ = 0;  // process id: a forked child must not touch our locks
+  // How long close() waits for the admin lock: as long as the open did.
+  std::uint32_t admin_patience_ms_ = 2000;
 
   friend struct segment_access;
 };

@@ -185,7 +185,11 @@ segment_info examine_one(const std::string& path, std::error_code& ec) {
     set_problem(info, errc::corrupted, "shorter than a segment header");
     return info;
   }
-  const void* base = platform::map_read_only(fd.get(), st.size, ec);
+  // A file truncated while we read it must not kill the inspector: the guard turns the fault
+  // into pages of zeros, and the file is reported damaged (below).
+  std::error_code no_guard;  // without it, such a truncation faults as it would have anyway
+  platform::install_truncation_guard(no_guard);
+  const void* base = platform::map_read_only(fd.get(), st.size, ec, true);
   if (ec) return info;
   // Unmapped on every way out: reading the contents allocates, and may throw.
   struct unmapper {
@@ -194,6 +198,8 @@ segment_info examine_one(const std::string& path, std::error_code& ec) {
     ~unmapper() { platform::unmap(const_cast<void*>(base), size); }
   } mapped{base, st.size};
   read_contents(static_cast<const std::byte*>(base), st.size, fd.get(), info);
+  if (platform::mapping_faulted(base))
+    set_problem(info, errc::corrupted, "truncated while it was being read");
   return info;
 }
 

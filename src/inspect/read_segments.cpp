@@ -68,6 +68,9 @@ ring_info read_ring(std::span<const std::byte> body, const detail::ring_geometry
   // relaxed: snapshot for display, as everywhere here.
   r.head = st.head.position.load(std::memory_order_relaxed);
   r.tail = st.tail.position.load(std::memory_order_relaxed);
+  // A hint lags its ring by a few positions at most; two laps apart either way is damage.
+  const std::uint64_t laps2 = 2 * std::uint64_t{g.node_count};
+  r.cursors_apart = r.tail - r.head > laps2 && r.head - r.tail > laps2;
   r.readers = read_queue(st.readers);
   r.writers = read_queue(st.writers);
   const std::byte* nodes = body.data() + g.nodes_offset;
@@ -121,6 +124,8 @@ void read_circular_buffer(std::span<const std::byte> body, segment_info& info) {
   info.ring = read_ring(body, g);
   if (info.ring->invalid)
     set_problem(info, errc::corrupted, std::to_string(info.ring->invalid) + " invalid nodes");
+  else if (info.ring->cursors_apart)
+    set_problem(info, errc::corrupted, "head and tail further apart than the ring allows");
 }
 
 void read_rpc(std::span<const std::byte> body, int fd, segment_info& info) {
@@ -162,6 +167,8 @@ void read_rpc(std::span<const std::byte> body, int fd, segment_info& info) {
   info.rpc = std::move(r);
   if (info.rpc->to_opener.invalid || info.rpc->to_owner.invalid)
     set_problem(info, errc::corrupted, "invalid ring nodes");
+  else if (info.rpc->to_opener.cursors_apart || info.rpc->to_owner.cursors_apart)
+    set_problem(info, errc::corrupted, "a ring's head and tail further apart than it allows");
 }
 
 std::string hex(std::uint64_t v) {
@@ -422,6 +429,9 @@ void read_listener(std::span<const std::byte> body, int fd, segment_info& info) 
   if (info.rpc_service->requests.invalid)
     set_problem(info, errc::corrupted,
                 std::to_string(info.rpc_service->requests.invalid) + " invalid connect ring nodes");
+  else if (info.rpc_service->requests.cursors_apart)
+    set_problem(info, errc::corrupted,
+                "the connect ring's head and tail further apart than it allows");
 }
 
 // Reads the header and, for known kinds, the body of the mapped file.

@@ -136,26 +136,30 @@ void unlink(const std::string& path, std::error_code& ec) {
   if (::unlink(path.c_str()) != 0) ec = last_error();
 }
 
-void* map_shared(int fd, std::size_t size, std::error_code& ec) {
+void* map_shared(int fd, std::size_t size, std::error_code& ec, bool guarded) {
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     ec = last_error();
     return nullptr;
   }
+  if (guarded) guard_mapping(p, size);
   return p;
 }
 
-const void* map_read_only(int fd, std::size_t size, std::error_code& ec) {
+const void* map_read_only(int fd, std::size_t size, std::error_code& ec, bool guarded) {
   void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     ec = last_error();
     return nullptr;
   }
+  if (guarded) guard_mapping(p, size);
   return p;
 }
 
 void unmap(void* address, std::size_t size) noexcept {
-  if (address) ::munmap(address, size);
+  if (!address) return;
+  unguard_mapping(address);  // first: the range may be reused once it is unmapped
+  ::munmap(address, size);
 }
 
 void page_populator::add(const void* address, std::size_t size) noexcept {

@@ -14,6 +14,7 @@ std::shared_ptr<rpc_acceptor_impl> rpc_acceptor_impl::create(const asio::any_io_
                                                              std::string_view name,
                                                              const rpc_options& options,
                                                              std::error_code& ec) {
+  guard_rpc_mappings();
   std::shared_ptr<rpc_acceptor_impl> im(new rpc_acceptor_impl);
   im->seg_ = create_listener(name, options, ec);
   if (ec) return nullptr;
@@ -87,6 +88,9 @@ std::optional<outcome<taken_request>> rpc_acceptor_impl::take_request() {
       std::memcpy(&request, message.data(), std::min(message.size(), sizeof request));
     };
     const auto got = attempt_read(ring_, copy, ring_.node_size());
+    // Another process truncated the listener (the truncation guard kept us alive): its ring is
+    // gone, and the acceptor fails as for a damaged one.
+    if (seg_.faulted()) return outcome<taken_request>{errc::corrupted, {}};
     if (!got) return std::nullopt;
     if (!got->ec && length == sizeof request)
       return outcome<taken_request>{{}, {request, false, waiter_, queue_hold(*waiter_, 0)}};

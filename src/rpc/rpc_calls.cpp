@@ -249,6 +249,12 @@ asio::awaitable<void> rpc_channel::housekeeping_loop(
     tick_.expires_after(tick_period);
     co_await tick_.async_wait(as_tuple_awaitable);
     if (closed_) break;
+    // The file truncated under us while nothing was read or written (a call waits for its
+    // answer): the answer can never come.
+    if (seg_.faulted()) {
+      fail(errc::corrupted);
+      break;
+    }
     const auto now = std::chrono::steady_clock::now();
     // The expired ones first, then each abandoned if it is still there: abandoning one may
     // finish others (credit admits a waiting call, whose send may fail on a damaged ring).

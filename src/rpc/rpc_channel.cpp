@@ -129,7 +129,10 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
       packet_.resize(node.size());  // within the reserved node size: no allocation
       copy_bytes(packet_.data(), node.data(), node.size());
     };
-    return attempt_read(in_, copy, in_.node_size());
+    auto r = attempt_read(in_, copy, in_.node_size());
+    // The file truncated under us: what was read may be the guard's zeros.
+    if (seg_.faulted()) return size_outcome{outcome<std::size_t>{errc::corrupted, 0}};
+    return r;
   };
   std::uint32_t corrupt_run = 0;  // bad results from the ring since the last good packet
   std::chrono::steady_clock::time_point turn_start;  // of a long turn: see reader_turn
@@ -169,7 +172,8 @@ asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<
         // The ring skips a bad node and says so; a damaged head says so for ever, without a
         // node to skip. More bad results in a row than the ring has nodes can only be that:
         // taking again would spin, so the channel fails and closes.
-        if (++corrupt_run > in_.node_count()) {
+        // A truncated file fails the channel at once: its pages are gone.
+        if (++corrupt_run > in_.node_count() || seg_.faulted()) {
           fail(errc::corrupted);
           co_return;
         }
@@ -390,8 +394,9 @@ void rpc_channel::send_failed(const outgoing_message& m, std::error_code ec) {
   // A stream has no timeout to end it: a lost item, end or credit would leave one end waiting
   // for ever. The channel fails instead (later, outside whatever loop is sending), and the
   // other end hears of it as of a close.
+  // So does a truncated file (the truncation guard kept us alive), for every packet.
   if (m.type == packet_type::stream_item || m.type == packet_type::stream_end ||
-      m.type == packet_type::stream_credit)
+      m.type == packet_type::stream_credit || seg_.faulted())
     asio::post(strand_, [self = shared_from_this(), ec] {
       if (!self->closed_) self->fail(ec);
     });

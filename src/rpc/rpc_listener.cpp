@@ -96,7 +96,7 @@ std::shared_ptr<method_counters> method_counters::map(const segment& listener,
   std::shared_ptr<method_counters> c(new method_counters);
   const std::size_t body_offset = sizeof(layout::segment_header);
   c->size_ = body_offset + listener.body().size();
-  c->base_ = platform::map_shared(listener.native_handle(), c->size_, ec);
+  c->base_ = platform::map_shared(listener.native_handle(), c->size_, ec, true);
   if (ec) return nullptr;
   // Only this process writes the table (its acceptor made it): no one else's values to check.
   c->table_ = reinterpret_cast<layout::method_table*>(static_cast<std::byte*>(c->base_) +
@@ -126,7 +126,13 @@ std::atomic<std::uint64_t>* method_counters::counter(std::string_view name) {
   return &slot.calls;
 }
 
+void guard_rpc_mappings() noexcept {
+  std::error_code ignored;  // without it, a truncation faults as it would have anyway
+  platform::install_truncation_guard(ignored);
+}
+
 std::unique_ptr<listener_link> listener_link::open(std::string_view service, std::error_code& ec) {
+  guard_rpc_mappings();
   auto owned = std::make_unique<listener_link>();
   listener_link& link = *owned;
   link.seg_ = segment::open(service, object_kind::rpc_listener, ec);
@@ -172,6 +178,11 @@ bool listener_link::post_request(std::uint32_t pid, std::uint64_t nonce, std::er
     return sizeof request;
   };
   const auto written = attempt_write(ring_, fill);
+  // The listener truncated under us (the truncation guard kept us alive): nothing was sent.
+  if (seg_.faulted()) {
+    ec = errc::corrupted;
+    return false;
+  }
   if (!written) return false;
   ec = written->ec;
   return !ec;

@@ -97,6 +97,7 @@ std::shared_ptr<rpc_channel> rpc_channel::make_owner(const asio::any_io_executor
                                                      std::string_view name, rpc_service service,
                                                      const rpc_options& options,
                                                      std::error_code& ec) {
+  guard_rpc_mappings();
   std::uint64_t ring_bytes = 0;
   if (!ring_view::body_size_for(options.node_count, options.node_size, ring_bytes) ||
       options.node_size <= packet_header_size || options.max_message_size > 0xFFFF'FFFFull) {
@@ -143,7 +144,9 @@ std::shared_ptr<rpc_channel> rpc_channel::make_opener(const asio::any_io_executo
                                                       const rpc_options* expected) {
   // An acceptor opens its clients' channels on its executor's thread: a file whose admin lock is
   // held longer than a preempted holder holds it (a client stopped in its close, or a hostile
-  // process) is refused, not waited for 2 s, or one client could stall the whole service.
+  // process) is refused, not waited for 2 s, or one client could stall the whole service. Its
+  // close waits as long (segment.hpp).
+  guard_rpc_mappings();
   segment seg =
       open_segment(name, object_kind::rpc, expected ? acceptor_admin_patience : admin_patience, ec);
   if (ec) return nullptr;

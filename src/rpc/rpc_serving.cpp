@@ -75,9 +75,9 @@ void rpc_channel::start_request(incoming_message m) {
   }
   const rpc_method* method = service_.find(name);
   if (!method) {
-    if (!named) return send_error(m.id, errc::no_handler, "no handler at this end");
+    if (!named) return send_error(m.id, errc::no_handler, "the other end has no handler");
     return send_error(m.id, errc::no_such_method,
-                      "no method '" + std::string(name) + "' at this end");
+                      "the other end has no method '" + std::string(name) + "'");
   }
   if (stream != static_cast<bool>(method->stream)) {
     const std::string which = named ? "method '" + std::string(name) + "'" : "the unnamed method";
@@ -88,10 +88,10 @@ void rpc_channel::start_request(incoming_message m) {
   // What a stream may hold here is ours to bound: the caller's window is the most its handler
   // sends ahead of the reads, and so waits in our outbox when the caller reads slowly.
   if (stream && window > served_window_limit_)
-    return send_error(m.id, errc::invalid_argument,
-                      "stream window " + std::to_string(window) + " is above this end's limit (" +
-                          std::to_string(served_window_limit_) +
-                          ", rpc_options::stream_window_limit)");
+    return send_error(
+        m.id, errc::invalid_argument,
+        "stream window " + std::to_string(window) + " is above the other end's limit (" +
+            std::to_string(served_window_limit_) + ", rpc_options::stream_window_limit)");
   // A method's count is of the requests its handler takes: counted as one starts, not for one
   // refused, nor for one deferred (it is counted when it starts later).
   // A plain handler runs here and now: no coroutine to start, no trip through the
@@ -108,7 +108,7 @@ void rpc_channel::start_request(incoming_message m) {
     // Later, when a handler ends; past as many again, the caller hears at once. (The reader
     // goes on reading meanwhile: cancels for running handlers must still get through.)
     if (deferred_.size() >= max_handlers_)
-      return send_error(m.id, errc::busy, "too many requests at once at this end");
+      return send_error(m.id, errc::busy, "too many requests at once at the other end");
     m.own();  // kept past its packet
     deferred_.push_back(std::move(m));
     return;

@@ -229,10 +229,13 @@ void rpc_channel::write_stream(std::uint64_t request_id, std::uint64_t session,
   // may run inside the initiating function).
   asio::dispatch(strand_, [self = shared_from_this(), request_id, session, write_id,
                            item = std::move(item), op = std::move(op)]() mutable {
+    // Its caller went (the session it was written for is over): peer_gone, as for a write
+    // pending then, also once this end closed after it (an rpc_server closes the end of a
+    // client that died, maybe before this runs).
+    if (session != self->session_) return complete(std::move(op), errc::peer_gone, false);
     // closing(): once close() began, send() drops what it is given, so a write that went on
     // would report an item sent that never is.
     if (self->closing()) return complete(std::move(op), asio::error::operation_aborted, false);
-    if (session != self->session_) return complete(std::move(op), errc::peer_gone, false);
     auto it = self->serving_.find(request_id);
     if (it == self->serving_.end() || !it->second.stream.active || it->second.stream.ended)
       return complete(std::move(op), asio::error::operation_aborted, false);

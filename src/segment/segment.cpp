@@ -48,13 +48,20 @@ std::error_code validate_header(const layout::segment_header& h, std::uint64_t f
 
 enum class existing { opened, missing, stale_removed, live };
 
-void release_holder_lock(int fd, const std::string& path) noexcept;
+void release_holder_lock(int fd, const std::string& path,
+                         std::chrono::milliseconds patience = detail::admin_patience) noexcept;
 
 // The header's page is touched right after the mapping (validated or written), and by every
 // object after it: mapped in one call rather than by a page fault.
 void populate_first_page(void* base) noexcept {
   platform::page_populator pages;
   pages.add(base, sizeof(layout::segment_header));
+}
+
+// The kinds whose mappings the truncation guard covers (platform.hpp): RPC's, where a service
+// maps files its clients made, and every RPC end checks for a fault (docs/protocol.md).
+bool guarded_kind(object_kind kind) noexcept {
+  return kind == object_kind::rpc || kind == object_kind::rpc_listener;
 }
 
 // Looks at the file at `path`. A stale one is removed; a live one is opened (if `adopt`) or
@@ -106,7 +113,7 @@ existing probe_existing(const std::string& path, object_kind kind, bool adopt, m
     return existing::live;
   };
   if (st.size < sizeof(layout::segment_header)) return fail(errc::corrupted);
-  void* base = platform::map_shared(fd.get(), st.size, ec);
+  void* base = platform::map_shared(fd.get(), st.size, ec, guarded_kind(kind));
   if (ec) return fail(ec);
   populate_first_page(base);
   const std::error_code invalid =
@@ -157,7 +164,7 @@ mapping build_private(const std::string& temp, object_kind kind, std::size_t bod
       !ec)
     ec = std::make_error_code(std::errc::resource_unavailable_try_again);  // swept: never, fresh
   if (!ec) platform::reserve(m.fd.get(), total, ec);
-  void* base = ec ? nullptr : platform::map_shared(m.fd.get(), total, ec);
+  void* base = ec ? nullptr : platform::map_shared(m.fd.get(), total, ec, guarded_kind(kind));
   if (ec) {
     ec = detail::file_error(ec);
     std::error_code ignored;
@@ -192,9 +199,10 @@ mapping build_private(const std::string& temp, object_kind kind, std::size_t bod
 // unlink. When it fails, our holder lock is dropped before the admin lock: another closer that
 // takes the admin lock next must not see it, or the two could each find the other still there
 // and neither would remove the file.
-void release_holder_lock(int fd, const std::string& path) noexcept {
+void release_holder_lock(int fd, const std::string& path,
+                         std::chrono::milliseconds patience) noexcept {
   std::error_code ec;
-  if (!detail::lock_admin(fd, ec)) return;  // closing fd still releases the holder lock
+  if (!detail::lock_admin(fd, ec, patience)) return;  // closing fd still releases the holder lock
   if (platform::try_lock_byte(fd, layout::holder_lock_byte, platform::lock_kind::exclusive, ec)) {
     auto st = platform::status(fd, ec);
     if (!ec && st.links > 0) platform::unlink(path, ec);
@@ -208,6 +216,9 @@ void release_holder_lock(int fd, const std::string& path) noexcept {
 }  // namespace
 
 struct segment_access {
+  static void set_admin_patience(segment& s, std::chrono::milliseconds patience) noexcept {
+    s.admin_patience_ms_ = static_cast<std::uint32_t>(patience.count());
+  }
   static segment make(std::string_view name, std::string path, mapping m, object_kind kind,
                       bool created) {
     segment s;
@@ -299,8 +310,12 @@ segment detail::open_segment(std::string_view name, object_kind kind,
   mapping m;
   for (int round = 0; round < max_create_rounds; ++round) {
     switch (probe_existing(path, kind, true, m, ec, admin_patience)) {
-      case existing::opened:
-        return segment_access::make(name, path, std::move(m), kind, false);
+      case existing::opened: {
+        segment s = segment_access::make(name, path, std::move(m), kind, false);
+        // A process that can hold an open up can hold a close up as long: the same patience.
+        segment_access::set_admin_patience(s, admin_patience);
+        return s;
+      }
       case existing::live:
         return {};
       case existing::stale_removed:
@@ -347,7 +362,8 @@ segment::segment(segment&& o) noexcept
       size_(std::exchange(o.size_, 0)),
       kind_(o.kind_),
       created_(o.created_),
-      opened_by_(o.opened_by_) {}
+      opened_by_(o.opened_by_),
+      admin_patience_ms_(o.admin_patience_ms_) {}
 
 segment& segment::operator=(segment&& o) noexcept {
   if (this != &o) {
@@ -360,6 +376,7 @@ segment& segment::operator=(segment&& o) noexcept {
     kind_ = o.kind_;
     created_ = o.created_;
     opened_by_ = o.opened_by_;
+    admin_patience_ms_ = o.admin_patience_ms_;
   }
   return *this;
 }
@@ -373,11 +390,16 @@ void segment::close() noexcept {
   platform::unique_fd fd(std::exchange(fd_, -1));
   // A child forked without exec shares our open file description and with it our locks: any
   // lock it dropped would be dropped for us. It only unmaps; the parent decides the removal.
-  if (platform::process_id() == opened_by_) release_holder_lock(fd.get(), path_);
+  if (platform::process_id() == opened_by_)
+    release_holder_lock(fd.get(), path_, std::chrono::milliseconds(admin_patience_ms_));
   platform::unmap(base_, size_);
   base_ = nullptr;
   size_ = 0;
 }  // closing fd releases any lock left
+
+bool segment::faulted() const noexcept {
+  return platform::mapping_faulted(base_);
+}
 
 std::span<std::byte> segment::body() const noexcept {
   if (!base_) return {};

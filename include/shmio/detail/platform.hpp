@@ -61,10 +61,29 @@ void reserve(int fd, std::uint64_t size, std::error_code& ec);
 void rename_no_replace(const std::string& from, const std::string& to, std::error_code& ec);
 void unlink(const std::string& path, std::error_code& ec);
 
-void* map_shared(int fd, std::size_t size, std::error_code& ec);
+/// `guarded`: registered with the truncation guard (below).
+void* map_shared(int fd, std::size_t size, std::error_code& ec, bool guarded = false);
 /// A read-only shared mapping, of a file opened read-only.
-const void* map_read_only(int fd, std::size_t size, std::error_code& ec);
+const void* map_read_only(int fd, std::size_t size, std::error_code& ec, bool guarded = false);
 void unmap(void* address, std::size_t size) noexcept;
+
+/// The truncation guard. A process that truncates a segment's file makes every other process's
+/// next access to the pages it took fault (SIGBUS), which kills the process by default. Once
+/// installed (once per process; it chains to the SIGBUS handler that was there before for
+/// faults elsewhere), the handler maps private zero pages over the rest of a guarded mapping
+/// that faulted and marks it: the access completes, reads zeros and writes nowhere, and the
+/// object that owns the mapping asks mapping_faulted and fails. A mapping is guarded when it
+/// is made so (map_shared, map_read_only) and until it is unmapped; a fault in any other goes
+/// to the handler that was there before (by default the process dies, as without the guard):
+/// only an object that asks mapping_faulted may be left to run on zeros.
+void install_truncation_guard(std::error_code& ec) noexcept;
+bool truncation_guard_installed() noexcept;
+/// True once the guard replaced pages of the mapping that starts at `base`.
+bool mapping_faulted(const void* base) noexcept;
+/// Faults the guard recovered in this process so far.
+std::uint64_t faults_recovered() noexcept;
+void guard_mapping(const void* base, std::size_t size) noexcept;
+void unguard_mapping(const void* base) noexcept;
 
 /// Gathers byte ranges of a shared mapping into runs of adjacent pages and fills in the page
 /// table entries of each run with one system call (MADV_POPULATE_WRITE), so that touching them

@@ -267,7 +267,11 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
     } guard{writing_};
     if (released_.load(std::memory_order_seq_cst))
       return outcome<std::size_t>{asio::error::operation_aborted, 0};
-    return attempt_write(out_, fill);
+    auto written = attempt_write(out_, fill);
+    // The other end truncated the file under us (the truncation guard kept us alive): what
+    // was written reached nobody.
+    if (seg_.faulted()) return outcome<std::size_t>{errc::corrupted, 0};
+    return written;
   }
   void forget_name() noexcept;
   void complete_closed_waiters(std::error_code ec);

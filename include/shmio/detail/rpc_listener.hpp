@@ -20,6 +20,13 @@
 
 namespace shmio::detail {
 
+/// Installs the truncation guard (platform.hpp) in this process, once: every RPC end maps
+/// files that other processes can truncate (a service, one made by each of its clients), and
+/// one client must not be able to kill the service, or another client, by truncating one. The
+/// channel or acceptor whose mapping faulted then fails with errc::corrupted. A process where
+/// the handler cannot be installed (sigaction fails) goes on without it.
+void guard_rpc_mappings() noexcept;
+
 /// What the listener's header says, each field read once and checked.
 struct listener_settings {
   rpc_options channel;  ///< the sizes and limits of every connection's channel
