@@ -1091,8 +1091,8 @@ TEST_CASE("rpc_acceptor: a channel whose admin lock is held closes at once on th
     const auto start = std::chrono::steady_clock::now();
     end.close();
     const auto request = service::payload(64, 7);
-    CHECK(co_await other.async_request(asio::buffer(request), asio::use_awaitable) ==
-          service::answer(request));
+    const auto answered = co_await other.async_request(asio::buffer(request), asio::use_awaitable);
+    CHECK(answered == service::answer(request));
     took = std::chrono::steady_clock::now() - start;
     admin.reset();
     client.close();
@@ -1123,8 +1123,8 @@ TEST_CASE(
     rpc_buffer client(io.get_executor());
     rpc_buffer end = co_await connect_pair(acceptor, client, service::handler(counts));
     const auto request = service::payload(100, 3);
-    CHECK(co_await client.async_request(asio::buffer(request), asio::use_awaitable) ==
-          service::answer(request));
+    const auto answered = co_await client.async_request(asio::buffer(request), asio::use_awaitable);
+    CHECK(answered == service::answer(request));
     // Cut to its first page: the headers and the rings' states stay, every node goes (a node
     // of these rings is over 1 KiB, and the first begins past the two rings' headers).
     std::error_code ec;
@@ -1136,22 +1136,28 @@ TEST_CASE(
       REQUIRE(::ftruncate(fd.get(), 4096) == 0);
     }
     const auto faults = detail::platform::faults_recovered();
-    // Either end writes a node of a ring the truncation took: the write faults, the guard maps
-    // zeros in its place, and the call fails at once rather than at its timeout.
+    // The client's call writes a node of a ring the truncation took: the write faults, the
+    // guard maps zeros in its place, and the call fails at once rather than at its timeout.
+    // The service's call may find the client's end failed first (its own look at the file
+    // every 50 ms while it has anything pending, or its reader's fault): then the client is
+    // gone for it. Either way, at once.
     rpc_buffer& caller = service_calls ? end : client;
+    const auto failed = [&](std::error_code ec) {
+      return ec == errc::corrupted || (service_calls && ec == errc::peer_gone);
+    };
     auto [call_ec, reply] =
         co_await caller.async_request(asio::buffer(request), 5s, tuple_awaitable);
-    CHECK(call_ec == errc::corrupted);
-    CHECK(detail::platform::faults_recovered() > faults);
+    CHECK(failed(call_ec));
+    if (!service_calls) CHECK(detail::platform::faults_recovered() > faults);
     // The channel has failed: later calls fail at once too.
     auto [again_ec, again] =
         co_await caller.async_request(asio::buffer(request), 5s, tuple_awaitable);
-    CHECK(again_ec == errc::corrupted);
+    CHECK(failed(again_ec));
     // The service goes on serving its other clients.
     rpc_buffer other(io.get_executor());
     rpc_buffer other_end = co_await connect_pair(acceptor, other, service::handler(counts));
-    CHECK(co_await other.async_request(asio::buffer(request), asio::use_awaitable) ==
-          service::answer(request));
+    const auto served = co_await other.async_request(asio::buffer(request), asio::use_awaitable);
+    CHECK(served == service::answer(request));
     other.close();
     other_end.close();
     client.close();

@@ -561,6 +561,57 @@ TEST_CASE("rpc_stream: a handler's exception ends the stream after its items, wi
   });
 }
 
+TEST_CASE("rpc_stream: awaited with use_awaitable, a read's failure throws rpc_error with its text",
+          "[rpc][stream]") {
+  scoped_name name("stream");
+  asio::io_context io;
+  writer_log log;
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, streaming(log, 2));
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    rpc_stream fails = co_await caller.async_request_stream("fails", {}, asio::use_awaitable);
+    for (int i = 0; i < 2; ++i) {
+      const bytes_t got = co_await fails.async_read(asio::use_awaitable);
+      CHECK(text(got) == "x");
+    }
+    auto caught = co_await rpc_error_of(fails.async_read(asio::use_awaitable));
+    CO_REQUIRE(caught.has_value());
+    CHECK(caught->code() == errc::remote_error);
+    CHECK(caught->remote_what() == "the feed broke");
+    CHECK_THAT(caught->what(), Catch::Contains("the feed broke"));
+    // The end of a stream that ended well throws too, as use_awaitable does for any error.
+    rpc_stream items = co_await caller.async_request_stream("items", asio::buffer(seed_bytes(5)),
+                                                            asio::use_awaitable);
+    CO_REQUIRE(co_await read_items(items, 5, 0, 2));
+    caught = co_await rpc_error_of(items.async_read(asio::use_awaitable));
+    CO_REQUIRE(caught.has_value());
+    CHECK(caught->code() == asio::error::eof);
+    // A batch throws the same, with the text it would have had as its one item.
+    rpc_stream batch = co_await caller.async_request_stream("fails", {}, asio::use_awaitable);
+    const auto first = co_await batch.async_read_batch(1, asio::use_awaitable);
+    CHECK(first.size() == 1);
+    std::size_t read = first.size();
+    try {
+      for (;;)
+        read += (co_await batch.async_read_batch(8, asio::use_awaitable)).size();
+    } catch (const shmio::rpc_error& e) {
+      CHECK(e.code() == errc::remote_error);
+      CHECK(e.remote_what() == "the feed broke");
+    }
+    CHECK(read == 2);
+    // A stream that is not open: operation_aborted, thrown as rpc_error, posted.
+    rpc_stream none;
+    caught = co_await rpc_error_of(none.async_read(asio::use_awaitable));
+    CO_REQUIRE(caught.has_value());
+    CHECK(caught->code() == asio::error::operation_aborted);
+    caught = co_await rpc_error_of(none.async_read_batch(4, asio::use_awaitable));
+    CO_REQUIRE(caught.has_value());
+    CHECK(caught->code() == asio::error::operation_aborted);
+    caller.close();
+    server.close();
+  });
+}
+
 TEST_CASE("rpc_stream: unknown names, the wrong kind of method and bad names are refused",
           "[rpc][stream]") {
   scoped_name name("stream");

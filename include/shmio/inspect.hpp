@@ -40,8 +40,8 @@ struct ring_info {
   std::uint32_t invalid = 0;    ///< nodes whose word or length is inconsistent
   std::uint64_t head = 0;       ///< readers' position hint
   std::uint64_t tail = 0;       ///< writers' position hint
-  /// The head and tail further apart than a ring's cursors ever are (two laps either way):
-  /// one of them was damaged, and writers or readers of the ring fail with errc::corrupted.
+  /// The head and tail further apart than a ring's cursors ever are (two laps either way, in
+  /// a pair read while the head stood still): one of them was damaged.
   bool cursors_apart = false;
   wait_queue_info readers;
   wait_queue_info writers;

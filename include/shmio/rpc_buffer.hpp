@@ -58,6 +58,7 @@
 #include "shmio/detail/context.hpp"
 #include "shmio/error.hpp"
 #include "shmio/open_mode.hpp"
+#include "shmio/rpc_error.hpp"
 #include "shmio/rpc_methods.hpp"
 #include "shmio/rpc_options.hpp"
 #include "shmio/rpc_stream.hpp"
@@ -71,21 +72,6 @@ struct outgoing_message;
 struct rpc_buffer_access;
 struct rpc_service;
 }  // namespace detail
-
-/// What a failed call throws when awaited with asio::use_awaitable (other tokens get the
-/// error_code and the text as the reply's bytes): a shmio::error whose code() is the call's
-/// error, and the text the other end sent with it, if any (for errc::remote_error, the remote
-/// exception's what()), in remote_what() and in what().
-class rpc_error : public error {
- public:
-  rpc_error(std::error_code ec, std::string_view channel, std::string remote_what);
-  const std::string& remote_what() const noexcept { return remote_what_; }
-  const char* what() const noexcept override { return what_.c_str(); }
-
- private:
-  std::string remote_what_;
-  std::string what_;
-};
 
 class rpc_buffer {
  public:

@@ -51,6 +51,7 @@
 #include <asio/use_awaitable.hpp>
 
 #include "shmio/detail/rpc_stream_core.hpp"
+#include "shmio/rpc_error.hpp"
 
 namespace shmio {
 
@@ -98,6 +99,9 @@ class rpc_stream {
   /// too many handlers running); errc::corrupted (the other end broke the protocol, e.g. sent
   /// past the window); asio::error::operation_aborted (this stream or its channel closed, or the
   /// read was cancelled). Once the stream has ended, every later read gets the same error.
+  /// Awaited with asio::use_awaitable itself, a failure (eof too) throws rpc_error, whose
+  /// remote_what() is the other end's text, as a call's does: the completion signature is then
+  /// `void(std::exception_ptr, std::vector<std::byte>)`.
   ///
   /// Per-operation cancellation: terminal and partial end the stream (its handler over there is
   /// cancelled); total aborts this read only, and the stream goes on.
@@ -112,7 +116,9 @@ class rpc_stream {
   /// Completion signature: `void(std::error_code, std::vector<std::vector<std::byte>> items)`:
   /// at least one item and no error while the stream goes on; once every item is read, the
   /// error that ended it (as async_read's), with no items, except errc::remote_error, whose one
-  /// item is the handler's exception text. Cancellation: as async_read.
+  /// item is the handler's exception text. Awaited with asio::use_awaitable itself, a failure
+  /// throws rpc_error carrying that text, as async_read's does (the completion signature is
+  /// then `void(std::exception_ptr, ...)`). Cancellation: as async_read.
   template <class CompletionToken>
   auto async_read_batch(std::size_t max_items, CompletionToken&& token);
 

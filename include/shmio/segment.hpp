@@ -109,7 +109,7 @@ class segment {
   object_kind kind_ = object_kind::raw;
   bool created_ = false;
   std::uint32_t opened_by_ = 0;  // process id: a forked child must not touch our locks
-  // How long close() waits for the admin lock: as long as the open did.
+  // How long close() waits for the admin lock (detail::set_close_patience).
   std::uint32_t admin_patience_ms_ = 2000;
 
   friend struct segment_access;

@@ -65,12 +65,19 @@ ring_info read_ring(std::span<const std::byte> body, const detail::ring_geometry
   ring_info r;
   r.node_count = g.node_count;
   r.node_size = g.node_size;
-  // relaxed: snapshot for display, as everywhere here.
-  r.head = st.head.position.load(std::memory_order_relaxed);
-  r.tail = st.tail.position.load(std::memory_order_relaxed);
-  // A hint lags its ring by a few positions at most; two laps apart either way is damage.
+  // relaxed: snapshot for display, as everywhere here. The head read again after the tail: a
+  // pair read while the ring moved (we were preempted between the two loads) is read again, so
+  // that a busy small ring is not taken for a damaged one.
+  for (int tries = 0; tries < 8; ++tries) {
+    r.head = st.head.position.load(std::memory_order_relaxed);
+    r.tail = st.tail.position.load(std::memory_order_relaxed);
+    if (st.head.position.load(std::memory_order_relaxed) == r.head) break;
+  }
+  // A hint lags its ring by a few positions at most; two laps apart either way (in a pair read
+  // while the head stood still) is damage.
   const std::uint64_t laps2 = 2 * std::uint64_t{g.node_count};
-  r.cursors_apart = r.tail - r.head > laps2 && r.head - r.tail > laps2;
+  r.cursors_apart = r.tail - r.head > laps2 && r.head - r.tail > laps2 &&
+                    st.head.position.load(std::memory_order_relaxed) == r.head;
   r.readers = read_queue(st.readers);
   r.writers = read_queue(st.writers);
   const std::byte* nodes = body.data() + g.nodes_offset;

@@ -12,6 +12,7 @@
 
 #include "shmio/detail/recycled_map.hpp"
 #include "shmio/detail/rpc_channel.hpp"
+#include "shmio/detail/segment_locks.hpp"
 
 #include "channel_waits.hpp"
 
@@ -289,6 +290,12 @@ asio::awaitable<void> rpc_channel::housekeeping_loop(
     }
     const bool watched = !calls_.empty() || !serving_.empty() || poll_peer_;
     if (tick % ticks_per_peer_check == 0 && watched) {
+      // A file truncated under us fails the channel before anything here touches the pages
+      // it took (the guard would see to that too, but only once something does).
+      if (file_shrunk(seg_)) {
+        fail(errc::corrupted);
+        break;
+      }
       // The lock tells of a death; the generation of a death already followed by a new
       // opener (whose lock hides the old one's absence).
       if (owner_) follow_opener();

@@ -145,11 +145,12 @@ std::shared_ptr<rpc_channel> rpc_channel::make_opener(const asio::any_io_executo
   // An acceptor opens its clients' channels on its executor's thread: a file whose admin lock is
   // held longer than a preempted holder holds it (a client stopped in its close, or a hostile
   // process) is refused, not waited for 2 s, or one client could stall the whole service. Its
-  // close waits as long (segment.hpp).
+  // close waits little longer (acceptor_close_patience).
   guard_rpc_mappings();
   segment seg =
       open_segment(name, object_kind::rpc, expected ? acceptor_admin_patience : admin_patience, ec);
   if (ec) return nullptr;
+  if (expected) set_close_patience(seg, acceptor_close_patience);
   // An acceptor's new connection, made with the sizes it expects: mapped before it is
   // validated (which reads both rings' states), and only if the file is as large as those
   // sizes make it, so that every page populated is in the mapping.

@@ -18,6 +18,10 @@ using layout::packet_type;
 
 // ---- the entry points of rpc_stream and rpc_stream_writer ----------------------------------
 
+const std::string& channel_name(const rpc_channel& ch) noexcept {
+  return ch.name();
+}
+
 std::uint64_t stream_op_id(rpc_channel& ch) noexcept {
   return ch.next_id();
 }

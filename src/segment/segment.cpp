@@ -302,6 +302,17 @@ segment segment::open(std::string_view name, object_kind kind, std::error_code& 
   return detail::open_segment(name, kind, detail::admin_patience, ec);
 }
 
+bool detail::file_shrunk(const segment& s) noexcept {
+  if (!s.is_open()) return false;
+  std::error_code ec;
+  const auto st = platform::status(s.native_handle(), ec);
+  return !ec && st.size < sizeof(layout::segment_header) + s.body().size();
+}
+
+void detail::set_close_patience(segment& s, std::chrono::milliseconds patience) noexcept {
+  segment_access::set_admin_patience(s, patience);
+}
+
 segment detail::open_segment(std::string_view name, object_kind kind,
                              std::chrono::milliseconds admin_patience, std::error_code& ec) {
   ec.clear();
@@ -310,12 +321,8 @@ segment detail::open_segment(std::string_view name, object_kind kind,
   mapping m;
   for (int round = 0; round < max_create_rounds; ++round) {
     switch (probe_existing(path, kind, true, m, ec, admin_patience)) {
-      case existing::opened: {
-        segment s = segment_access::make(name, path, std::move(m), kind, false);
-        // A process that can hold an open up can hold a close up as long: the same patience.
-        segment_access::set_admin_patience(s, admin_patience);
-        return s;
-      }
+      case existing::opened:
+        return segment_access::make(name, path, std::move(m), kind, false);
       case existing::live:
         return {};
       case existing::stale_removed:

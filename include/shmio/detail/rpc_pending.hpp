@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -20,9 +21,12 @@
 #include <asio/post.hpp>
 #include <asio/prefer.hpp>
 #include <asio/recycling_allocator.hpp>
+#include <asio/use_awaitable.hpp>
 
+#include "shmio/bytes.hpp"
 #include "shmio/detail/handler_wait_op.hpp"
 #include "shmio/detail/op_queue.hpp"
+#include "shmio/rpc_error.hpp"
 
 namespace shmio::detail {
 
@@ -226,6 +230,41 @@ class rpc_call final : public pending_call, public pending_handler<rpc_call<Hand
   void destroy() noexcept override { this->free(); }
 };
 
+class rpc_channel;
+/// The channel's name, for the rpc_error its callers' failures throw.
+const std::string& channel_name(const rpc_channel& ch) noexcept;
+
+/// A caller's completion handler of the signature `void(std::exception_ptr, reply)`: what
+/// use_awaitable gets, so that a failure throws rpc_error with the other end's text (the
+/// error_code form would throw a std::system_error without it). For a call's reply and for a
+/// stream's next item alike.
+template <class Handler>
+class rpc_throwing_call final : public pending_call,
+                                public pending_handler<rpc_throwing_call<Handler>, Handler> {
+ public:
+  rpc_throwing_call(typename rpc_throwing_call::memory::alloc_type alloc, Handler h,
+                    const asio::any_io_executor& ex, const rpc_channel* ch)
+      : pending_handler<rpc_throwing_call, Handler>(std::move(alloc), std::move(h), ex),
+        channel_(ch) {}
+  void destroy() noexcept override { this->free(); }
+  void complete(std::error_code ec, reply_bytes reply, bool may_dispatch) override {
+    if (!ec) return this->finish(may_dispatch, std::exception_ptr(), reply.take());
+    // The channel completes its calls while it lives: its name is still there.
+    auto e = std::make_exception_ptr(rpc_error(ec, channel_name(*channel_), to_string(reply.view)));
+    this->finish(may_dispatch, std::move(e), std::vector<std::byte>());
+  }
+
+ private:
+  const rpc_channel* channel_;
+};
+
+/// True for asio::use_awaitable itself: the one token whose operations complete with an
+/// exception_ptr (rpc_throwing_call) rather than an error_code.
+template <class T>
+struct use_awaitable_token : std::false_type {};
+template <class Executor>
+struct use_awaitable_token<asio::use_awaitable_t<Executor>> : std::true_type {};
+
 /// A stream reader's completion handler, kept until items (or the end) come.
 template <class Handler>
 class rpc_items final : public pending_items, public pending_handler<rpc_items<Handler>, Handler> {
@@ -236,6 +275,30 @@ class rpc_items final : public pending_items, public pending_handler<rpc_items<H
     this->finish(may_dispatch, ec, std::move(items));
   }
   void destroy() noexcept override { this->free(); }
+};
+
+/// rpc_items for use_awaitable (`void(std::exception_ptr, items)`), as rpc_throwing_call is for
+/// rpc_call: a batch that ends the stream with an error gets that error's text as its only item,
+/// which goes into the rpc_error it throws instead.
+template <class Handler>
+class rpc_throwing_items final : public pending_items,
+                                 public pending_handler<rpc_throwing_items<Handler>, Handler> {
+ public:
+  rpc_throwing_items(typename rpc_throwing_items::memory::alloc_type alloc, Handler h,
+                     const asio::any_io_executor& ex, const rpc_channel* ch)
+      : pending_handler<rpc_throwing_items, Handler>(std::move(alloc), std::move(h), ex),
+        channel_(ch) {}
+  void complete(std::error_code ec, std::vector<std::vector<std::byte>> items,
+                bool may_dispatch) override {
+    if (!ec) return this->finish(may_dispatch, std::exception_ptr(), std::move(items));
+    auto e = std::make_exception_ptr(rpc_error(
+        ec, channel_name(*channel_), items.empty() ? std::string() : to_string(items[0])));
+    this->finish(may_dispatch, std::move(e), std::vector<std::vector<std::byte>>());
+  }
+  void destroy() noexcept override { this->free(); }
+
+ private:
+  const rpc_channel* channel_;
 };
 
 /// A handler waiting for an event without a value.

@@ -28,6 +28,17 @@ std::error_code file_error(const std::error_code& ec);
 inline constexpr std::chrono::milliseconds admin_patience{2000};
 /// How long an acceptor waits for the admin lock of a channel it was asked to open.
 inline constexpr std::chrono::milliseconds acceptor_admin_patience{10};
+/// How long the acceptor's end of a connection waits for the admin lock as it closes, on the
+/// service's thread too. Longer than the open's: a close that gives up leaves the file behind
+/// if it was the last (a client closing at the same moment found it still there), until the
+/// acceptor's next sweep of stale channels. Still short: a process that holds the lock holds
+/// the service up this long per close.
+inline constexpr std::chrono::milliseconds acceptor_close_patience{100};
+/// True if `s`'s file is now shorter than what `s` mapped: another process truncated it, and
+/// touching the pages it took will fault (a system call: for a periodic look, not per access).
+bool file_shrunk(const segment& s) noexcept;
+/// Sets how long `s`'s close waits for the admin lock (admin_patience unless set).
+void set_close_patience(segment& s, std::chrono::milliseconds patience) noexcept;
 /// Takes the segment file's admin lock. It is held for microseconds by well-behaved processes;
 /// a holder stopped by a signal must not hang us: after `patience`, errc::timed_out.
 bool lock_admin(int fd, std::error_code& ec, std::chrono::milliseconds patience = admin_patience);

@@ -81,29 +81,6 @@ struct rpc_cancel {
 
 namespace detail {
 
-/// A caller's completion handler of the signature `void(std::exception_ptr, reply)`: what
-/// use_awaitable gets, so that a failure throws rpc_error with the other end's text (the
-/// error_code form would throw a std::system_error without it).
-template <class Handler>
-class rpc_throwing_call final : public pending_call,
-                                public pending_handler<rpc_throwing_call<Handler>, Handler> {
- public:
-  rpc_throwing_call(typename rpc_throwing_call::memory::alloc_type alloc, Handler h,
-                    const asio::any_io_executor& ex, const rpc_channel* ch)
-      : pending_handler<rpc_throwing_call, Handler>(std::move(alloc), std::move(h), ex),
-        channel_(ch) {}
-  void destroy() noexcept override { this->free(); }
-  void complete(std::error_code ec, reply_bytes reply, bool may_dispatch) override {
-    if (!ec) return this->finish(may_dispatch, std::exception_ptr(), reply.take());
-    // The channel completes its calls while it lives: its name is still there.
-    auto e = std::make_exception_ptr(rpc_error(ec, channel_->name(), to_string(reply.view)));
-    this->finish(may_dispatch, std::move(e), std::vector<std::byte>());
-  }
-
- private:
-  const rpc_channel* channel_;
-};
-
 /// A call made in place: its reply goes into the caller's buffer, and its handler gets the
 /// reply's size. `Throwing`: the handler takes an exception_ptr (see rpc_throwing_call).
 template <class Handler, bool Throwing>
@@ -181,11 +158,6 @@ struct rpc_request_initiation {
     ch->start_call(id, std::move(call), std::move(request), limit);
   }
 };
-
-template <class T>
-struct use_awaitable_token : std::false_type {};
-template <class Executor>
-struct use_awaitable_token<asio::use_awaitable_t<Executor>> : std::true_type {};
 
 }  // namespace detail
 

@@ -6,6 +6,8 @@
 #include <asio/error.hpp>
 #include <asio/experimental/append.hpp>
 #include <asio/post.hpp>
+#include <exception>
+#include <type_traits>
 
 namespace shmio {
 namespace detail {
@@ -47,23 +49,37 @@ struct stream_write_cancel {
 
 template <class CompletionToken>
 auto rpc_stream::async_read(CompletionToken&& token) {
-  return asio::async_initiate<CompletionToken, void(std::error_code, std::vector<std::byte>)>(
+  // With use_awaitable, a failure throws rpc_error with the other end's text, as a call's does.
+  constexpr bool throwing = detail::use_awaitable_token<std::decay_t<CompletionToken>>::value;
+  using signature = std::conditional_t<throwing, void(std::exception_ptr, std::vector<std::byte>),
+                                       void(std::error_code, std::vector<std::byte>)>;
+  return asio::async_initiate<CompletionToken, signature>(
       [](auto handler, const executor_type& ex, const std::shared_ptr<detail::rpc_channel>& ch,
          const std::shared_ptr<detail::stream_state>& st) {
         if (!st) {  // not open: completes as any other completion, never inside this function
           auto hex = asio::get_associated_executor(handler, ex);
-          return asio::post(
-              hex, asio::experimental::append(std::move(handler),
-                                              std::error_code(asio::error::operation_aborted),
-                                              std::vector<std::byte>{}));
+          const std::error_code aborted = asio::error::operation_aborted;
+          if constexpr (throwing)
+            return asio::post(
+                hex, asio::experimental::append(std::move(handler),
+                                                std::make_exception_ptr(rpc_error(aborted, {}, {})),
+                                                std::vector<std::byte>{}));
+          else
+            return asio::post(hex, asio::experimental::append(std::move(handler), aborted,
+                                                              std::vector<std::byte>{}));
         }
         const std::uint64_t read_id = detail::stream_op_id(*ch);
         auto slot = asio::get_associated_cancellation_slot(handler);
         if (slot.is_connected())
           slot.template emplace<detail::stream_read_cancel>(
               detail::stream_read_cancel{ch, st, read_id});
-        detail::stream_read(ch, st, read_id,
-                            detail::make_pending<detail::rpc_call>(std::move(handler), ex));
+        if constexpr (throwing)
+          detail::stream_read(
+              ch, st, read_id,
+              detail::make_pending<detail::rpc_throwing_call>(std::move(handler), ex, ch.get()));
+        else
+          detail::stream_read(ch, st, read_id,
+                              detail::make_pending<detail::rpc_call>(std::move(handler), ex));
       },
       token, ex_, channel_, state_);
 }
@@ -71,23 +87,38 @@ auto rpc_stream::async_read(CompletionToken&& token) {
 template <class CompletionToken>
 auto rpc_stream::async_read_batch(std::size_t max_items, CompletionToken&& token) {
   using items_type = std::vector<std::vector<std::byte>>;
-  return asio::async_initiate<CompletionToken, void(std::error_code, items_type)>(
+  // As async_read: with use_awaitable, a failure throws rpc_error with the other end's text.
+  constexpr bool throwing = detail::use_awaitable_token<std::decay_t<CompletionToken>>::value;
+  using signature = std::conditional_t<throwing, void(std::exception_ptr, items_type),
+                                       void(std::error_code, items_type)>;
+  return asio::async_initiate<CompletionToken, signature>(
       [](auto handler, const executor_type& ex, const std::shared_ptr<detail::rpc_channel>& ch,
          const std::shared_ptr<detail::stream_state>& st, std::size_t max) {
         if (!st) {  // not open: completes as any other completion, never inside this function
           auto hex = asio::get_associated_executor(handler, ex);
-          return asio::post(
-              hex, asio::experimental::append(std::move(handler),
-                                              std::error_code(asio::error::operation_aborted),
-                                              items_type{}));
+          const std::error_code aborted = asio::error::operation_aborted;
+          if constexpr (throwing)
+            return asio::post(
+                hex, asio::experimental::append(std::move(handler),
+                                                std::make_exception_ptr(rpc_error(aborted, {}, {})),
+                                                items_type{}));
+          else
+            return asio::post(
+                hex, asio::experimental::append(std::move(handler), aborted, items_type{}));
         }
         const std::uint64_t read_id = detail::stream_op_id(*ch);
         auto slot = asio::get_associated_cancellation_slot(handler);
         if (slot.is_connected())
           slot.template emplace<detail::stream_read_cancel>(
               detail::stream_read_cancel{ch, st, read_id});
-        detail::stream_read_batch(ch, st, read_id, max,
-                                  detail::make_pending<detail::rpc_items>(std::move(handler), ex));
+        if constexpr (throwing)
+          detail::stream_read_batch(
+              ch, st, read_id, max,
+              detail::make_pending<detail::rpc_throwing_items>(std::move(handler), ex, ch.get()));
+        else
+          detail::stream_read_batch(
+              ch, st, read_id, max,
+              detail::make_pending<detail::rpc_items>(std::move(handler), ex));
       },
       token, ex_, channel_, state_, max_items);
 }
