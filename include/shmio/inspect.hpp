@@ -5,7 +5,9 @@
 // read-only and never locked, so inspecting cannot keep a segment alive or change its state.
 // Every value read is validated; a file that fails is reported with status errc::corrupted (or
 // errc::incompatible for another layout version), never trusted. What is read is a snapshot of
-// memory that other processes keep changing: counts may be a moment old.
+// memory that other processes keep changing: counts may be a moment old. A file truncated while
+// it is read is reported corrupted too: the first examination installs the process's truncation
+// guard, a SIGBUS handler that chains to any installed before it (docs/protocol.md).
 //
 // Liveness is the one the library uses: a segment is live while some process holds the shared
 // lock on byte 0 of its file, and stale once none does (its last user died without closing).
