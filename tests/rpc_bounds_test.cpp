@@ -1,8 +1,8 @@
 // Tests of an RPC channel's bounds: calls past max_in_flight wait for credit and are never
 // queued for the ring; a call that times out or is cancelled before it was sent is dropped,
 // not sent; total cancellation only while unsent; max_concurrent_handlers (later requests wait,
-// then get busy); the reassembly byte budget; and a million calls against a peer that never
-// answers, in bounded memory.
+// then get busy); max_held_bytes (requests wait while answers go unread); the reassembly byte
+// budget; and a million calls against a peer that never answers, in bounded memory.
 #include <unistd.h>
 #include <algorithm>
 #include <atomic>
@@ -358,6 +358,117 @@ TEST_CASE("rpc bounds: requests from a peer that never reads its answers are she
   REQUIRE(run_until(io, [&] { return call.ec.has_value(); }));
   CHECK_FALSE(*call.ec);
   CHECK(call.reply == bytes("last"));
+  owner.close();
+  opener.close();
+  io.poll();
+}
+
+TEST_CASE("rpc bounds: past max_held_bytes of answers unread, requests wait and are served later",
+          "[rpc][bounds]") {
+  namespace raw = shmio::test::rpc;
+  scoped_name name("rpc");
+  asio::io_context io;
+  std::size_t served = 0;
+  auto big = [&](std::uint64_t, std::span<const std::byte>) {
+    ++served;
+    return bytes_t(4096, std::byte{7});  // five packets of this ring's nodes
+  };
+  rpc_options o = bounded(1024);
+  o.max_held_bytes = 16 * 1024;  // four answers' worth
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_sync_handler(big), o);
+  // Open, and waiting for nothing: its reader does not run, so nobody reads the owner's answers.
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  raw::ring_injector injector(name);
+  std::uint64_t injected = 0;
+  std::uint64_t offered = 0;
+  SECTION("small requests all wait; none is shed or refused") {
+    offered = 100;
+    inject_requests(io, injector, offered, 4, 1, 4, injected);
+    REQUIRE(run_until(io, [&] { return injected == offered; }));
+    REQUIRE(run_until(io, [&] { return owner.statistics().requests_received == offered; }));
+    io.poll();
+    // The ring's eight nodes and the writer's message, then four more answers in the outbox
+    // (the fourth reaches the budget): the rest wait unserved. (One that waited may have
+    // started as the writer took its message from the outbox.)
+    CHECK(served >= 4);
+    CHECK(served <= 2 + 4 + 1);
+    const auto stats = owner.statistics();
+    CHECK(stats.requests_deferred >= offered - served);
+    CHECK(stats.requests_deferred <= offered - served + 2);
+    CHECK(stats.requests_shed == 0);
+    CHECK(stats.errors_sent == 0);
+  }
+  SECTION("past max_held_bytes of requests waiting, the next are refused with busy") {
+    offered = 40;
+    // 900 bytes each (one packet): 18 waiting hold 16 200 bytes, under the budget, so a 19th
+    // waits too; at 17 100 bytes waiting, the rest are refused.
+    inject_requests(io, injector, offered, 900, 1, 900, injected);
+    REQUIRE(run_until(io, [&] { return injected == offered; }));
+    REQUIRE(run_until(io, [&] { return owner.statistics().requests_received == offered; }));
+    io.poll();
+    const auto stats = owner.statistics();
+    CHECK(served <= 2 + 4 + 1);
+    CHECK(stats.requests_deferred >= 19);
+    CHECK(stats.requests_deferred <= 19 + 2);  // as above
+    CHECK(stats.errors_sent >= offered - served - stats.requests_deferred);
+    CHECK(stats.errors_sent > 0);
+    CHECK(stats.requests_shed == 0);
+  }
+  const auto deferred = owner.statistics().requests_deferred;
+  const auto refused = owner.statistics().errors_sent;
+  REQUIRE(deferred > 0);
+  // Once the answers are read, the waiting requests are served, in their turn.
+  opener.async_wait_closed([](std::error_code) {});  // its reader runs, and takes them
+  REQUIRE(run_until(io, [&] { return served == offered - refused; }));
+  REQUIRE(run_until(io, [&] { return opener.statistics().discarded_replies == offered; }));
+  CHECK(owner.statistics().requests_deferred == deferred);
+  CHECK(owner.statistics().requests_shed == 0);
+  // And a call made now is answered as ever.
+  outcome call;
+  opener.async_request(asio::buffer(bytes("last")), 10s, call.handler());
+  REQUIRE(run_until(io, [&] { return call.ec.has_value(); }));
+  CHECK_FALSE(*call.ec);
+  CHECK(call.reply.size() == 4096);
+  owner.close();
+  opener.close();
+  io.poll();
+}
+
+TEST_CASE(
+    "rpc bounds: a caller that asks faster than it reads is slowed by max_held_bytes, "
+    "not refused",
+    "[rpc][bounds]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  auto big = [](std::uint64_t, std::span<const std::byte> in) {
+    bytes_t reply(8192, std::byte{0});
+    std::copy(in.begin(), in.end(), reply.begin());
+    return reply;
+  };
+  rpc_options o = bounded(1024);
+  o.max_held_bytes = 16 * 1024;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_sync_handler(big), o);
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  constexpr std::size_t calls = 64;
+  std::vector<outcome> out(calls);
+  for (std::size_t i = 0; i < calls; ++i) {
+    const std::string tag = "call " + std::to_string(i);
+    opener.async_request(asio::buffer(bytes(tag)), 30s, out[i].handler());
+  }
+  REQUIRE(run_until(io, [&] {
+    return std::all_of(out.begin(), out.end(), [](const outcome& c) { return c.ec.has_value(); });
+  }));
+  for (std::size_t i = 0; i < calls; ++i) {
+    INFO(i);
+    CHECK_FALSE(*out[i].ec);
+    const std::string tag = "call " + std::to_string(i);
+    REQUIRE(out[i].reply.size() == 8192);
+    CHECK(std::equal(out[i].reply.begin(), out[i].reply.begin() + tag.size(), bytes(tag).begin()));
+  }
+  const auto stats = owner.statistics();
+  CHECK(stats.responses_sent == calls);
+  CHECK(stats.requests_deferred > 0);  // the answers did wait, and held the requests back
+  CHECK(stats.requests_shed == 0);
   owner.close();
   opener.close();
   io.poll();

@@ -254,7 +254,7 @@ class rpc_buffer {
   auto async_request_stream(asio::const_buffer payload, CompletionToken&& token);
 
   /// Sets this end's own bounds from `limits`: max_in_flight, max_concurrent_handlers,
-  /// stream_window and stream_window_limit (the rest of rpc_options is the channel's, fixed by
+  /// max_held_bytes, stream_window and stream_window_limit (the rest of rpc_options is the channel's, fixed by
   /// its owner). An owner
   /// gets them from its constructor; this is how an opener or a client sets its own. A client
   /// keeps them for each connect. May run beside calls on other threads (not beside another

@@ -48,9 +48,17 @@ struct rpc_options {
   /// Calls of this end that are sent or being sent at once. Later calls wait for credit (a call
   /// that completes) without being queued for the ring; their timeouts run meanwhile.
   std::size_t max_in_flight = 1024;
-  /// Coroutine handlers running at once. Later requests wait, up to as many again; past that
-  /// they are answered at once with errc::busy.
+  /// Coroutine handlers running at once. Later requests wait, up to as many again (and up to
+  /// max_held_bytes of them); past that they are answered at once with errc::busy.
   std::size_t max_concurrent_handlers = 1024;
+  /// Bytes this end holds for the other end: answers (replies, errors, stream items) waiting
+  /// for room in the ring it reads, and requests waiting for their handler to start. While the
+  /// answers reach it, requests wait unserved and start as the answers go, so a client that
+  /// asks faster than it reads is slowed, not refused; a request that comes while those
+  /// waiting reach it is answered at once with errc::busy. A message is never cut, so one may
+  /// pass it: an end holds about twice this at most, plus what its running handlers hold.
+  /// 0: no bound in bytes (max_concurrent_handlers still bounds the counts).
+  std::uint64_t max_held_bytes = std::uint64_t{64} << 20;
   /// Bytes of messages received in part (by their announced sizes) held at once; a message
   /// that would pass it is refused as too large would be. 0: max_message_size.
   std::uint64_t max_reassembly_bytes = 0;
@@ -76,7 +84,10 @@ inline rpc_options rpc_connection_options() {
 }
 
 /// Counters of one end of a channel (the C# SharedMemory library's RpcStatistics, plus what shmio
-/// adds).
+/// adds). Some count one event twice, each from its side: responses_received and
+/// errors_received count every answer that came, including the late ones that
+/// discarded_replies counts too (their call had timed out or was cancelled); requests_received
+/// counts the requests that requests_shed and requests_deferred count again.
 struct rpc_statistics {
   std::uint64_t requests_sent = 0;
   std::uint64_t requests_received = 0;
@@ -106,6 +117,9 @@ struct rpc_statistics {
   /// end to read them: it was not reading, so no answer could reach it, and its caller times
   /// out. (Serving them would only have grown what this end holds.)
   std::uint64_t requests_shed = 0;
+  /// Requests that waited before they were served: max_concurrent_handlers handlers were
+  /// running, or max_held_bytes of answers waited for the other end to read them.
+  std::uint64_t requests_deferred = 0;
 };
 
 /// Counters of an rpc_acceptor (and of an rpc_server's).

@@ -128,14 +128,18 @@ std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_execut
     // packet goes under the lock (a write to the ring, no user code), so that an async connect
     // hears of a connection only if it is kept.
     std::lock_guard lock(close_mutex_);
+    // The header's count goes up before the accept packet, and down again if it is not sent: a
+    // client that has heard of its connection never sees it missing from `shmio ls`.
+    auto& header_accepted =
+        reinterpret_cast<layout::listener_header*>(seg_.body().data())->accepted;
     if (!closed_) {
+      header_accepted.fetch_add(1, std::memory_order_relaxed);
       ec = channel->send_accept();
       kept = !ec;
+      if (!kept) header_accepted.fetch_sub(1, std::memory_order_relaxed);
     }
     if (kept) {
       accepted_.fetch_add(1, std::memory_order_relaxed);
-      reinterpret_cast<layout::listener_header*>(seg_.body().data())
-          ->accepted.fetch_add(1, std::memory_order_relaxed);
     } else if (ec) {
       refused_.fetch_add(1, std::memory_order_relaxed);  // counted before a close() that follows
     }

@@ -118,7 +118,7 @@ rpc_statistics rpc_channel::statistics() const {
           get(stats_.cancellations),     get(stats_.pending),
           get(stats_.send_failures),     get(stats_.requests_withdrawn),
           get(stats_.stream_items_sent), get(stats_.stream_items_received),
-          get(stats_.requests_shed)};
+          get(stats_.requests_shed),     get(stats_.requests_deferred)};
 }
 
 // ---- reading -----------------------------------------------------------------------------
@@ -307,6 +307,7 @@ void rpc_channel::on_message(incoming_message m) {
             const bool drop = q.type == packet_type::stream_item &&
                               q.response_to == m.response_to && q.next_packet == 1;
             if (drop && it->second.stream.unsent != 0) --it->second.stream.unsent;
+            if (drop) answers_left(held_size(q));
             return drop;
           });
         end_stream_writes(it->second.stream, asio::error::operation_aborted);
@@ -318,6 +319,7 @@ void rpc_channel::on_message(incoming_message m) {
       for (auto d = deferred_.begin(); d != deferred_.end(); ++d)
         if (d->id == m.response_to) {
           stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
+          deferred_bytes_ -= d->bytes().size();
           deferred_.erase(d);  // bounded by max_concurrent_handlers
           return;
         }
@@ -366,6 +368,7 @@ bool rpc_channel::send(outgoing_message m) {
   }
   m.own();  // what waits in the outbox owns its bytes: a borrower may be gone before it goes
   if (is_answer(m)) ++queued_answers_;  // bounded: see queued_answers_
+  held_answer_bytes_ += held_size(m);
   // Before the writer loop may start: co_spawn runs it here, inside this call, on the strand.
   note_queued(m);
   outbox_.push_back(std::move(m));
@@ -429,6 +432,7 @@ asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<
     outgoing_message m = std::move(outbox_.front());
     outbox_.pop_front();
     if (is_answer(m) && queued_answers_ != 0) --queued_answers_;
+    answers_left(held_size(m));
     // Until its first packet is in the ring, withdraw() may still drop it (a call that timed
     // out or was cancelled meanwhile is not sent).
     current_ = &m;

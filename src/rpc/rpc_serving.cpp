@@ -2,6 +2,7 @@
 // coroutine handler on the strand, or later when max_concurrent_handlers is reached), its
 // answer sent, and running handlers cancelled.
 
+#include <algorithm>
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/bind_executor.hpp>
 #include <asio/co_spawn.hpp>
@@ -92,6 +93,9 @@ void rpc_channel::start_request(incoming_message m) {
         m.id, errc::invalid_argument,
         "stream window " + std::to_string(window) + " is above the other end's limit (" +
             std::to_string(served_window_limit_) + ", rpc_options::stream_window_limit)");
+  // Answers the other end has not made room for reach max_held_bytes: serving more would only
+  // add to them. It waits, whatever its handler's kind, and starts as they go (answers_left).
+  if (answers_over_budget()) return defer(std::move(m));
   // A method's count is of the requests its handler takes: counted as one starts, not for one
   // refused, nor for one deferred (it is counted when it starts later).
   // A plain handler runs here and now: no coroutine to start, no trip through the
@@ -104,15 +108,7 @@ void rpc_channel::start_request(incoming_message m) {
     service_.count(method);
     return serve_in_place(m.id, method->in_place, payload);
   }
-  if (serving_.size() >= max_handlers_) {
-    // Later, when a handler ends; past as many again, the caller hears at once. (The reader
-    // goes on reading meanwhile: cancels for running handlers must still get through.)
-    if (deferred_.size() >= max_handlers_)
-      return send_error(m.id, errc::busy, "too many requests at once at the other end");
-    m.own();  // kept past its packet
-    deferred_.push_back(std::move(m));
-    return;
-  }
+  if (serving_.size() >= max_handlers_) return defer(std::move(m));  // later, when one ends
   const std::size_t skip = static_cast<std::size_t>(payload.data() - m.bytes().data());
   m.own();  // the coroutine keeps it
   const std::uint64_t id = m.id;
@@ -150,10 +146,37 @@ void rpc_channel::spawn_handler(std::uint64_t id, serving_call* call, asio::awai
                      })));
 }
 
+void rpc_channel::defer(incoming_message m) {
+  // Past as many again as handlers may run, or past the bytes this end may hold, the caller
+  // hears at once. (The reader goes on reading meanwhile: cancels for running handlers, and the
+  // other end's answers and credits, must still get through.)
+  if (deferred_.size() >= max_handlers_ ||
+      (max_held_bytes_ != 0 && deferred_bytes_ >= max_held_bytes_))
+    return send_error(m.id, errc::busy, "too many requests at once at the other end");
+  m.own();  // kept past its packet
+  deferred_bytes_ += m.bytes().size();
+  // relaxed: a counter.
+  stats_.requests_deferred.fetch_add(1, std::memory_order_relaxed);
+  deferred_.push_back(std::move(m));
+}
+
+void rpc_channel::answers_left(std::uint64_t bytes) {
+  if (bytes == 0) return;
+  const bool was_over = answers_over_budget();
+  held_answer_bytes_ -= std::min(bytes, held_answer_bytes_);
+  // Posted: this runs inside the writer loop, or while the outbox is being changed.
+  if (was_over && !answers_over_budget() && !deferred_.empty())
+    asio::post(strand_, [self = shared_from_this()] { self->start_deferred(); });
+}
+
 void rpc_channel::start_deferred() {
-  while (!deferred_.empty() && serving_.size() < max_handlers_ && !closing()) {
+  // In their order: one that finds no handler slot stops the rest too, and each that starts
+  // may fill the budget again (a plain handler answers at once).
+  while (!deferred_.empty() && serving_.size() < max_handlers_ && !answers_over_budget() &&
+         !closing()) {
     incoming_message m = std::move(deferred_.front());
     deferred_.pop_front();
+    deferred_bytes_ -= m.bytes().size();
     start_request(std::move(m));
   }
 }

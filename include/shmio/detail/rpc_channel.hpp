@@ -209,7 +209,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
         responses_received{0}, errors_sent{0}, errors_received{0}, bytes_sent{0}, bytes_received{0},
         packets_sent{0}, packets_received{0}, packets_rejected{0}, packets_stale{0},
         discarded_replies{0}, timeouts{0}, cancellations{0}, pending{0}, send_failures{0},
-        requests_withdrawn{0}, stream_items_sent{0}, stream_items_received{0}, requests_shed{0};
+        requests_withdrawn{0}, stream_items_sent{0}, stream_items_received{0}, requests_shed{0},
+        requests_deferred{0};
   };
 
   // A running handler, in serving_ by request id. Its table node is recycled with the signal in
@@ -295,6 +296,22 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   /// per item, one stream of a large window would shed a caller that reads, only slower than
   /// its handler writes. A stream its caller cancelled leaves none queued (they are taken back).
   bool answers_backlogged() const noexcept { return queued_answers_ >= max_handlers_; }
+  /// What of `m` counts against max_held_bytes while it waits in the outbox: an answer's or a
+  /// stream item's bytes (what this end holds for the other end to read), a request's nothing
+  /// (max_in_flight bounds those).
+  static std::uint64_t held_size(const outgoing_message& m) noexcept {
+    return is_answer(m) || m.type == layout::packet_type::stream_item ? m.size() : 0;
+  }
+  /// The answers waiting in the outbox reach max_held_bytes: requests wait (see defer).
+  bool answers_over_budget() const noexcept {
+    return max_held_bytes_ != 0 && held_answer_bytes_ >= max_held_bytes_;
+  }
+  /// Holds request `m` until a handler slot frees or the answers' bytes drop below the budget;
+  /// past max_concurrent_handlers requests waiting, or max_held_bytes of them, it is answered
+  /// with errc::busy at once.
+  void defer(incoming_message m);
+  /// `bytes` of answers or items left the outbox: below the budget again, waiting requests go.
+  void answers_left(std::uint64_t bytes);
   /// Stops a parked reader once this end is idle (after a completion that may have made it so),
   /// and the housekeeping tick once it has nothing to watch.
   void stop_reader_if_idle();
@@ -378,6 +395,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void set_limits(const rpc_options& o) noexcept {
     max_in_flight_ = o.max_in_flight == 0 ? 1 : o.max_in_flight;
     max_handlers_ = o.max_concurrent_handlers == 0 ? 1 : o.max_concurrent_handlers;
+    max_held_bytes_ = o.max_held_bytes;
     served_window_limit_ =
         o.stream_window_limit == 0 ? 1 : std::min(o.stream_window_limit, layout::max_stream_window);
     set_stream_window(o);
@@ -447,11 +465,13 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::size_t waiting_ = 0;  // calls whose entry still waits for credit (some ids above are stale)
   std::size_t max_in_flight_ = 1024;
   std::size_t max_handlers_ = 1024;
+  std::uint64_t max_held_bytes_ = rpc_options{}.max_held_bytes;  // 0: no bound
+  std::uint64_t deferred_bytes_ = 0;              // the payloads of deferred_, counted against it
   std::uint32_t served_window_limit_ = 1024;      // rpc_options::stream_window_limit
   std::atomic<std::uint32_t> stream_window_{32};  // read by callers off the strand
-  std::deque<incoming_message> deferred_;         // requests waiting for a handler slot
-  std::vector<std::uint64_t> expired_;  // housekeeping's scratch list, kept for its capacity
-  serving_table serving_;               // by request id
+  std::deque<incoming_message> deferred_;  // requests waiting: a handler slot, or answers to go
+  std::vector<std::uint64_t> expired_;     // housekeeping's scratch list, kept for its capacity
+  serving_table serving_;                  // by request id
   // Nodes of erased entries, for the next insertions: a steady flow of calls allocates none.
   std::vector<call_table::node_type> spare_calls_;
   std::vector<serving_table::node_type> spare_serving_;
@@ -478,6 +498,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // cancels and close come through the same ring (two ends that stopped reading while each
   // waited for the other would wait for ever).
   std::size_t queued_answers_ = 0;
+  // Their bytes, with the stream items waiting there (held_size): at max_held_bytes, requests
+  // wait in deferred_ instead of being served, and start as these go. Unlike the count above
+  // this slows a client that reads, only slower than it asks; shedding is for one that does not.
+  std::uint64_t held_answer_bytes_ = 0;
   bool writer_running_ = false;  // the writer loop runs: the outbox holds something
   bool reader_running_ = false;  // the reader loop runs (see idle())
   bool reader_parked_ = false;   // ... and waits for a packet
