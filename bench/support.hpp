@@ -136,7 +136,7 @@ class batch_timer {
   void report(benchmark::State& state);
 
  private:
-  std::uint64_t allocations_at_start_;
+  std::uint64_t allocations_at_start_ = 0;
   std::vector<double> means_;
   clock_type::time_point t0_{};
   int k_ = 0;

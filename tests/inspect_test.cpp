@@ -911,8 +911,8 @@ TEST_CASE("inspect tells the clients of a service whose server was killed", "[in
   io.poll();  // what the connect leaves to the client's strand: it lets go of the service
   std::error_code ec;
   shmio::inspect::segment_info info;
-  // A connect returns once the accept packet came, and the service counts a connection before
-  // it sends that packet: the count is there at once.
+  // The service counts a connection before its client can hear of it (this blocking connect
+  // returns once the service's end has attached, before the accept packet): it is there at once.
   info = shmio::inspect::examine(name.str(), ec);
   REQUIRE_FALSE(ec);
   REQUIRE(info.rpc_service);

@@ -225,6 +225,51 @@ TEST_CASE("rpc_acceptor: three clients connect, each is served on its own channe
   CHECK(shm_files_with(name.str()) == 0);
 }
 
+TEST_CASE("rpc_acceptor: its max_held_bytes reaches every connection it accepts",
+          "[rpc][service][bounds]") {
+  // 64 calls at once whose 8 KiB answers fill a connection's 8 KiB ring many times over: with
+  // a bound of 16 KiB the service's end holds requests back (and serves them all); with none
+  // it never does.
+  const std::uint64_t bound_bytes = GENERATE(std::uint64_t{16 * 1024}, std::uint64_t{0});
+  scoped_name name("svc");
+  asio::io_context io;
+  rpc_options o = small_rings();
+  o.max_held_bytes = bound_bytes;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, o);
+  run_body(io, [&]() -> asio::awaitable<void> {
+    rpc_buffer client(io.get_executor());
+    rpc_buffer end = co_await connect_pair(
+        acceptor, client,
+        [](std::uint64_t, std::span<const std::byte> in) -> asio::awaitable<bytes_t> {
+          bytes_t reply(8192, std::byte{1});
+          std::copy(in.begin(), in.end(), reply.begin());
+          co_return reply;
+        });
+    constexpr int calls = 64;
+    int done = 0, right = 0;
+    for (int i = 0; i < calls; ++i) {
+      const auto request = service::payload(16, static_cast<std::uint64_t>(i));
+      client.async_request(asio::buffer(request), [&, request](std::error_code ec, bytes_t r) {
+        ++done;
+        right += !ec && r.size() == 8192 && std::equal(request.begin(), request.end(), r.begin());
+      });
+    }
+    const bool waited = co_await wait_until([&] { return done == calls; });
+    REQUIRE(waited);
+    CHECK(right == calls);
+    const auto stats = end.statistics();
+    CHECK(stats.requests_shed == 0);
+    if (bound_bytes != 0)
+      CHECK(stats.requests_deferred > 0);
+    else
+      CHECK(stats.requests_deferred == 0);
+    client.close();
+    end.close();
+    acceptor.close();
+  });
+  CHECK(io.stopped());
+}
+
 TEST_CASE("rpc_server: a client that keeps its ring full does not keep another unserved",
           "[rpc][service]") {
   scoped_name name("svc");

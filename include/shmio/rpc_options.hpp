@@ -52,12 +52,13 @@ struct rpc_options {
   /// max_held_bytes of them); past that they are answered at once with errc::busy.
   std::size_t max_concurrent_handlers = 1024;
   /// Bytes this end holds for the other end: answers (replies, errors, stream items) waiting
-  /// for room in the ring it reads, and requests waiting for their handler to start. While the
-  /// answers reach it, requests wait unserved and start as the answers go, so a client that
-  /// asks faster than it reads is slowed, not refused; a request that comes while those
-  /// waiting reach it is answered at once with errc::busy. A message is never cut, so one may
-  /// pass it: an end holds about twice this at most, plus what its running handlers hold.
-  /// 0: no bound in bytes (max_concurrent_handlers still bounds the counts).
+  /// for room in the ring it reads, and requests waiting to start. While the answers reach it,
+  /// requests wait unserved, in their order, and start as the answers go: a client that asks
+  /// faster than it reads is slowed, not refused. A request that comes while those waiting
+  /// reach it is answered at once with errc::busy. It bounds what waits, not what runs: a
+  /// handler that started under it still sends its answer (each up to max_message_size), and a
+  /// message is never cut. 0: no bound in bytes (max_concurrent_handlers still bounds the
+  /// counts: past that many answers waiting, requests are shed).
   std::uint64_t max_held_bytes = std::uint64_t{64} << 20;
   /// Bytes of messages received in part (by their announced sizes) held at once; a message
   /// that would pass it is refused as too large would be. 0: max_message_size.
@@ -117,8 +118,9 @@ struct rpc_statistics {
   /// end to read them: it was not reading, so no answer could reach it, and its caller times
   /// out. (Serving them would only have grown what this end holds.)
   std::uint64_t requests_shed = 0;
-  /// Requests that waited before they were served: max_concurrent_handlers handlers were
-  /// running, or max_held_bytes of answers waited for the other end to read them.
+  /// Requests that had to wait to start: max_concurrent_handlers handlers were running, or
+  /// max_held_bytes of answers waited for the other end to read them. (Some of them may then
+  /// have been cancelled, or dropped as their caller left.)
   std::uint64_t requests_deferred = 0;
 };
 

@@ -35,6 +35,7 @@ std::shared_ptr<rpc_acceptor_impl> rpc_acceptor_impl::create(const asio::any_io_
   im->settings_.channel.strategy = options.strategy;
   im->settings_.channel.max_in_flight = options.max_in_flight;
   im->settings_.channel.max_concurrent_handlers = options.max_concurrent_handlers;
+  im->settings_.channel.max_held_bytes = options.max_held_bytes;
   im->settings_.channel.max_reassembly_bytes = options.max_reassembly_bytes;
   im->settings_.channel.stream_window = options.stream_window;
   im->settings_.channel.stream_window_limit = options.stream_window_limit;
@@ -113,12 +114,19 @@ std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_execut
   }
   sweep_if_due();
   handlers.count_into(counters_);
+  // The header's count goes up before the client can hear of its connection (a blocking
+  // connect returns as soon as this end has attached, inside rpc_channel::accept), and down
+  // again if it is not kept: `shmio ls` never shows a connected client as not accepted yet.
+  // The listener stays mapped while this state lives (close() only unlinks it).
+  // relaxed: counters; the header's is informational (shmio stat shows it).
+  auto& header_accepted = reinterpret_cast<layout::listener_header*>(seg_.body().data())->accepted;
+  header_accepted.fetch_add(1, std::memory_order_relaxed);
   // Made without the mutex: close() does not wait for it, and the handlers (user code) of a
   // channel refused are destroyed here, under no lock of ours.
   auto channel =
       rpc_channel::accept(ex, name(), request, std::move(handlers), settings_.channel, ec);
-  // relaxed: counters; the header's is informational (shmio stat shows it).
   if (!channel) {
+    header_accepted.fetch_sub(1, std::memory_order_relaxed);
     refused_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
@@ -128,19 +136,16 @@ std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_execut
     // packet goes under the lock (a write to the ring, no user code), so that an async connect
     // hears of a connection only if it is kept.
     std::lock_guard lock(close_mutex_);
-    // The header's count goes up before the accept packet, and down again if it is not sent: a
-    // client that has heard of its connection never sees it missing from `shmio ls`.
-    auto& header_accepted =
-        reinterpret_cast<layout::listener_header*>(seg_.body().data())->accepted;
     if (!closed_) {
-      header_accepted.fetch_add(1, std::memory_order_relaxed);
       ec = channel->send_accept();
       kept = !ec;
-      if (!kept) header_accepted.fetch_sub(1, std::memory_order_relaxed);
     }
     if (kept) {
       accepted_.fetch_add(1, std::memory_order_relaxed);
-    } else if (ec) {
+    } else {
+      header_accepted.fetch_sub(1, std::memory_order_relaxed);
+    }
+    if (!kept && ec) {
       refused_.fetch_add(1, std::memory_order_relaxed);  // counted before a close() that follows
     }
   }

@@ -316,13 +316,14 @@ void rpc_channel::on_message(incoming_message m) {
         return;
       }
       // Not started yet: it never will be.
-      for (auto d = deferred_.begin(); d != deferred_.end(); ++d)
-        if (d->id == m.response_to) {
-          stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
-          deferred_bytes_ -= d->bytes().size();
-          deferred_.erase(d);  // bounded by max_concurrent_handlers
-          return;
-        }
+      for (auto* queue : {&held_back_, &deferred_})
+        for (auto d = queue->begin(); d != queue->end(); ++d)
+          if (d->id == m.response_to) {
+            stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
+            deferred_bytes_ -= d->bytes().size();
+            queue->erase(d);  // bounded by max_concurrent_handlers
+            return;
+          }
       return;
     case packet_type::close:
       return end_session();

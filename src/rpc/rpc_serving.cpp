@@ -63,7 +63,7 @@ void rpc_channel::cancel_serving(std::error_code why) {
     }
 }
 
-void rpc_channel::start_request(incoming_message m) {
+void rpc_channel::start_request(incoming_message m, bool queued) {
   std::string_view name;
   std::span<const std::byte> payload = m.bytes();
   const bool named = (m.flags & layout::packet_flag_method) != 0;
@@ -94,8 +94,10 @@ void rpc_channel::start_request(incoming_message m) {
         "stream window " + std::to_string(window) + " is above the other end's limit (" +
             std::to_string(served_window_limit_) + ", rpc_options::stream_window_limit)");
   // Answers the other end has not made room for reach max_held_bytes: serving more would only
-  // add to them. It waits, whatever its handler's kind, and starts as they go (answers_left).
-  if (answers_over_budget()) return defer(std::move(m));
+  // add to them. It waits, whatever its handler's kind, and starts as they go (answers_left),
+  // after those already waiting: a request that comes meanwhile does not pass them.
+  if (!queued && (answers_over_budget() || !held_back_.empty()))
+    return defer(std::move(m), held_back_, false);
   // A method's count is of the requests its handler takes: counted as one starts, not for one
   // refused, nor for one deferred (it is counted when it starts later).
   // A plain handler runs here and now: no coroutine to start, no trip through the
@@ -108,7 +110,8 @@ void rpc_channel::start_request(incoming_message m) {
     service_.count(method);
     return serve_in_place(m.id, method->in_place, payload);
   }
-  if (serving_.size() >= max_handlers_) return defer(std::move(m));  // later, when one ends
+  if (serving_.size() >= max_handlers_)  // later, when one ends
+    return defer(std::move(m), deferred_, queued);
   const std::size_t skip = static_cast<std::size_t>(payload.data() - m.bytes().data());
   m.own();  // the coroutine keeps it
   const std::uint64_t id = m.id;
@@ -146,18 +149,20 @@ void rpc_channel::spawn_handler(std::uint64_t id, serving_call* call, asio::awai
                      })));
 }
 
-void rpc_channel::defer(incoming_message m) {
-  // Past as many again as handlers may run, or past the bytes this end may hold, the caller
-  // hears at once. (The reader goes on reading meanwhile: cancels for running handlers, and the
-  // other end's answers and credits, must still get through.)
-  if (deferred_.size() >= max_handlers_ ||
-      (max_held_bytes_ != 0 && deferred_bytes_ >= max_held_bytes_))
-    return send_error(m.id, errc::busy, "too many requests at once at the other end");
+void rpc_channel::defer(incoming_message m, std::deque<incoming_message>& queue, bool moved) {
+  if (!moved) {
+    // Past as many again as handlers may run, or past the bytes this end may hold, the caller
+    // hears at once. (The reader goes on reading meanwhile: cancels for running handlers, and
+    // the other end's answers and credits, must still get through.)
+    if (held_back_.size() + deferred_.size() >= max_handlers_ ||
+        (max_held_bytes_ != 0 && deferred_bytes_ >= max_held_bytes_))
+      return send_error(m.id, errc::busy, "too many requests at once at the other end");
+    // relaxed: a counter.
+    stats_.requests_deferred.fetch_add(1, std::memory_order_relaxed);
+  }
   m.own();  // kept past its packet
   deferred_bytes_ += m.bytes().size();
-  // relaxed: a counter.
-  stats_.requests_deferred.fetch_add(1, std::memory_order_relaxed);
-  deferred_.push_back(std::move(m));
+  queue.push_back(std::move(m));
 }
 
 void rpc_channel::answers_left(std::uint64_t bytes) {
@@ -165,20 +170,25 @@ void rpc_channel::answers_left(std::uint64_t bytes) {
   const bool was_over = answers_over_budget();
   held_answer_bytes_ -= std::min(bytes, held_answer_bytes_);
   // Posted: this runs inside the writer loop, or while the outbox is being changed.
-  if (was_over && !answers_over_budget() && !deferred_.empty())
+  if (was_over && !answers_over_budget() && (!held_back_.empty() || !deferred_.empty()))
     asio::post(strand_, [self = shared_from_this()] { self->start_deferred(); });
 }
 
 void rpc_channel::start_deferred() {
-  // In their order: one that finds no handler slot stops the rest too, and each that starts
-  // may fill the budget again (a plain handler answers at once).
-  while (!deferred_.empty() && serving_.size() < max_handlers_ && !answers_over_budget() &&
-         !closing()) {
-    incoming_message m = std::move(deferred_.front());
-    deferred_.pop_front();
+  // Each that starts may fill the budget again (a plain handler answers at once): both loops
+  // look again before the next. One held back for bytes whose coroutine finds no handler slot
+  // joins deferred_, behind those already waiting there.
+  auto take = [this](std::deque<incoming_message>& queue) {
+    incoming_message m = std::move(queue.front());
+    queue.pop_front();
     deferred_bytes_ -= m.bytes().size();
-    start_request(std::move(m));
-  }
+    start_request(std::move(m), true);
+  };
+  while (!held_back_.empty() && !answers_over_budget() && !closing())
+    take(held_back_);
+  while (held_back_.empty() && !deferred_.empty() && serving_.size() < max_handlers_ &&
+         !answers_over_budget() && !closing())
+    take(deferred_);
 }
 
 asio::awaitable<void> rpc_channel::serve_stream(std::shared_ptr<rpc_channel> self,

@@ -94,6 +94,7 @@ void rpc_channel::end_session() {
   for (auto& entry : serving_)  // their items left with the outbox
     entry.second.stream.unsent = 0;
   credit_queue_.clear();  // nor the calls waiting to be sent: they fail below, unsent
+  held_back_.clear();
   deferred_.clear();
   deferred_bytes_ = 0;
   if (writer_busy_) writer_cancel_.emit(asio::cancellation_type::terminal);
@@ -180,6 +181,7 @@ void rpc_channel::shutdown_on_strand() {
   for (auto& entry : serving_)  // their items left with the outbox
     entry.second.stream.unsent = 0;
   credit_queue_.clear();
+  held_back_.clear();
   deferred_.clear();
   deferred_bytes_ = 0;
   tick_.cancel();

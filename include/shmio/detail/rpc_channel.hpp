@@ -302,14 +302,14 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   static std::uint64_t held_size(const outgoing_message& m) noexcept {
     return is_answer(m) || m.type == layout::packet_type::stream_item ? m.size() : 0;
   }
-  /// The answers waiting in the outbox reach max_held_bytes: requests wait (see defer).
+  /// The answers waiting in the outbox reach max_held_bytes: requests wait in held_back_.
   bool answers_over_budget() const noexcept {
     return max_held_bytes_ != 0 && held_answer_bytes_ >= max_held_bytes_;
   }
-  /// Holds request `m` until a handler slot frees or the answers' bytes drop below the budget;
-  /// past max_concurrent_handlers requests waiting, or max_held_bytes of them, it is answered
-  /// with errc::busy at once.
-  void defer(incoming_message m);
+  /// Keeps request `m` in `queue` (held_back_ or deferred_) until it may start. A request new
+  /// to both is answered with errc::busy instead past max_concurrent_handlers requests waiting
+  /// or max_held_bytes of them; one moved from held_back_ to deferred_ (`moved`) was counted.
+  void defer(incoming_message m, std::deque<incoming_message>& queue, bool moved);
   /// `bytes` of answers or items left the outbox: below the budget again, waiting requests go.
   void answers_left(std::uint64_t bytes);
   /// Stops a parked reader once this end is idle (after a completion that may have made it so),
@@ -406,9 +406,11 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
         o.stream_window == 0 ? 1 : std::min(o.stream_window, layout::max_stream_window),
         std::memory_order_relaxed);
   }
-  /// Starts serving request `m` (after its counts): its method's handler, now or once a
-  /// handler slot frees (max_concurrent_handlers), or an error answer.
-  void start_request(incoming_message m);
+  /// Starts serving request `m` (after its counts): its method's handler, now or once the
+  /// answers waiting go (max_held_bytes) and a handler slot frees (max_concurrent_handlers), or
+  /// an error answer. `queued`: it comes from held_back_ or deferred_, and is not held back again.
+  void start_request(incoming_message m, bool queued = false);
+  /// Starts what waits and may start now: held_back_ first, then deferred_, each in its order.
   void start_deferred();
   void send_failed(const outgoing_message& m, std::error_code ec);
   void send_error(std::uint64_t to, std::error_code ec, std::string_view text);
@@ -469,9 +471,13 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::uint64_t deferred_bytes_ = 0;              // the payloads of deferred_, counted against it
   std::uint32_t served_window_limit_ = 1024;      // rpc_options::stream_window_limit
   std::atomic<std::uint32_t> stream_window_{32};  // read by callers off the strand
-  std::deque<incoming_message> deferred_;  // requests waiting: a handler slot, or answers to go
-  std::vector<std::uint64_t> expired_;     // housekeeping's scratch list, kept for its capacity
-  serving_table serving_;                  // by request id
+  // Requests waiting, in their order: for the answers to go (max_held_bytes; any handler kind),
+  // and then for a handler slot (max_concurrent_handlers; coroutine handlers only). Two queues,
+  // so that a plain handler's request held back for bytes never waits for a coroutine's slot.
+  std::deque<incoming_message> held_back_;
+  std::deque<incoming_message> deferred_;
+  std::vector<std::uint64_t> expired_;  // housekeeping's scratch list, kept for its capacity
+  serving_table serving_;               // by request id
   // Nodes of erased entries, for the next insertions: a steady flow of calls allocates none.
   std::vector<call_table::node_type> spare_calls_;
   std::vector<serving_table::node_type> spare_serving_;

@@ -4,9 +4,11 @@
 // two interfaces; the templates hold the user's completion handler.
 
 #include <cstddef>
+#include <exception>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -264,6 +266,23 @@ template <class T>
 struct use_awaitable_token : std::false_type {};
 template <class Executor>
 struct use_awaitable_token<asio::use_awaitable_t<Executor>> : std::true_type {};
+
+/// Completes an operation that could not start (its object closed, not open or moved from, or
+/// an argument out of range) as any other completion: posted to the handler's associated
+/// executor (`ex` by default), never inside the initiating function. A throwing handler
+/// (`Throwing`: it takes an exception_ptr) gets rpc_error(ec, channel, {}); `values` follow.
+template <bool Throwing, class Handler, class Executor, class... Values>
+void post_refusal(Handler handler, const Executor& ex, std::error_code ec, std::string_view channel,
+                  Values&&... values) {
+  auto hex = asio::get_associated_executor(handler, ex);
+  if constexpr (Throwing)
+    asio::post(hex, asio::experimental::append(std::move(handler),
+                                               std::make_exception_ptr(rpc_error(ec, channel, {})),
+                                               std::forward<Values>(values)...));
+  else
+    asio::post(hex,
+               asio::experimental::append(std::move(handler), ec, std::forward<Values>(values)...));
+}
 
 /// A stream reader's completion handler, kept until items (or the end) come.
 template <class Handler>

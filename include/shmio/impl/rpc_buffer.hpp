@@ -3,9 +3,6 @@
 
 #include <algorithm>
 #include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/experimental/append.hpp>
-#include <asio/post.hpp>
 #include <asio/use_awaitable.hpp>
 #include <cstring>
 #include <exception>
@@ -132,17 +129,10 @@ struct rpc_request_initiation {
     // Closed, or a method name out of range: complete on the object's executor, as any
     // other completion (never inside this function).
     if (!ch || !valid) {
-      auto hex = asio::get_associated_executor(handler, ex);
       const std::error_code ec = ch ? std::error_code(errc::invalid_argument)
                                     : std::error_code(asio::error::operation_aborted);
-      if constexpr (Throwing)
-        return asio::post(hex, asio::experimental::append(
-                                   std::move(handler),
-                                   std::make_exception_ptr(rpc_error(
-                                       ec, ch ? std::string_view(ch->name()) : closed_name, {})),
-                                   value_type{}));
-      else
-        return asio::post(hex, asio::experimental::append(std::move(handler), ec, value_type{}));
+      return post_refusal<Throwing>(std::move(handler), ex, ec,
+                                    ch ? std::string_view(ch->name()) : closed_name, value_type{});
     }
     const std::uint64_t id = ch->next_id();
     auto slot = asio::get_associated_cancellation_slot(handler);
@@ -272,13 +262,12 @@ auto rpc_buffer::start_stream(bool named, std::string_view method, asio::const_b
       [](auto handler, const std::shared_ptr<detail::rpc_channel>& ch, const executor_type& ex,
          std::vector<std::byte> data, std::uint16_t packet_flags, bool name_valid,
          std::uint32_t announced) {
-        if (!ch || !name_valid) {  // completes on the handler's executor, never in here
-          auto hex = asio::get_associated_executor(handler, ex);
+        if (!ch || !name_valid) {
           const std::error_code ec = ch ? std::error_code(errc::invalid_argument)
                                         : std::error_code(asio::error::operation_aborted);
-          return asio::post(hex, asio::experimental::append(
-                                     std::move(handler), ec,
-                                     detail::rpc_stream_access::make_stream(ex, nullptr, nullptr)));
+          return detail::post_refusal<false>(
+              std::move(handler), ex, ec, {},
+              detail::rpc_stream_access::make_stream(ex, nullptr, nullptr));
         }
         const std::uint64_t id = ch->next_id();
         auto st = std::make_shared<detail::stream_state>();

@@ -2,10 +2,7 @@
 // The template part of rpc_stream and rpc_stream_writer; included by shmio/rpc_stream.hpp.
 
 #include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
 #include <asio/error.hpp>
-#include <asio/experimental/append.hpp>
-#include <asio/post.hpp>
 #include <exception>
 #include <type_traits>
 
@@ -56,18 +53,9 @@ auto rpc_stream::async_read(CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, signature>(
       [](auto handler, const executor_type& ex, const std::shared_ptr<detail::rpc_channel>& ch,
          const std::shared_ptr<detail::stream_state>& st) {
-        if (!st) {  // not open: completes as any other completion, never inside this function
-          auto hex = asio::get_associated_executor(handler, ex);
-          const std::error_code aborted = asio::error::operation_aborted;
-          if constexpr (throwing)
-            return asio::post(
-                hex, asio::experimental::append(std::move(handler),
-                                                std::make_exception_ptr(rpc_error(aborted, {}, {})),
-                                                std::vector<std::byte>{}));
-          else
-            return asio::post(hex, asio::experimental::append(std::move(handler), aborted,
-                                                              std::vector<std::byte>{}));
-        }
+        if (!st)  // not open
+          return detail::post_refusal<throwing>(
+              std::move(handler), ex, asio::error::operation_aborted, {}, std::vector<std::byte>{});
         const std::uint64_t read_id = detail::stream_op_id(*ch);
         auto slot = asio::get_associated_cancellation_slot(handler);
         if (slot.is_connected())
@@ -94,18 +82,9 @@ auto rpc_stream::async_read_batch(std::size_t max_items, CompletionToken&& token
   return asio::async_initiate<CompletionToken, signature>(
       [](auto handler, const executor_type& ex, const std::shared_ptr<detail::rpc_channel>& ch,
          const std::shared_ptr<detail::stream_state>& st, std::size_t max) {
-        if (!st) {  // not open: completes as any other completion, never inside this function
-          auto hex = asio::get_associated_executor(handler, ex);
-          const std::error_code aborted = asio::error::operation_aborted;
-          if constexpr (throwing)
-            return asio::post(
-                hex, asio::experimental::append(std::move(handler),
-                                                std::make_exception_ptr(rpc_error(aborted, {}, {})),
-                                                items_type{}));
-          else
-            return asio::post(
-                hex, asio::experimental::append(std::move(handler), aborted, items_type{}));
-        }
+        if (!st)  // not open
+          return detail::post_refusal<throwing>(std::move(handler), ex,
+                                                asio::error::operation_aborted, {}, items_type{});
         const std::uint64_t read_id = detail::stream_op_id(*ch);
         auto slot = asio::get_associated_cancellation_slot(handler);
         if (slot.is_connected())
@@ -131,12 +110,9 @@ auto rpc_stream_writer::async_write(asio::const_buffer item, CompletionToken&& t
       [](auto handler, const executor_type& ex, const std::shared_ptr<detail::rpc_channel>& ch,
          std::uint64_t id, std::uint64_t session,
          const std::shared_ptr<detail::stream_write_count>& writes, std::vector<std::byte> data) {
-        if (!ch) {  // moved from: completes as any other completion, never inside this function
-          auto hex = asio::get_associated_executor(handler, ex);
-          return asio::post(
-              hex, asio::experimental::append(std::move(handler),
-                                              std::error_code(asio::error::bad_descriptor)));
-        }
+        if (!ch)  // moved from
+          return detail::post_refusal<false>(std::move(handler), ex, asio::error::bad_descriptor,
+                                             {});
         const std::uint64_t write_id = detail::stream_op_id(*ch);
         auto slot = asio::get_associated_cancellation_slot(handler);
         if (slot.is_connected())
