@@ -327,7 +327,7 @@ void measure_pipelined(benchmark::State& state, session& s, asio::io_context& io
       std::vector<std::byte> request(pipelined_message, std::byte{7});
       std::vector<std::byte> reply;
       while (started < pipelined_calls) {
-        if (++started == pipelined_warmup) {
+        if (started++ == pipelined_warmup) {  // the calls counted are the ones started after
           allocations_before = allocations();
           // relaxed: as below, for the replies that came so far.
           server_before = s.ctl().count.load(std::memory_order_relaxed);

@@ -14,6 +14,7 @@
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <catch2/catch.hpp>
@@ -744,4 +745,81 @@ TEST_CASE("rpc bounds: two ends that flood each other within their credit lose n
   a.close();
   b.close();
   io.poll();
+}
+
+TEST_CASE("rpc bounds: a request waiting for a handler slot starts before one held back after it",
+          "[rpc][bounds]") {
+  // A waits for a slot (all eight are held); then the answers pass max_held_bytes and B, which
+  // came after A, is held back. A slot frees while the answers still wait, then the answers go:
+  // A must start first.
+  scoped_name name("rpc");
+  asio::io_context io, client_io;  // the client's runs only when the test lets it read
+  asio::steady_timer gate(io, std::chrono::hours(1));
+  int gated = 0;
+  std::vector<std::string> started;  // the "co" requests, as they started
+  shmio::rpc_methods methods;
+  methods.add("gate", [&](std::uint64_t, std::span<const std::byte>) -> asio::awaitable<bytes_t> {
+    ++gated;
+    co_await gate.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    --gated;
+    co_return bytes("opened");
+  });
+  methods.add("co", [&](std::uint64_t, std::span<const std::byte> in) -> asio::awaitable<bytes_t> {
+    started.emplace_back(reinterpret_cast<const char*>(in.data()), in.size());
+    co_return bytes("done");
+  });
+  methods.add("big", [](std::uint64_t, std::span<const std::byte>) {
+    return bytes_t(8192, std::byte{0});  // more than the ring's eight nodes carry
+  });
+  constexpr int slots = 8;
+  rpc_options o = bounded(1024, slots);
+  o.max_held_bytes = 8192;  // one answer
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, std::move(methods), o);
+  rpc_buffer opener(client_io.get_executor(), shmio::open_only, name);
+  std::vector<outcome> out(slots + 4);
+  auto call = [&](std::string_view method, std::string_view payload, outcome& result) {
+    opener.async_request(method, asio::buffer(payload.data(), payload.size()), 30s,
+                         result.handler());
+    client_io.restart();
+    client_io.poll();  // sends it
+  };
+  for (int i = 0; i < slots; ++i)
+    call("gate", "", out[i]);
+  REQUIRE(run_until(io, [&] { return gated == slots; }));
+  call("co", "A", out[slots]);
+  REQUIRE(run_until(io, [&] { return owner.statistics().requests_deferred == 1; }));
+  call("big", "", out[slots + 1]);
+  call("big", "", out[slots + 2]);
+  call("co", "B", out[slots + 3]);
+  REQUIRE(run_until(io, [&] { return owner.statistics().requests_received == slots + 4; }));
+  io.restart();
+  io.poll();
+  // A, and B held back (the second big's answer, or the second big itself, waits too: the
+  // message the writer holds is not counted).
+  CHECK(owner.statistics().requests_deferred >= 2);
+  // A slot frees while the first big's answer still waits for the client to read.
+  gate.cancel_one();
+  REQUIRE(run_until(io, [&] { return gated == slots - 1; }));
+  io.restart();
+  io.poll();
+  CHECK(started.empty());
+  // The client reads: the answers go, and what waits starts.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (started.size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    client_io.restart();
+    client_io.poll();
+    io.restart();
+    io.poll();
+    if (started.size() == 1) gate.cancel();  // B needs a slot too
+  }
+  REQUIRE(started.size() == 2);
+  CHECK(started[0] == "A");
+  CHECK(started[1] == "B");
+  gate.cancel();
+  owner.close();
+  opener.close();
+  io.restart();
+  io.poll();
+  client_io.restart();
+  client_io.poll();
 }

@@ -153,9 +153,10 @@ struct rpc_service_info {
   std::uint32_t max_message_size = 0;
   std::optional<std::uint64_t> default_timeout_ms;  ///< empty: calls have no default timeout
   std::uint32_t server_pid = 0;                     ///< as recorded; informational
-  bool server_alive = false;   ///< an acceptor holds the service (its lock byte is held)
-  std::uint64_t accepted = 0;  ///< connections accepted so far, as recorded; informational
-  ring_info requests;          ///< the connect ring; its node_count is the backlog
+  bool server_alive = false;  ///< an acceptor holds the service (its lock byte is held)
+  std::uint64_t accepted =
+      0;               ///< connections accepted so far (one being made counts); informational
+  ring_info requests;  ///< the connect ring; its node_count is the backlog
   /// The rpc channels of this service in /dev/shm, sorted by name: connected clients, and the
   /// channels of clients still connecting or gone but not yet cleaned up.
   std::vector<rpc_client_info> clients;

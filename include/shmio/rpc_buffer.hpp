@@ -254,8 +254,8 @@ class rpc_buffer {
   auto async_request_stream(asio::const_buffer payload, CompletionToken&& token);
 
   /// Sets this end's own bounds from `limits`: max_in_flight, max_concurrent_handlers,
-  /// max_held_bytes, stream_window and stream_window_limit (the rest of rpc_options is the channel's, fixed by
-  /// its owner). An owner
+  /// max_held_bytes, stream_window and stream_window_limit (the rest of rpc_options is the
+  /// channel's, fixed by its owner). An owner
   /// gets them from its constructor; this is how an opener or a client sets its own. A client
   /// keeps them for each connect. May run beside calls on other threads (not beside another
   /// set_limits or a connect); they apply to what comes after.

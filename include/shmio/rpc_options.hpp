@@ -51,14 +51,16 @@ struct rpc_options {
   /// Coroutine handlers running at once. Later requests wait, up to as many again (and up to
   /// max_held_bytes of them); past that they are answered at once with errc::busy.
   std::size_t max_concurrent_handlers = 1024;
-  /// Bytes this end holds for the other end: answers (replies, errors, stream items) waiting
-  /// for room in the ring it reads, and requests waiting to start. While the answers reach it,
-  /// requests wait unserved, in their order, and start as the answers go: a client that asks
-  /// faster than it reads is slowed, not refused. A request that comes while those waiting
-  /// reach it is answered at once with errc::busy. It bounds what waits, not what runs: a
-  /// handler that started under it still sends its answer (each up to max_message_size), and a
-  /// message is never cut. 0: no bound in bytes (max_concurrent_handlers still bounds the
-  /// counts: past that many answers waiting, requests are shed).
+  /// Bytes of answers (replies, errors, stream items) this end lets wait for room in the ring
+  /// the other end reads. While they reach it, requests wait unserved and start as the answers
+  /// go, in their order (except that a plain handler's request never waits for a coroutine
+  /// handler's slot): a client that asks faster than it reads is slowed, not refused. The
+  /// requests waiting are bounded by it too, apart: one that comes while those waiting reach it
+  /// is answered at once with errc::busy. It bounds what waits, not what runs: handlers that
+  /// started under it still send their answers, the message being written is not counted, and
+  /// a message is never cut, so each bound may be passed by a message (up to max_message_size).
+  /// 0: no bound in bytes (max_concurrent_handlers still bounds the counts: past that many
+  /// answers waiting, requests are shed).
   std::uint64_t max_held_bytes = std::uint64_t{64} << 20;
   /// Bytes of messages received in part (by their announced sizes) held at once; a message
   /// that would pass it is refused as too large would be. 0: max_message_size.

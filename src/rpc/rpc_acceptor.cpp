@@ -121,16 +121,22 @@ std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_execut
   // relaxed: counters; the header's is informational (shmio stat shows it).
   auto& header_accepted = reinterpret_cast<layout::listener_header*>(seg_.body().data())->accepted;
   header_accepted.fetch_add(1, std::memory_order_relaxed);
+  bool kept = false;
+  struct uncount {  // also if accept throws (no memory)
+    std::atomic<std::uint64_t>& count;
+    const bool& kept;
+    ~uncount() {
+      if (!kept) count.fetch_sub(1, std::memory_order_relaxed);
+    }
+  } uncount_unless_kept{header_accepted, kept};
   // Made without the mutex: close() does not wait for it, and the handlers (user code) of a
   // channel refused are destroyed here, under no lock of ours.
   auto channel =
       rpc_channel::accept(ex, name(), request, std::move(handlers), settings_.channel, ec);
   if (!channel) {
-    header_accepted.fetch_sub(1, std::memory_order_relaxed);
     refused_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
-  bool kept = false;
   {
     // Kept only if close() has not begun: then the statistics it keeps count it. The accept
     // packet goes under the lock (a write to the ring, no user code), so that an async connect
@@ -140,14 +146,10 @@ std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_execut
       ec = channel->send_accept();
       kept = !ec;
     }
-    if (kept) {
+    if (kept)
       accepted_.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      header_accepted.fetch_sub(1, std::memory_order_relaxed);
-    }
-    if (!kept && ec) {
+    else if (ec)
       refused_.fetch_add(1, std::memory_order_relaxed);  // counted before a close() that follows
-    }
   }
   if (kept) {
     channel->start_accepted();  // only now may a request of its client reach a handler

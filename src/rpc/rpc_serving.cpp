@@ -63,7 +63,7 @@ void rpc_channel::cancel_serving(std::error_code why) {
     }
 }
 
-void rpc_channel::start_request(incoming_message m, bool queued) {
+void rpc_channel::start_request(incoming_message m, request_from from) {
   std::string_view name;
   std::span<const std::byte> payload = m.bytes();
   const bool named = (m.flags & layout::packet_flag_method) != 0;
@@ -96,7 +96,7 @@ void rpc_channel::start_request(incoming_message m, bool queued) {
   // Answers the other end has not made room for reach max_held_bytes: serving more would only
   // add to them. It waits, whatever its handler's kind, and starts as they go (answers_left),
   // after those already waiting: a request that comes meanwhile does not pass them.
-  if (!queued && (answers_over_budget() || !held_back_.empty()))
+  if (from == request_from::wire && (answers_over_budget() || !held_back_.empty()))
     return defer(std::move(m), held_back_, false);
   // A method's count is of the requests its handler takes: counted as one starts, not for one
   // refused, nor for one deferred (it is counted when it starts later).
@@ -110,8 +110,12 @@ void rpc_channel::start_request(incoming_message m, bool queued) {
     service_.count(method);
     return serve_in_place(m.id, method->in_place, payload);
   }
-  if (serving_.size() >= max_handlers_)  // later, when one ends
-    return defer(std::move(m), deferred_, queued);
+  // Later, when a slot frees; behind those already waiting for one, which came first.
+  if (serving_.size() >= max_handlers_ || (from != request_from::deferred && !deferred_.empty())) {
+    if (serving_.size() < max_handlers_)  // a slot is free: they go now, this one after them
+      asio::post(strand_, [self = shared_from_this()] { self->start_deferred(); });
+    return defer(std::move(m), deferred_, from != request_from::wire);
+  }
   const std::size_t skip = static_cast<std::size_t>(payload.data() - m.bytes().data());
   m.own();  // the coroutine keeps it
   const std::uint64_t id = m.id;
@@ -175,20 +179,21 @@ void rpc_channel::answers_left(std::uint64_t bytes) {
 }
 
 void rpc_channel::start_deferred() {
-  // Each that starts may fill the budget again (a plain handler answers at once): both loops
-  // look again before the next. One held back for bytes whose coroutine finds no handler slot
-  // joins deferred_, behind those already waiting there.
-  auto take = [this](std::deque<incoming_message>& queue) {
+  // Those waiting for a slot first: every one of them came before every request held back.
+  // Each that starts may fill the budget again (a plain handler answers at once), so both
+  // loops look again before the next. A coroutine's request held back that then finds no slot,
+  // or others waiting for one, joins deferred_ behind them; a plain handler's starts.
+  auto take = [this](std::deque<incoming_message>& queue, request_from from) {
     incoming_message m = std::move(queue.front());
     queue.pop_front();
     deferred_bytes_ -= m.bytes().size();
-    start_request(std::move(m), true);
+    start_request(std::move(m), from);
   };
+  while (!deferred_.empty() && serving_.size() < max_handlers_ && !answers_over_budget() &&
+         !closing())
+    take(deferred_, request_from::deferred);
   while (!held_back_.empty() && !answers_over_budget() && !closing())
-    take(held_back_);
-  while (held_back_.empty() && !deferred_.empty() && serving_.size() < max_handlers_ &&
-         !answers_over_budget() && !closing())
-    take(deferred_);
+    take(held_back_, request_from::held_back);
 }
 
 asio::awaitable<void> rpc_channel::serve_stream(std::shared_ptr<rpc_channel> self,

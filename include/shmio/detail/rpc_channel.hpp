@@ -174,8 +174,9 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::uint32_t stream_window() const noexcept {
     return stream_window_.load(std::memory_order_relaxed);  // relaxed: a setting, no data with it
   }
-  /// Sets this end's bounds (max_in_flight, max_concurrent_handlers, stream_window,
-  /// stream_window_limit) from any thread; they apply from the strand's next turn.
+  /// Sets this end's bounds (max_in_flight, max_concurrent_handlers, max_held_bytes,
+  /// stream_window, stream_window_limit) from any thread; they apply from the strand's next
+  /// turn.
   void apply_limits(const rpc_options& o);
 
   // Streams (rpc_streams.cpp): see rpc_stream_core.hpp.
@@ -308,7 +309,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   }
   /// Keeps request `m` in `queue` (held_back_ or deferred_) until it may start. A request new
   /// to both is answered with errc::busy instead past max_concurrent_handlers requests waiting
-  /// or max_held_bytes of them; one moved from held_back_ to deferred_ (`moved`) was counted.
+  /// or max_held_bytes of them; one that already waited (`moved`) was counted and checked.
   void defer(incoming_message m, std::deque<incoming_message>& queue, bool moved);
   /// `bytes` of answers or items left the outbox: below the budget again, waiting requests go.
   void answers_left(std::uint64_t bytes);
@@ -406,11 +407,13 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
         o.stream_window == 0 ? 1 : std::min(o.stream_window, layout::max_stream_window),
         std::memory_order_relaxed);
   }
+  /// Where a request to start comes from: just read, or one of the two queues of those waiting.
+  enum class request_from : std::uint8_t { wire, held_back, deferred };
   /// Starts serving request `m` (after its counts): its method's handler, now or once the
   /// answers waiting go (max_held_bytes) and a handler slot frees (max_concurrent_handlers), or
-  /// an error answer. `queued`: it comes from held_back_ or deferred_, and is not held back again.
-  void start_request(incoming_message m, bool queued = false);
-  /// Starts what waits and may start now: held_back_ first, then deferred_, each in its order.
+  /// an error answer. One from a queue is not held back again, nor counted as waiting again.
+  void start_request(incoming_message m, request_from from = request_from::wire);
+  /// Starts what waits and may start now: deferred_ first, then held_back_, each in its order.
   void start_deferred();
   void send_failed(const outgoing_message& m, std::error_code ec);
   void send_error(std::uint64_t to, std::error_code ec, std::string_view text);
@@ -468,8 +471,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::size_t max_in_flight_ = 1024;
   std::size_t max_handlers_ = 1024;
   std::uint64_t max_held_bytes_ = rpc_options{}.max_held_bytes;  // 0: no bound
-  std::uint64_t deferred_bytes_ = 0;              // the payloads of deferred_, counted against it
-  std::uint32_t served_window_limit_ = 1024;      // rpc_options::stream_window_limit
+  std::uint64_t deferred_bytes_ = 0;          // held_back_'s and deferred_'s payloads, against it
+  std::uint32_t served_window_limit_ = 1024;  // rpc_options::stream_window_limit
   std::atomic<std::uint32_t> stream_window_{32};  // read by callers off the strand
   // Requests waiting, in their order: for the answers to go (max_held_bytes; any handler kind),
   // and then for a handler slot (max_concurrent_handlers; coroutine handlers only). Two queues,
@@ -505,7 +508,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // waited for the other would wait for ever).
   std::size_t queued_answers_ = 0;
   // Their bytes, with the stream items waiting there (held_size): at max_held_bytes, requests
-  // wait in deferred_ instead of being served, and start as these go. Unlike the count above
+  // wait in held_back_ instead of being served, and start as these go. Unlike the count above
   // this slows a client that reads, only slower than it asks; shedding is for one that does not.
   std::uint64_t held_answer_bytes_ = 0;
   bool writer_running_ = false;  // the writer loop runs: the outbox holds something

@@ -158,8 +158,9 @@ struct listener_header {
   std::uint64_t ring_bytes;               // ring_state + nodes of the connect ring
   std::atomic<std::uint32_t> server_pid;  // informational
   std::uint32_t backlog;                  // nodes of the connect ring
-  std::atomic<std::uint64_t> accepted;    // connections accepted so far; informational
-  std::uint64_t methods_offset;           // from the start of the body: the method_table
+  std::atomic<std::uint64_t>
+      accepted;  // connections accepted so far (one being made counts); informational
+  std::uint64_t methods_offset;  // from the start of the body: the method_table
 };
 static_assert(sizeof(listener_header) == 64);
 static_assert(offsetof(listener_header, version) == 0);
