@@ -346,14 +346,19 @@ TEST_CASE("rpc bounds: requests from a peer that never reads its answers are she
   std::uint64_t injected = 0;
   inject_requests(io, injector, offered, 4, 1, 4, injected);
   // The owner reads on (the other end's answers and cancels would come the same way), and
-  // serves no more than its answers' bound past what the ring and the writer hold.
+  // serves no more than its answers' bound past what the ring and the writer hold; as many
+  // again wait to start, and the rest are shed.
   REQUIRE(run_until(io, [&] { return injected == offered; }));
   REQUIRE(run_until(io, [&] { return owner.statistics().requests_received == offered; }));
   CHECK(served <= 8 + 1 + handlers);
-  CHECK(owner.statistics().requests_shed == offered - served);
-  // Once the answers are read, requests are served again.
+  CHECK(owner.statistics().requests_deferred == handlers);
+  CHECK(owner.statistics().requests_shed == offered - served - handlers);
+  // Once the answers are read, those waiting are served, and new requests are served again.
+  const std::size_t served_first = served;
   opener.async_wait_closed([](std::error_code) {});  // its reader runs, and takes them
-  REQUIRE(run_until(io, [&] { return opener.statistics().discarded_replies == served; }));
+  REQUIRE(run_until(
+      io, [&] { return opener.statistics().discarded_replies == served_first + handlers; }));
+  CHECK(served == served_first + handlers);
   outcome call;
   opener.async_request(asio::buffer(bytes("last")), 10s, call.handler());
   REQUIRE(run_until(io, [&] { return call.ec.has_value(); }));
@@ -816,6 +821,99 @@ TEST_CASE("rpc bounds: a request waiting for a handler slot starts before one he
   CHECK(started[0] == "A");
   CHECK(started[1] == "B");
   gate.cancel();
+  owner.close();
+  opener.close();
+  io.restart();
+  io.poll();
+  client_io.restart();
+  client_io.poll();
+}
+
+TEST_CASE("rpc bounds: a caller a little past its credit is held back, not shed", "[rpc][bounds]") {
+  // Four handlers' worth of answers waiting used to shed the next requests, although the caller
+  // reads: each answer is twice the ring, so several wait while it reads the first.
+  scoped_name name("rpc");
+  asio::io_context io;
+  auto big = [](std::uint64_t, std::span<const std::byte> in) {
+    bytes_t reply(16 * 1024, std::byte{3});
+    std::copy(in.begin(), in.end(), reply.begin());
+    return reply;
+  };
+  constexpr std::size_t handlers = 4;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_sync_handler(big),
+                   bounded(1024, handlers));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  opener.set_limits(bounded(2 * handlers));
+  constexpr std::size_t calls = 32;
+  std::vector<outcome> out(calls);
+  for (std::size_t i = 0; i < calls; ++i) {
+    const std::string tag = "call " + std::to_string(i);
+    opener.async_request(asio::buffer(bytes(tag)), 5s, out[i].handler());
+  }
+  REQUIRE(run_until(io, [&] {
+    return std::all_of(out.begin(), out.end(), [](const outcome& c) { return c.ec.has_value(); });
+  }));
+  for (std::size_t i = 0; i < calls; ++i) {
+    INFO(i);
+    CHECK_FALSE(*out[i].ec);
+    const std::string tag = "call " + std::to_string(i);
+    REQUIRE(out[i].reply.size() == 16 * 1024);
+    CHECK(std::equal(out[i].reply.begin(), out[i].reply.begin() + tag.size(), bytes(tag).begin()));
+  }
+  CHECK(owner.statistics().requests_shed == 0);
+  owner.close();
+  opener.close();
+  io.poll();
+}
+
+TEST_CASE("rpc bounds: a cancel drops the answer that waits whole for its caller",
+          "[rpc][bounds]") {
+  scoped_name name("rpc");
+  asio::io_context io, client_io;  // the client's runs only when the test lets it
+  auto big = [](std::uint64_t, std::span<const std::byte>) {
+    return bytes_t(8192, std::byte{5});  // more than the ring's eight nodes carry
+  };
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_sync_handler(big),
+                   bounded(1024));
+  rpc_buffer opener(client_io.get_executor(), shmio::open_only, name);
+  std::vector<outcome> out(4);
+  std::vector<asio::cancellation_signal> cancel(4);
+  for (std::size_t i = 0; i < out.size(); ++i)
+    opener.async_request(asio::buffer(bytes("x")), 30s,
+                         asio::bind_cancellation_slot(cancel[i].slot(), out[i].handler()));
+  client_io.poll();  // sends them
+  REQUIRE(run_until(io, [&] { return owner.statistics().responses_sent == 4; }));
+  // The first answer fills the ring; the other three wait in the owner's outbox. The caller
+  // gives up on the last two.
+  cancel[2].emit(asio::cancellation_type::terminal);
+  cancel[3].emit(asio::cancellation_type::terminal);
+  client_io.restart();
+  client_io.poll();
+  CHECK(out[2].ec == std::optional<std::error_code>(asio::error::operation_aborted));
+  CHECK(out[3].ec == std::optional<std::error_code>(asio::error::operation_aborted));
+  // The owner takes the cancels (its writer still waits for room) and drops those answers.
+  REQUIRE(run_until(io, [&] { return owner.statistics().packets_received == 4 + 2; }));
+  CHECK(owner.statistics().cancellations == 2);
+  // The caller reads what is left: the first two answers, and nothing for the calls it left.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!(out[0].ec && out[1].ec) && std::chrono::steady_clock::now() < deadline) {
+    client_io.restart();
+    client_io.poll();
+    io.restart();
+    io.poll();
+  }
+  REQUIRE(out[0].ec.has_value());
+  REQUIRE(out[1].ec.has_value());
+  CHECK_FALSE(*out[0].ec);
+  CHECK_FALSE(*out[1].ec);
+  for (int i = 0; i < 50; ++i) {  // anything still on its way would arrive now
+    client_io.restart();
+    client_io.poll();
+    io.restart();
+    io.poll();
+  }
+  CHECK(opener.statistics().discarded_replies == 0);
+  CHECK(owner.statistics().packets_sent == opener.statistics().packets_received);
   owner.close();
   opener.close();
   io.restart();

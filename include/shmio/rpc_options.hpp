@@ -49,18 +49,19 @@ struct rpc_options {
   /// that completes) without being queued for the ring; their timeouts run meanwhile.
   std::size_t max_in_flight = 1024;
   /// Coroutine handlers running at once. Later requests wait, up to as many again (and up to
-  /// max_held_bytes of them); past that they are answered at once with errc::busy.
+  /// max_held_bytes of them); past that they are answered at once with errc::busy. Also the
+  /// count of answers this end lets wait for the other end to read them (see max_held_bytes).
   std::size_t max_concurrent_handlers = 1024;
   /// Bytes of answers (replies, errors, stream items) this end lets wait for room in the ring
-  /// the other end reads. While they reach it, requests wait unserved and start as the answers
-  /// go, in their order (except that a plain handler's request never waits for a coroutine
-  /// handler's slot): a client that asks faster than it reads is slowed, not refused. The
-  /// requests waiting are bounded by it too, apart: one that comes while those waiting reach it
-  /// is answered at once with errc::busy. It bounds what waits, not what runs: handlers that
-  /// started under it still send their answers, the message being written is not counted, and
-  /// a message is never cut, so each bound may be passed by a message (up to max_message_size).
-  /// 0: no bound in bytes (max_concurrent_handlers still bounds the counts: past that many
-  /// answers waiting, requests are shed).
+  /// the other end reads, as max_concurrent_handlers bounds their count. While either is
+  /// reached, requests wait unserved and start as the answers go, in their order (except that
+  /// a plain handler's request never waits for a coroutine handler's slot): a client that asks
+  /// faster than it reads is slowed. The requests waiting are bounded by both figures too: past
+  /// them a request is answered at once with errc::busy, or shed (requests_shed) while
+  /// max_concurrent_handlers answers wait. It bounds what waits, not what runs: handlers that
+  /// started still send their answers, the message being written is not counted, and a message
+  /// is never cut, so each bound may be passed by a message (up to max_message_size). 0: no
+  /// bound in bytes.
   std::uint64_t max_held_bytes = std::uint64_t{64} << 20;
   /// Bytes of messages received in part (by their announced sizes) held at once; a message
   /// that would pass it is refused as too large would be. 0: max_message_size.
@@ -117,8 +118,9 @@ struct rpc_statistics {
   std::uint64_t stream_items_sent = 0;      ///< items of streams this end's handlers wrote
   std::uint64_t stream_items_received = 0;  ///< items of streams this end's callers read
   /// Requests not served because max_concurrent_handlers answers already waited for the other
-  /// end to read them: it was not reading, so no answer could reach it, and its caller times
-  /// out. (Serving them would only have grown what this end holds.)
+  /// end to read them, and as many requests waited to start: it was not reading, so no answer
+  /// could reach it, and its caller times out. (Serving them would only have grown what this
+  /// end holds.)
   std::uint64_t requests_shed = 0;
   /// Requests that had to wait to start: max_concurrent_handlers handlers were running, or
   /// max_held_bytes of answers waited for the other end to read them. (Some of them may then

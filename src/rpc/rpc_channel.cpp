@@ -1,5 +1,6 @@
 #include "shmio/detail/rpc_channel.hpp"
 
+#include <algorithm>
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/bind_executor.hpp>
 #include <asio/co_spawn.hpp>
@@ -278,11 +279,9 @@ void rpc_channel::on_message(incoming_message m) {
     case packet_type::request:
       stats_.requests_received.fetch_add(1, std::memory_order_relaxed);
       stats_.bytes_received.fetch_add(m.bytes().size(), std::memory_order_relaxed);
-      // The other end is not reading our answers: one more would only wait with them.
-      if (answers_backlogged()) {
-        stats_.requests_shed.fetch_add(1, std::memory_order_relaxed);
-        return;
-      }
+      // Our answers wait for the other end to read them: this one waits to start (unchecked,
+      // so that not even an error answer adds to them), behind any that already wait.
+      if (holding_back() || !held_back_.empty()) return hold_back(std::move(m));
       return start_request(std::move(m));
     case packet_type::response:
       stats_.responses_received.fetch_add(1, std::memory_order_relaxed);
@@ -307,7 +306,7 @@ void rpc_channel::on_message(incoming_message m) {
             const bool drop = q.type == packet_type::stream_item &&
                               q.response_to == m.response_to && q.next_packet == 1;
             if (drop && it->second.stream.unsent != 0) --it->second.stream.unsent;
-            if (drop) answers_left(held_size(q));
+            if (drop) answer_left(q);
             return drop;
           });
         end_stream_writes(it->second.stream, asio::error::operation_aborted);
@@ -324,6 +323,20 @@ void rpc_channel::on_message(incoming_message m) {
             queue->erase(d);  // bounded by max_concurrent_handlers
             return;
           }
+      // Served already, its answer still waiting whole: its caller gave up and would only drop
+      // it, and while it waits it counts against the bounds (a caller within its credit, whose
+      // timed-out calls leave answers here, would otherwise be held back or shed).
+      if (auto a = std::find_if(outbox_.begin(), outbox_.end(),
+                                [&](const outgoing_message& q) {
+                                  return is_answer(q) && q.response_to == m.response_to &&
+                                         q.next_packet == 1;
+                                });
+          a != outbox_.end()) {
+        stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
+        const outgoing_message dropped = std::move(*a);
+        outbox_.erase(a);  // bounded: see queued_answers_
+        answer_left(dropped);
+      }
       return;
     case packet_type::close:
       return end_session();
@@ -432,8 +445,7 @@ asio::awaitable<void> rpc_channel::writer_loop([[maybe_unused]] std::shared_ptr<
     const std::uint64_t session = session_;
     outgoing_message m = std::move(outbox_.front());
     outbox_.pop_front();
-    if (is_answer(m) && queued_answers_ != 0) --queued_answers_;
-    answers_left(held_size(m));
+    answer_left(m);
     // Until its first packet is in the ring, withdraw() may still drop it (a call that timed
     // out or was cancelled meanwhile is not sent).
     current_ = &m;

@@ -93,11 +93,6 @@ void rpc_channel::start_request(incoming_message m, request_from from) {
         m.id, errc::invalid_argument,
         "stream window " + std::to_string(window) + " is above the other end's limit (" +
             std::to_string(served_window_limit_) + ", rpc_options::stream_window_limit)");
-  // Answers the other end has not made room for reach max_held_bytes: serving more would only
-  // add to them. It waits, whatever its handler's kind, and starts as they go (answers_left),
-  // after those already waiting: a request that comes meanwhile does not pass them.
-  if (from == request_from::wire && (answers_over_budget() || !held_back_.empty()))
-    return defer(std::move(m), held_back_, false);
   // A method's count is of the requests its handler takes: counted as one starts, not for one
   // refused, nor for one deferred (it is counted when it starts later).
   // A plain handler runs here and now: no coroutine to start, no trip through the
@@ -158,8 +153,7 @@ void rpc_channel::defer(incoming_message m, std::deque<incoming_message>& queue,
     // Past as many again as handlers may run, or past the bytes this end may hold, the caller
     // hears at once. (The reader goes on reading meanwhile: cancels for running handlers, and
     // the other end's answers and credits, must still get through.)
-    if (held_back_.size() + deferred_.size() >= max_handlers_ ||
-        (max_held_bytes_ != 0 && deferred_bytes_ >= max_held_bytes_))
+    if (waiting_full())
       return send_error(m.id, errc::busy, "too many requests at once at the other end");
     // relaxed: a counter.
     stats_.requests_deferred.fetch_add(1, std::memory_order_relaxed);
@@ -169,12 +163,26 @@ void rpc_channel::defer(incoming_message m, std::deque<incoming_message>& queue,
   queue.push_back(std::move(m));
 }
 
-void rpc_channel::answers_left(std::uint64_t bytes) {
-  if (bytes == 0) return;
-  const bool was_over = answers_over_budget();
+void rpc_channel::hold_back(incoming_message m) {
+  // If nothing more may wait while max_concurrent_handlers answers wait, the other end is not
+  // reading them, and an answer (busy) would only wait with them: the request is shed,
+  // counted, neither served nor answered (its caller times out). Else it waits, or hears busy
+  // at once (defer).
+  if (waiting_full() && answers_backlogged()) {
+    stats_.requests_shed.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  defer(std::move(m), held_back_, false);
+}
+
+void rpc_channel::answer_left(const outgoing_message& m) {
+  const std::uint64_t bytes = held_size(m);
+  if (bytes == 0 && !is_answer(m)) return;
+  const bool was_holding = holding_back();
+  if (is_answer(m) && queued_answers_ != 0) --queued_answers_;
   held_answer_bytes_ -= std::min(bytes, held_answer_bytes_);
   // Posted: this runs inside the writer loop, or while the outbox is being changed.
-  if (was_over && !answers_over_budget() && (!held_back_.empty() || !deferred_.empty()))
+  if (was_holding && !holding_back() && (!held_back_.empty() || !deferred_.empty()))
     asio::post(strand_, [self = shared_from_this()] { self->start_deferred(); });
 }
 
@@ -189,10 +197,9 @@ void rpc_channel::start_deferred() {
     deferred_bytes_ -= m.bytes().size();
     start_request(std::move(m), from);
   };
-  while (!deferred_.empty() && serving_.size() < max_handlers_ && !answers_over_budget() &&
-         !closing())
+  while (!deferred_.empty() && serving_.size() < max_handlers_ && !holding_back() && !closing())
     take(deferred_, request_from::deferred);
-  while (!held_back_.empty() && !answers_over_budget() && !closing())
+  while (!held_back_.empty() && !holding_back() && !closing())
     take(held_back_, request_from::held_back);
 }
 

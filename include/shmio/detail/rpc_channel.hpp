@@ -292,7 +292,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
     return m.type == layout::packet_type::response || m.type == layout::packet_type::error ||
            m.type == layout::packet_type::stream_end;
   }
-  /// New requests are shed while this many answers wait (see queued_answers_). A stream that
+  /// New requests wait (or, if too many already do, are shed) while this many answers wait
+  /// (see queued_answers_). A stream that
   /// ended with items still queued counts once, by its end (or error), which waits behind them:
   /// per item, one stream of a large window would shed a caller that reads, only slower than
   /// its handler writes. A stream its caller cancelled leaves none queued (they are taken back).
@@ -307,12 +308,23 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   bool answers_over_budget() const noexcept {
     return max_held_bytes_ != 0 && held_answer_bytes_ >= max_held_bytes_;
   }
+  /// Requests wait in held_back_ rather than start: the answers waiting reach either bound.
+  bool holding_back() const noexcept { return answers_backlogged() || answers_over_budget(); }
+  /// No more requests may wait: max_concurrent_handlers of them, or max_held_bytes.
+  bool waiting_full() const noexcept {
+    return held_back_.size() + deferred_.size() >= max_handlers_ ||
+           (max_held_bytes_ != 0 && deferred_bytes_ >= max_held_bytes_);
+  }
+  /// Request `m`, just read, waits in held_back_ (answers wait, or requests already do); if no
+  /// more may wait it is answered busy, or shed while max_concurrent_handlers answers wait.
+  void hold_back(incoming_message m);
   /// Keeps request `m` in `queue` (held_back_ or deferred_) until it may start. A request new
   /// to both is answered with errc::busy instead past max_concurrent_handlers requests waiting
   /// or max_held_bytes of them; one that already waited (`moved`) was counted and checked.
   void defer(incoming_message m, std::deque<incoming_message>& queue, bool moved);
-  /// `bytes` of answers or items left the outbox: below the budget again, waiting requests go.
-  void answers_left(std::uint64_t bytes);
+  /// Message `m` (an answer or an item, or anything else: then nothing) left the outbox: below
+  /// both bounds again, the requests held back go.
+  void answer_left(const outgoing_message& m);
   /// Stops a parked reader once this end is idle (after a completion that may have made it so),
   /// and the housekeeping tick once it has nothing to watch.
   void stop_reader_if_idle();
@@ -502,10 +514,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // no room for the other end's close packet (see check_peer_after_full_ring).
   std::size_t taken_since_empty_ = 0;
   // Answers (responses, errors, stream ends) waiting in the outbox for room in a ring the other
-  // end does not read. At max_concurrent_handlers, new requests are shed (counted, not served)
-  // until some have gone: the reader itself never stops, since the other end's answers, credits,
-  // cancels and close come through the same ring (two ends that stopped reading while each
-  // waited for the other would wait for ever).
+  // end does not read. At max_concurrent_handlers, new requests wait in held_back_ (past as
+  // many, are shed: counted, not served) until some have gone: the reader itself never stops, since
+  // the other end's answers, credits, cancels and close come through the same ring (two ends that
+  // stopped reading while each waited for the other would wait for ever).
   std::size_t queued_answers_ = 0;
   // Their bytes, with the stream items waiting there (held_size): at max_held_bytes, requests
   // wait in held_back_ instead of being served, and start as these go. Unlike the count above
