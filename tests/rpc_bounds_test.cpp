@@ -95,6 +95,40 @@ void inject_requests(asio::io_context& io, shmio::test::rpc::ring_injector& inje
       asio::detached);
 }
 
+// A plain handler whose answer is `size` bytes beginning with the request (a tag); it notes
+// the requests' ids in `order`, if given, as it serves them.
+shmio::rpc_sync_handler tagged_reply(std::size_t size,
+                                     std::vector<std::uint64_t>* order = nullptr) {
+  return [size, order](std::uint64_t id, std::span<const std::byte> in) {
+    if (order) order->push_back(id);
+    bytes_t reply(size, std::byte{3});
+    std::copy(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(std::min(size, in.size())),
+              reply.begin());
+    return reply;
+  };
+}
+
+// Makes `calls` calls "call i" from `opener` at once, runs `io` until all have completed, and
+// checks that each got its own answer of `size` bytes from tagged_reply.
+void check_tagged_calls(asio::io_context& io, rpc_buffer& opener, std::size_t calls,
+                        std::chrono::milliseconds timeout, std::size_t size) {
+  std::vector<outcome> out(calls);
+  for (std::size_t i = 0; i < calls; ++i) {
+    const std::string tag = "call " + std::to_string(i);
+    opener.async_request(asio::buffer(bytes(tag)), timeout, out[i].handler());
+  }
+  REQUIRE(run_until(io, [&] {
+    return std::all_of(out.begin(), out.end(), [](const outcome& c) { return c.ec.has_value(); });
+  }));
+  for (std::size_t i = 0; i < calls; ++i) {
+    INFO(i);
+    CHECK_FALSE(*out[i].ec);
+    const std::string tag = "call " + std::to_string(i);
+    REQUIRE(out[i].reply.size() == size);
+    CHECK(std::equal(out[i].reply.begin(), out[i].reply.begin() + tag.size(), bytes(tag).begin()));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("rpc bounds: calls past max_in_flight wait for credit, unsent", "[rpc][bounds]") {
@@ -447,32 +481,12 @@ TEST_CASE(
   scoped_name name("rpc");
   asio::io_context io;
   std::vector<std::uint64_t> order;  // the requests' ids, as their handler ran
-  auto big = [&](std::uint64_t id, std::span<const std::byte> in) {
-    order.push_back(id);
-    bytes_t reply(8192, std::byte{0});
-    std::copy(in.begin(), in.end(), reply.begin());
-    return reply;
-  };
   rpc_options o = bounded(1024);
   o.max_held_bytes = 16 * 1024;
-  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_sync_handler(big), o);
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, tagged_reply(8192, &order), o);
   rpc_buffer opener(io.get_executor(), shmio::open_only, name);
   constexpr std::size_t calls = 64;
-  std::vector<outcome> out(calls);
-  for (std::size_t i = 0; i < calls; ++i) {
-    const std::string tag = "call " + std::to_string(i);
-    opener.async_request(asio::buffer(bytes(tag)), 30s, out[i].handler());
-  }
-  REQUIRE(run_until(io, [&] {
-    return std::all_of(out.begin(), out.end(), [](const outcome& c) { return c.ec.has_value(); });
-  }));
-  for (std::size_t i = 0; i < calls; ++i) {
-    INFO(i);
-    CHECK_FALSE(*out[i].ec);
-    const std::string tag = "call " + std::to_string(i);
-    REQUIRE(out[i].reply.size() == 8192);
-    CHECK(std::equal(out[i].reply.begin(), out[i].reply.begin() + tag.size(), bytes(tag).begin()));
-  }
+  check_tagged_calls(io, opener, calls, 30s, 8192);
   const auto stats = owner.statistics();
   CHECK(stats.responses_sent == calls);
   CHECK(stats.requests_deferred > 0);  // the answers did wait, and held the requests back
@@ -834,32 +848,12 @@ TEST_CASE("rpc bounds: a caller a little past its credit is held back, not shed"
   // reads: each answer is twice the ring, so several wait while it reads the first.
   scoped_name name("rpc");
   asio::io_context io;
-  auto big = [](std::uint64_t, std::span<const std::byte> in) {
-    bytes_t reply(16 * 1024, std::byte{3});
-    std::copy(in.begin(), in.end(), reply.begin());
-    return reply;
-  };
   constexpr std::size_t handlers = 4;
-  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_sync_handler(big),
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, tagged_reply(16 * 1024),
                    bounded(1024, handlers));
   rpc_buffer opener(io.get_executor(), shmio::open_only, name);
   opener.set_limits(bounded(2 * handlers));
-  constexpr std::size_t calls = 32;
-  std::vector<outcome> out(calls);
-  for (std::size_t i = 0; i < calls; ++i) {
-    const std::string tag = "call " + std::to_string(i);
-    opener.async_request(asio::buffer(bytes(tag)), 5s, out[i].handler());
-  }
-  REQUIRE(run_until(io, [&] {
-    return std::all_of(out.begin(), out.end(), [](const outcome& c) { return c.ec.has_value(); });
-  }));
-  for (std::size_t i = 0; i < calls; ++i) {
-    INFO(i);
-    CHECK_FALSE(*out[i].ec);
-    const std::string tag = "call " + std::to_string(i);
-    REQUIRE(out[i].reply.size() == 16 * 1024);
-    CHECK(std::equal(out[i].reply.begin(), out[i].reply.begin() + tag.size(), bytes(tag).begin()));
-  }
+  check_tagged_calls(io, opener, 32, 5s, 16 * 1024);
   CHECK(owner.statistics().requests_shed == 0);
   owner.close();
   opener.close();
