@@ -575,7 +575,7 @@ TEST_CASE(
   REQUIRE(run_until(io, [&] { return injected == offered; }));
   REQUIRE(run_until(io, [&] { return owner.statistics().packets_received == offered; }));
   const auto stats = owner.statistics();
-  CHECK(stats.errors_sent <= 8 + 1 + handlers);
+  CHECK(stats.errors_sent <= 8 + 1 + 2 * handlers);  // refusals may wait up to twice the bound
   CHECK(stats.requests_shed == offered - stats.errors_sent);
   owner.close();
   opener.close();

@@ -117,14 +117,15 @@ struct rpc_statistics {
   std::uint64_t requests_withdrawn = 0;
   std::uint64_t stream_items_sent = 0;      ///< items of streams this end's handlers wrote
   std::uint64_t stream_items_received = 0;  ///< items of streams this end's callers read
-  /// Requests not served because max_concurrent_handlers answers already waited for the other
-  /// end to read them, and as many requests waited to start: it was not reading, so no answer
-  /// could reach it, and its caller times out. (Serving them would only have grown what this
-  /// end holds.)
+  /// Requests neither served nor answered because max_concurrent_handlers answers already
+  /// waited for the other end to read them and no more requests could wait (or, for refusals,
+  /// twice as many answers waited): it was not reading, so no answer could reach it, and its
+  /// caller times out. (Serving them would only have grown what this end holds.)
   std::uint64_t requests_shed = 0;
-  /// Requests that had to wait to start: max_concurrent_handlers handlers were running, or
-  /// max_held_bytes of answers waited for the other end to read them. (Some of them may then
-  /// have been cancelled, or dropped as their caller left.)
+  /// Requests that had to wait to start: max_concurrent_handlers handlers were running,
+  /// max_concurrent_handlers answers or max_held_bytes of them waited for the other end to
+  /// read them, or requests that came before them waited. (Some of them may then have been
+  /// cancelled, or dropped as their caller left.)
   std::uint64_t requests_deferred = 0;
 };
 

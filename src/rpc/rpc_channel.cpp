@@ -256,7 +256,7 @@ void rpc_channel::fail_waiting(packet_type type, std::uint64_t id, std::uint64_t
     case packet_type::request:
       // The caller over there waits for an answer. Shed as a whole request would be while the
       // other end is not reading our answers, or they would pile up unbounded.
-      if (answers_backlogged())
+      if (answers_full() || (answers_backlogged() && waiting_full()))
         stats_.requests_shed.fetch_add(1, std::memory_order_relaxed);
       else
         send_error(id, ec, request_text);
@@ -326,6 +326,7 @@ void rpc_channel::on_message(incoming_message m) {
       // Served already, its answer still waiting whole: its caller gave up and would only drop
       // it, and while it waits it counts against the bounds (a caller within its credit, whose
       // timed-out calls leave answers here, would otherwise be held back or shed).
+      if (!answers_whole_.contains(m.response_to)) return;
       if (auto a = std::find_if(outbox_.begin(), outbox_.end(),
                                 [&](const outgoing_message& q) {
                                   return is_answer(q) && q.response_to == m.response_to &&
@@ -382,6 +383,7 @@ bool rpc_channel::send(outgoing_message m) {
   }
   m.own();  // what waits in the outbox owns its bytes: a borrower may be gone before it goes
   if (is_answer(m)) ++queued_answers_;  // bounded: see queued_answers_
+  if (is_answer(m) && m.next_packet == 1) answers_whole_.insert(m.response_to);
   held_answer_bytes_ += held_size(m);
   // Before the writer loop may start: co_spawn runs it here, inside this call, on the strand.
   note_queued(m);

@@ -168,7 +168,7 @@ void rpc_channel::hold_back(incoming_message m) {
   // reading them, and an answer (busy) would only wait with them: the request is shed,
   // counted, neither served nor answered (its caller times out). Else it waits, or hears busy
   // at once (defer).
-  if (waiting_full() && answers_backlogged()) {
+  if (answers_full() || (waiting_full() && answers_backlogged())) {
     stats_.requests_shed.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -179,6 +179,7 @@ void rpc_channel::answer_left(const outgoing_message& m) {
   const std::uint64_t bytes = held_size(m);
   if (bytes == 0 && !is_answer(m)) return;
   const bool was_holding = holding_back();
+  if (is_answer(m)) answers_whole_.erase(m.response_to);
   if (is_answer(m) && queued_answers_ != 0) --queued_answers_;
   held_answer_bytes_ -= std::min(bytes, held_answer_bytes_);
   // Posted: this runs inside the writer loop, or while the outbox is being changed.

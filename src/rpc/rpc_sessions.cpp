@@ -91,6 +91,7 @@ void rpc_channel::end_session() {
   outbox_.clear();  // nobody to read them
   queued_answers_ = 0;
   held_answer_bytes_ = 0;
+  answers_whole_.clear();
   for (auto& entry : serving_)  // their items left with the outbox
     entry.second.stream.unsent = 0;
   credit_queue_.clear();  // nor the calls waiting to be sent: they fail below, unsent
@@ -178,6 +179,7 @@ void rpc_channel::shutdown_on_strand() {
   outbox_.clear();
   queued_answers_ = 0;
   held_answer_bytes_ = 0;
+  answers_whole_.clear();
   for (auto& entry : serving_)  // their items left with the outbox
     entry.second.stream.unsent = 0;
   credit_queue_.clear();

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -295,7 +296,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   /// New requests wait (or, if too many already do, are shed) while this many answers wait
   /// (see queued_answers_). A stream that
   /// ended with items still queued counts once, by its end (or error), which waits behind them:
-  /// per item, one stream of a large window would shed a caller that reads, only slower than
+  /// per item, one stream of a large window would hold back a caller that reads, only slower than
   /// its handler writes. A stream its caller cancelled leaves none queued (they are taken back).
   bool answers_backlogged() const noexcept { return queued_answers_ >= max_handlers_; }
   /// What of `m` counts against max_held_bytes while it waits in the outbox: an answer's or a
@@ -310,6 +311,9 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   }
   /// Requests wait in held_back_ rather than start: the answers waiting reach either bound.
   bool holding_back() const noexcept { return answers_backlogged() || answers_over_budget(); }
+  /// Answers may wait up to twice max_concurrent_handlers: past that, even a refusal (busy, a
+  /// request too large) is not sent but shed, or a peer that never reads would have them grow.
+  bool answers_full() const noexcept { return queued_answers_ >= 2 * max_handlers_; }
   /// No more requests may wait: max_concurrent_handlers of them, or max_held_bytes.
   bool waiting_full() const noexcept {
     return held_back_.size() + deferred_.size() >= max_handlers_ ||
@@ -498,6 +502,9 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::vector<serving_table::node_type> spare_serving_;
   std::uint64_t session_ = 0;  // sessions ended so far
   std::deque<outgoing_message> outbox_;
+  // The requests whose answer waits whole in the outbox: a cancel looks here before it looks
+  // through the outbox (which may hold many stream items) for an answer to drop.
+  std::unordered_set<std::uint64_t> answers_whole_;
   asio::cancellation_signal writer_cancel_;  // cuts short the writer's wait for room
   asio::cancellation_signal reader_cancel_;  // cuts short the reader's wait (idle(), close)
   asio::steady_timer tick_;  // timeouts and the peer watch, while anything is pending
