@@ -77,6 +77,7 @@ rpc_channel::rpc_channel(const asio::any_io_executor& ex, rpc_service service)
       reassembler_(0xFFFF'FFFFull) {
   spare_calls_.reserve(max_spare_nodes);
   spare_serving_.reserve(max_spare_nodes);
+  spare_answers_.reserve(max_spare_nodes);
 }
 
 rpc_channel::~rpc_channel() {
@@ -383,7 +384,12 @@ bool rpc_channel::send(outgoing_message m) {
   }
   m.own();  // what waits in the outbox owns its bytes: a borrower may be gone before it goes
   if (is_answer(m)) ++queued_answers_;  // bounded: see queued_answers_
-  if (is_answer(m) && m.next_packet == 1) answers_whole_.insert(m.response_to);
+  if (is_answer(m) && m.next_packet == 1) {
+    if (auto* n = insert_recycled(answers_whole_, spare_answers_, m.response_to))
+      *n = 1;  // a recycled node keeps its old count
+    else
+      ++answers_whole_[m.response_to];
+  }
   held_answer_bytes_ += held_size(m);
   // Before the writer loop may start: co_spawn runs it here, inside this call, on the strand.
   note_queued(m);

@@ -179,7 +179,10 @@ void rpc_channel::answer_left(const outgoing_message& m) {
   const std::uint64_t bytes = held_size(m);
   if (bytes == 0 && !is_answer(m)) return;
   const bool was_holding = holding_back();
-  if (is_answer(m)) answers_whole_.erase(m.response_to);
+  if (is_answer(m) && m.next_packet == 1)  // as send() counted it
+    if (auto it = answers_whole_.find(m.response_to);
+        it != answers_whole_.end() && --it->second == 0)
+      erase_recycled(answers_whole_, spare_answers_, it);
   if (is_answer(m) && queued_answers_ != 0) --queued_answers_;
   held_answer_bytes_ -= std::min(bytes, held_answer_bytes_);
   // Posted: this runs inside the writer loop, or while the outbox is being changed.

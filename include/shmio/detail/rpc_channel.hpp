@@ -17,7 +17,6 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -502,9 +501,13 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::vector<serving_table::node_type> spare_serving_;
   std::uint64_t session_ = 0;  // sessions ended so far
   std::deque<outgoing_message> outbox_;
-  // The requests whose answer waits whole in the outbox: a cancel looks here before it looks
-  // through the outbox (which may hold many stream items) for an answer to drop.
-  std::unordered_set<std::uint64_t> answers_whole_;
+  // The requests whose answer waits whole in the outbox (how many answers, for a forged id
+  // served twice): a cancel looks here before it looks through the outbox (which may hold many
+  // stream items) for an answer to drop. Its nodes are recycled, as calls_' are: answers that
+  // keep queueing allocate none.
+  using answer_index = std::unordered_map<std::uint64_t, std::uint32_t>;
+  answer_index answers_whole_;
+  std::vector<answer_index::node_type> spare_answers_;
   asio::cancellation_signal writer_cancel_;  // cuts short the writer's wait for room
   asio::cancellation_signal reader_cancel_;  // cuts short the reader's wait (idle(), close)
   asio::steady_timer tick_;  // timeouts and the peer watch, while anything is pending
