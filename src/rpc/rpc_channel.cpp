@@ -93,11 +93,12 @@ void rpc_channel::start_loops() {
 void rpc_channel::ensure_reader() {
   if (reader_running_ || closed_) return;
   reader_running_ = true;
-  // Started from a posted handler, never inline: co_spawn would run the reader at once, inside
+  // Started from a posted handler, never inline: run at once, the reader would be inside
   // whatever called this (a call's start, a connect), which could see a packet end the session
   // or complete that very operation under it.
-  asio::post(strand_, [self = shared_from_this()] {
-    asio::co_spawn(self->strand_, self->reader_loop(self), asio::detached);
+  asio::post(strand_, [self = shared_from_this()]() mutable {
+    rpc_channel* c = self.get();
+    c->reader_run(std::move(self));
   });
 }
 
@@ -125,94 +126,125 @@ rpc_statistics rpc_channel::statistics() const {
 
 // ---- reading -----------------------------------------------------------------------------
 
-asio::awaitable<void> rpc_channel::reader_loop([[maybe_unused]] std::shared_ptr<rpc_channel> self) {
-  auto take = [this] {
-    auto copy = [this](std::span<const std::byte> node) {
-      packet_.resize(node.size());  // within the reserved node size: no allocation
-      copy_bytes(packet_.data(), node.data(), node.size());
-    };
-    auto r = attempt_read(in_, copy, in_.node_size());
-    // The file truncated under us: what was read may be the guard's zeros.
-    if (seg_.faulted()) return size_outcome{outcome<std::size_t>{errc::corrupted, 0}};
-    return r;
+size_outcome rpc_channel::read_packet() {
+  auto copy = [this](std::span<const std::byte> node) {
+    packet_.resize(node.size());  // within the reserved node size: no allocation
+    copy_bytes(packet_.data(), node.data(), node.size());
   };
-  std::uint32_t corrupt_run = 0;  // bad results from the ring since the last good packet
-  std::chrono::steady_clock::time_point turn_start;  // of a long turn: see reader_turn
-  // Whichever way the loop ends, it is no longer running (ensure_reader may start another).
-  struct running_flag {
-    bool& running;
-    ~running_flag() { running = false; }
-  } flag{reader_running_};
-  for (;;) {
-    // A packet that is there already is taken without a trip through the strand's scheduler.
-    std::error_code ec;
-    std::size_t n = 0;
-    if (auto ready = waiter_->try_now(in_queue, take)) {
-      ec = ready->ec;
-      n = ready->value;
-    } else {
+  auto r = attempt_read(in_, copy, in_.node_size());
+  // The file truncated under us: what was read may be the guard's zeros.
+  if (seg_.faulted()) return size_outcome{outcome<std::size_t>{errc::corrupted, 0}};
+  return r;
+}
+
+void rpc_channel::reader_run(std::shared_ptr<rpc_channel> self) {
+  auto take = [this] { return read_packet(); };
+  try {
+    for (;;) {
+      // A packet that is there already is taken without a trip through the strand's scheduler.
+      if (auto ready = waiter_->try_now(in_queue, take)) {
+        if (!reader_take(self, ready->ec, ready->value)) return;
+        continue;
+      }
       ring_found_empty();
       // Nothing to read, and nothing of ours waits for the other end: an idle end parks no
-      // wait (it would hold the io_context's work). The next call starts the loop again.
-      if (idle()) co_return;
+      // wait (it would hold the io_context's work). The next call starts the reader again.
+      if (idle()) {
+        reader_running_ = false;
+        return;
+      }
       reader_parked_ = true;
-      std::tie(ec, n) = co_await async_attempt(
-          strand_, waiter_, in_queue, take,
-          asio::bind_cancellation_slot(reader_cancel_.slot(), as_tuple_awaitable));
-      reader_parked_ = false;
-      // Cut short because this end became idle (stop_reader_if_idle): look again.
-      if (std::exchange(reader_stop_, false) && ec == asio::error::operation_aborted && !closed_)
-        continue;
+      waiter_->async_wait<std::size_t>(
+          strand_, in_queue, take,
+          asio::bind_cancellation_slot(
+              reader_cancel_.slot(),
+              [self = std::move(self)](std::error_code ec, std::size_t n) mutable {
+                rpc_channel* c = self.get();
+                c->reader_woken(std::move(self), ec, n);
+              }));
+      return;
     }
-    bool turn_started = false;
-    for (std::uint32_t taken = 1;; ++taken) {
-      // close() may come from another thread: no handler runs for a packet after it.
-      if (closing()) co_return;
-      if (ec == errc::corrupted) {
-        ++taken_since_empty_;  // a node taken all the same
-        stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
-        // The ring skips a bad node and says so; a damaged head says so for ever, without a
-        // node to skip. More bad results in a row than the ring has nodes can only be that:
-        // taking again would spin, so the channel fails and closes.
-        // A truncated file fails the channel at once: its pages are gone.
-        if (++corrupt_run > in_.node_count() || seg_.faulted()) {
-          fail(errc::corrupted);
-          co_return;
-        }
-      } else if (ec) {
-        co_return;  // aborted: this end is closing
-      } else {
-        corrupt_run = 0;
-        ++taken_since_empty_;
-        on_packet({packet_.data(), n});
+  } catch (...) {
+    // A handler run inline threw (it goes on to the caller of run()): the reader stops, and
+    // the next call starts it again.
+    reader_running_ = false;
+    throw;
+  }
+}
+
+void rpc_channel::reader_woken(std::shared_ptr<rpc_channel> self, std::error_code ec,
+                               std::size_t n) {
+  reader_parked_ = false;
+  try {
+    // Cut short because this end became idle (stop_reader_if_idle): look again.
+    if (std::exchange(reader_stop_, false) && ec == asio::error::operation_aborted && !closed_)
+      return reader_run(std::move(self));
+    if (reader_take(self, ec, n)) reader_run(std::move(self));
+  } catch (...) {
+    reader_running_ = false;
+    throw;
+  }
+}
+
+bool rpc_channel::reader_take(std::shared_ptr<rpc_channel>& self, std::error_code ec,
+                              std::size_t n) {
+  auto stop = [this] {
+    reader_running_ = false;
+    return false;
+  };
+  auto take = [this] { return read_packet(); };
+  bool turn_started = false;
+  std::chrono::steady_clock::time_point turn_start;  // of a long turn: see reader_turn
+  for (std::uint32_t taken = 1;; ++taken) {
+    // close() may come from another thread: no handler runs for a packet after it.
+    if (closing()) return stop();
+    if (ec == errc::corrupted) {
+      ++taken_since_empty_;  // a node taken all the same
+      stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
+      // The ring skips a bad node and says so; a damaged head says so for ever, without a
+      // node to skip. More bad results in a row than the ring has nodes can only be that:
+      // taking again would spin, so the channel fails and closes.
+      // A truncated file fails the channel at once: its pages are gone.
+      if (++corrupt_run_ > in_.node_count() || seg_.faulted()) {
+        fail(errc::corrupted);
+        return stop();
       }
-      const bool look_at_clock = takes_turns_ ? taken >= 2 && (taken < packets_looked_at_each ||
-                                                               taken % packets_per_clock_look == 0)
-                                              : taken % packets_per_clock_look == 0;
-      if (look_at_clock) {
-        const auto now = std::chrono::steady_clock::now();
-        if (!std::exchange(turn_started, true)) {
-          turn_start = now;
-        } else if (now - turn_start >= (takes_turns_ ? reader_turn : lone_reader_turn)) {
-          // Its turn is over: behind whatever else waits for the executor (a handler, a timer,
-          // another connection's reader that its doorbell woke).
-          co_await asio::post(strand_, asio::use_awaitable);
-          break;
-        }
-      }
-      // Drain what is already there without another trip through the executor. An answer
-      // comes microseconds after a request (and the next request soon after an answer), and
-      // waiting for it through the executor costs a trip at least: look a little first.
-      if (closing()) co_return;
-      auto more = take();
-      if (!more) more = waiter_->spin().tight_spin_for(take, linger_for_packets);
-      if (!more) {
-        ring_found_empty();
-        break;
-      }
-      ec = more->ec;
-      n = more->value;
+    } else if (ec) {
+      return stop();  // aborted: this end is closing
+    } else {
+      corrupt_run_ = 0;
+      ++taken_since_empty_;
+      on_packet({packet_.data(), n});
     }
+    const bool look_at_clock = takes_turns_ ? taken >= 2 && (taken < packets_looked_at_each ||
+                                                             taken % packets_per_clock_look == 0)
+                                            : taken % packets_per_clock_look == 0;
+    if (look_at_clock) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!std::exchange(turn_started, true)) {
+        turn_start = now;
+      } else if (now - turn_start >= (takes_turns_ ? reader_turn : lone_reader_turn)) {
+        // Its turn is over: behind whatever else waits for the executor (a handler, a timer,
+        // another connection's reader that its doorbell woke).
+        asio::post(strand_, [self]() mutable {
+          rpc_channel* c = self.get();
+          c->reader_run(std::move(self));
+        });
+        return false;
+      }
+    }
+    // Drain what is already there without another trip through the executor. An answer
+    // comes microseconds after a request (and the next request soon after an answer), and
+    // waiting for it through the executor costs a trip at least: look a little first.
+    if (closing()) return stop();
+    auto more = take();
+    if (!more) more = waiter_->spin().tight_spin_for(take, linger_for_packets);
+    if (!more) {
+      ring_found_empty();
+      return true;
+    }
+    ec = more->ec;
+    n = more->value;
   }
 }
 

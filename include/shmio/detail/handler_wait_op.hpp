@@ -23,8 +23,8 @@
 #include <asio/experimental/append.hpp>
 #include <asio/post.hpp>
 #include <asio/prefer.hpp>
-#include <asio/recycling_allocator.hpp>
 
+#include "shmio/detail/op_memory.hpp"
 #include "shmio/detail/op_queue.hpp"
 #include "shmio/detail/outcome.hpp"
 #include "shmio/detail/wait_op.hpp"
@@ -82,7 +82,7 @@ void post_result(Handler&& h, const Executor& fallback, outcome<R>&& r,
 /// returns std::optional<outcome<R>>, empty while the condition does not hold.
 template <class R, class Attempt, class Handler>
 class handler_wait_op final : public wait_op {
-  using default_alloc = asio::recycling_allocator<void>;
+  using default_alloc = op_allocator<void>;
   using alloc_type = typename std::allocator_traits<
       asio::associated_allocator_t<Handler, default_alloc>>::template rebind_alloc<handler_wait_op>;
   using work_type = std::decay_t<

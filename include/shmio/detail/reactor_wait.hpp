@@ -29,12 +29,28 @@
 #include <asio/steady_timer.hpp>
 
 #include "shmio/detail/layout.hpp"
+#include "shmio/detail/op_memory.hpp"
 #include "shmio/detail/wait_hub.hpp"
 #include "shmio/detail/wait_queue.hpp"
 
 namespace shmio::detail {
 
 class fork_record;
+
+/// A watch's handler, whose operation takes its memory from op_memory, as shmio's own
+/// operations do, rather than from Asio's per-thread cache.
+template <class Handler>
+struct watch_handler {
+  Handler handler;
+
+  using allocator_type = op_allocator<void>;
+  allocator_type get_allocator() const noexcept { return {}; }
+
+  template <class... Args>
+  void operator()(Args&&... args) {
+    handler(std::forward<Args>(args)...);
+  }
+};
 
 class reactor_wait {
  public:
@@ -97,7 +113,8 @@ class reactor_wait {
     if (bell_waiting_) return;
     bell_waiting_ = true;
     unwatching_ = false;
-    bell_->async_wait(asio::posix::stream_descriptor::wait_read, make_handler());
+    bell_->async_wait(asio::posix::stream_descriptor::wait_read,
+                      watch_handler<decltype(make_handler())>{make_handler()});
   }
   /// The bell watch completed: `ec` clear means it rang, and must be drained before the next
   /// watch (drain_due).
@@ -128,8 +145,9 @@ class reactor_wait {
     timer_reason_ = reason;
     unwatching_ = false;
     timer_->expires_after(interval);  // aborts a pending wait, which then finds itself replaced
-    timer_->async_wait([h = make_handler(), generation = ++timer_generation_](
-                           const std::error_code& ec) mutable { h(ec, generation); });
+    auto h = [h = make_handler(), generation = ++timer_generation_](
+                 const std::error_code& ec) mutable { h(ec, generation); };
+    timer_->async_wait(watch_handler<decltype(h)>{std::move(h)});
   }
   /// The timer wait of `generation` completed. False if a later watch_timer replaced it (the
   /// newer wait is pending and re-checks). Else `reason` says why it had been set (none if it

@@ -337,7 +337,19 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
     return !calls_.empty() || !serving_.empty() || poll_peer_ || connecting();
   }
   void stop_ticking_if_quiet(int passes = 2);
-  asio::awaitable<void> reader_loop(std::shared_ptr<rpc_channel> self);
+  // The reader, on the strand: takes packets while there are some, then parks a wait on its
+  // ring, or stops once this end is idle. Handlers rather than a coroutine: a coroutine's
+  // frame for each park would come from Asio's per-thread cache, which the frames of a
+  // caller's own coroutine need (docs/performance.md, "Calls in place").
+  void reader_run(std::shared_ptr<rpc_channel> self);
+  // Its parked wait completed with (ec, n).
+  void reader_woken(std::shared_ptr<rpc_channel> self, std::error_code ec, std::size_t n);
+  // Takes the packet read (ec, n) and those that follow at once. True: the ring was found
+  // empty, look again or park. False: the reader stopped, or its turn is over and it goes on
+  // from a posted handler.
+  bool reader_take(std::shared_ptr<rpc_channel>& self, std::error_code ec, std::size_t n);
+  // One packet from the ring into packet_: its size, an error, or nothing there.
+  size_outcome read_packet();
   asio::awaitable<void> writer_loop(std::shared_ptr<rpc_channel> self);
   asio::awaitable<void> housekeeping_loop(std::shared_ptr<rpc_channel> self);
   asio::awaitable<void> serve(std::shared_ptr<rpc_channel> self, incoming_message request,
@@ -523,6 +535,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // Packets taken since the reader last found its ring empty: a ring that was full may have had
   // no room for the other end's close packet (see check_peer_after_full_ring).
   std::size_t taken_since_empty_ = 0;
+  std::uint32_t corrupt_run_ = 0;  // bad results from the ring since the last good packet
   // Answers (responses, errors, stream ends) waiting in the outbox for room in a ring the other
   // end does not read. At max_concurrent_handlers, new requests wait in held_back_ (past as
   // many, are shed: counted, not served) until some have gone: the reader itself never stops, since

@@ -22,11 +22,11 @@
 #include <asio/experimental/append.hpp>
 #include <asio/post.hpp>
 #include <asio/prefer.hpp>
-#include <asio/recycling_allocator.hpp>
 #include <asio/use_awaitable.hpp>
 
 #include "shmio/bytes.hpp"
 #include "shmio/detail/handler_wait_op.hpp"
+#include "shmio/detail/op_memory.hpp"
 #include "shmio/detail/op_queue.hpp"
 #include "shmio/rpc_error.hpp"
 
@@ -113,17 +113,17 @@ inline void complete(pending_items_ptr op, std::error_code ec,
 }
 
 /// Memory for an operation `Op` holding a `Handler`: from the handler's associated allocator,
-/// and by default from Asio's recycling allocator (blocks cached per thread), so that a steady
-/// flow of calls allocates nothing.
+/// and by default from op_memory (blocks cached per thread), so that a steady flow of calls
+/// allocates nothing.
 template <class Op, class Handler>
 struct handler_memory {
-  using alloc_type = typename std::allocator_traits<asio::associated_allocator_t<
-      Handler, asio::recycling_allocator<void>>>::template rebind_alloc<Op>;
+  using alloc_type = typename std::allocator_traits<
+      asio::associated_allocator_t<Handler, op_allocator<void>>>::template rebind_alloc<Op>;
 
   /// Makes an `Op` from the handler and `args`.
   template <class... Args>
   static std::unique_ptr<Op, pending_delete> make(Handler h, Args&&... args) {
-    alloc_type alloc(asio::get_associated_allocator(h, asio::recycling_allocator<void>()));
+    alloc_type alloc(asio::get_associated_allocator(h, op_allocator<void>()));
     Op* p = std::allocator_traits<alloc_type>::allocate(alloc, 1);
     try {
       return std::unique_ptr<Op, pending_delete>(
