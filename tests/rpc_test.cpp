@@ -284,6 +284,51 @@ TEST_CASE("rpc_buffer: a reply completes on the executor of the caller's handler
   CHECK(wrong_replies == 0);
 }
 
+namespace {
+
+// Runs what it is given at once, on the calling thread. (It claims blocking.never, which
+// asio::post requires, only so that the code compiles: the test's calls never post.)
+struct inline_executor {
+  template <class F>
+  void execute(F&& f) const {
+    std::forward<F>(f)();
+  }
+  inline_executor require(asio::execution::blocking_t::never_t) const noexcept { return *this; }
+  bool operator==(const inline_executor&) const noexcept = default;
+};
+
+}  // namespace
+
+TEST_CASE("rpc_buffer: a caller's handler that throws reaches run(), and later replies still come",
+          "[rpc]") {
+  // A handler whose executor runs it at once, on the calling thread (a user's own executor may;
+  // an io_context's would catch the throw and rethrow it from run() itself, the system
+  // executor's would terminate), runs where the reader reads its reply: the throw goes through
+  // the reader, out of run(), as any handler's would. The reader then goes on for the call
+  // still waiting, whose reply is already in the ring.
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_sync_handler(add_two));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  std::error_code second_ec = shmio::errc::busy;  // anything but the outcome expected
+  int second = -1;
+  opener.async_request(asio::buffer(two_bytes(1, 1)),
+                       asio::bind_executor(inline_executor{}, [](std::error_code, bytes_t) {
+                         throw std::runtime_error("thrown by a handler");
+                       }));
+  opener.async_request(asio::buffer(two_bytes(5, 1)), 5s, [&](std::error_code ec, bytes_t r) {
+    second_ec = ec;
+    if (r.size() == 4) second = as_int(r);
+    owner.close();
+    opener.close();
+  });
+  CHECK_THROWS_WITH(io.run_for(bound), "thrown by a handler");
+  io.run_for(bound);
+  CHECK(io.stopped());
+  CHECK_FALSE(second_ec);
+  CHECK(second == 6);
+}
+
 TEST_CASE("rpc_buffer: the owner calls an opener in another process and gets 133",
           "[rpc][process]") {
   asio::io_context io;

@@ -142,32 +142,29 @@ void rpc_channel::reader_run(std::shared_ptr<rpc_channel> self) {
   try {
     for (;;) {
       // A packet that is there already is taken without a trip through the strand's scheduler.
-      if (auto ready = waiter_->try_now(in_queue, take)) {
-        if (!reader_take(self, ready->ec, ready->value)) return;
-        continue;
-      }
-      ring_found_empty();
-      // Nothing to read, and nothing of ours waits for the other end: an idle end parks no
-      // wait (it would hold the io_context's work). The next call starts the reader again.
-      if (idle()) {
-        reader_running_ = false;
-        return;
-      }
-      reader_parked_ = true;
-      waiter_->async_wait<std::size_t>(
-          strand_, in_queue, take,
-          asio::bind_cancellation_slot(
-              reader_cancel_.slot(),
-              [self = std::move(self)](std::error_code ec, std::size_t n) mutable {
-                rpc_channel* c = self.get();
-                c->reader_woken(std::move(self), ec, n);
-              }));
+      auto ready = waiter_->try_now(in_queue, take);
+      if (!ready) break;
+      if (!reader_take(self, ready->ec, ready->value)) return;
+    }
+    ring_found_empty();
+    // Nothing to read, and nothing of ours waits for the other end: an idle end parks no
+    // wait (it would hold the io_context's work). The next call starts the reader again.
+    if (idle()) {
+      reader_running_ = false;
       return;
     }
+    reader_parked_ = true;
+    // The handler holds a reference of its own: `self` must outlive a throw from here, for
+    // the catch below.
+    waiter_->async_wait<std::size_t>(
+        strand_, in_queue, take,
+        asio::bind_cancellation_slot(reader_cancel_.slot(),
+                                     [self](std::error_code ec, std::size_t n) mutable {
+                                       rpc_channel* c = self.get();
+                                       c->reader_woken(std::move(self), ec, n);
+                                     }));
   } catch (...) {
-    // A handler run inline threw (it goes on to the caller of run()): the reader stops, and
-    // the next call starts it again.
-    reader_running_ = false;
+    reader_failed();
     throw;
   }
 }
@@ -175,14 +172,28 @@ void rpc_channel::reader_run(std::shared_ptr<rpc_channel> self) {
 void rpc_channel::reader_woken(std::shared_ptr<rpc_channel> self, std::error_code ec,
                                std::size_t n) {
   reader_parked_ = false;
+  // Cut short because this end became idle (stop_reader_if_idle): look again.
+  if (std::exchange(reader_stop_, false) && ec == asio::error::operation_aborted && !closed_)
+    return reader_run(std::move(self));
   try {
-    // Cut short because this end became idle (stop_reader_if_idle): look again.
-    if (std::exchange(reader_stop_, false) && ec == asio::error::operation_aborted && !closed_)
-      return reader_run(std::move(self));
-    if (reader_take(self, ec, n)) reader_run(std::move(self));
+    if (!reader_take(self, ec, n)) return;
   } catch (...) {
-    reader_running_ = false;
+    reader_failed();
     throw;
+  }
+  reader_run(std::move(self));  // (which handles its own throws)
+}
+
+void rpc_channel::reader_failed() noexcept {
+  // A handler run inline threw (the exception goes on to the caller of run(), as a handler's
+  // would), or memory ran out: the reader stops here, and starts again from the strand's queue
+  // if anything still waits for a packet, as an Asio I/O object goes on after a handler threw.
+  reader_running_ = false;
+  reader_parked_ = false;
+  if (closing() || idle()) return;
+  try {
+    ensure_reader();
+  } catch (...) {  // no memory to post it: the next call starts it
   }
 }
 
@@ -199,8 +210,8 @@ bool rpc_channel::reader_take(std::shared_ptr<rpc_channel>& self, std::error_cod
     // close() may come from another thread: no handler runs for a packet after it.
     if (closing()) return stop();
     if (ec == errc::corrupted) {
-      ++taken_since_empty_;  // a node taken all the same
-      stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
+      ++taken_since_empty_;                                             // a node taken all the same
+      stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
       // The ring skips a bad node and says so; a damaged head says so for ever, without a
       // node to skip. More bad results in a row than the ring has nodes can only be that:
       // taking again would spin, so the channel fails and closes.

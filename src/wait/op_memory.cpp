@@ -8,42 +8,45 @@ namespace shmio::detail {
 
 namespace {
 
-// Each block starts with a header that holds its capacity (a block found in the cache may be
-// larger than what was asked for), and keeps the rest aligned for any scalar type.
+// Each block starts with a header that holds its capacity, as deallocate() may be handed a block
+// made on another thread, and keeps the rest aligned for any scalar type.
 constexpr std::size_t header = alignof(std::max_align_t);
+static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= alignof(std::max_align_t),
+              "operator new's blocks must be aligned for the header and what follows it");
+// Sizes are rounded up to this, so that operations of neighbouring sizes share blocks.
 constexpr std::size_t granule = 64;
 
-// Trivially destructible, so that they stay usable until the thread is gone: an operation may
+// Trivially destructible, so that it stays usable until the thread is gone: an operation may
 // be freed by a destructor that runs at the thread's exit after the reaper's (the thread then
 // caches nothing more).
-thread_local std::array<std::byte*, op_memory::slots> t_blocks{};
-thread_local bool t_gone = false;
+struct thread_cache {
+  std::array<std::byte*, op_memory::slots> blocks;
+  std::array<std::size_t, op_memory::slots> capacity;  // of blocks[i], read without touching it
+  bool gone;
+};
+thread_local thread_cache t_cache{};
 
-void release_blocks() noexcept {
-  for (std::byte*& b : t_blocks)
+void release_blocks(thread_cache& c) noexcept {
+  for (std::byte*& b : c.blocks)
     ::operator delete(std::exchange(b, nullptr));
 }
 
 // Frees the thread's blocks as it exits.
 struct reaper {
   ~reaper() {
-    release_blocks();
-    t_gone = true;
+    release_blocks(t_cache);
+    t_cache.gone = true;
   }
 };
 thread_local reaper t_reaper;
 
-// This thread's blocks, or none once it is exiting.
-std::array<std::byte*, op_memory::slots>* cache() noexcept {
-  if (t_gone) return nullptr;
-  static_cast<void>(&t_reaper);  // constructed (and its exit registered) at the first use
-  return &t_blocks;
-}
-
-std::size_t capacity_of(const std::byte* block) noexcept {
-  std::size_t cap;
-  __builtin_memcpy(&cap, block, sizeof cap);
-  return cap;
+// This thread's cache, or none once it is exiting.
+thread_cache* cache() noexcept {
+  if (t_cache.gone) return nullptr;
+  // A use of the reaper (taking its address is one) constructs it in this thread, which has
+  // its destructor run at the thread's exit.
+  static_cast<void>(&t_reaper);
+  return &t_cache;
 }
 
 std::byte* new_block(std::size_t capacity) {
@@ -52,52 +55,53 @@ std::byte* new_block(std::size_t capacity) {
   return block;
 }
 
+std::size_t capacity_of(const std::byte* block) noexcept {
+  std::size_t capacity;
+  __builtin_memcpy(&capacity, block, sizeof capacity);
+  return capacity;
+}
+
 }  // namespace
 
 void* op_memory::allocate(std::size_t size) {
   if (size > largest) return ::operator new(size);
   const std::size_t want = (size + granule - 1) / granule * granule;
-  auto* cached = cache();
-  if (!cached) return new_block(want) + header;
-  auto& blocks = *cached;
+  thread_cache* c = cache();
+  if (!c) return new_block(want) + header;
   std::size_t best = slots;
-  for (std::size_t i = 0; i < slots; ++i) {
-    const std::byte* b = blocks[i];
-    if (b && capacity_of(b) >= want &&
-        (best == slots || capacity_of(b) < capacity_of(blocks[best])))
+  for (std::size_t i = 0; i < slots; ++i)
+    if (c->blocks[i] && c->capacity[i] >= want &&
+        (best == slots || c->capacity[i] < c->capacity[best]))
       best = i;
-  }
-  std::byte* block;
-  if (best != slots) {
-    block = blocks[best];
-    blocks[best] = nullptr;
-  } else {
-    block = new_block(want);
-  }
-  return block + header;
+  if (best == slots) return new_block(want) + header;
+  return std::exchange(c->blocks[best], nullptr) + header;
 }
 
 void op_memory::deallocate(void* p, std::size_t size) noexcept {
   if (size > largest) return ::operator delete(p);
   std::byte* block = static_cast<std::byte*>(p) - header;
-  auto* cached = cache();
-  if (!cached) return ::operator delete(block);
-  auto& blocks = *cached;
-  for (auto& slot : blocks)
-    if (!slot) {
-      slot = block;
+  thread_cache* c = cache();
+  if (!c) return ::operator delete(block);
+  const std::size_t capacity = capacity_of(block);
+  std::size_t smallest = 0;
+  for (std::size_t i = 0; i < slots; ++i) {
+    if (!c->blocks[i]) {
+      c->blocks[i] = block;
+      c->capacity[i] = capacity;
       return;
     }
-  // The cache is full: let the smallest block go, so that what is kept fits the most.
-  std::size_t smallest = 0;
-  for (std::size_t i = 1; i < slots; ++i)
-    if (capacity_of(blocks[i]) < capacity_of(blocks[smallest])) smallest = i;
-  if (capacity_of(blocks[smallest]) < capacity_of(block)) std::swap(blocks[smallest], block);
+    if (c->capacity[i] < c->capacity[smallest]) smallest = i;
+  }
+  // The cache is full: the smallest block goes, so that what is kept fits the most.
+  if (c->capacity[smallest] < capacity) {
+    std::swap(c->blocks[smallest], block);
+    c->capacity[smallest] = capacity;
+  }
   ::operator delete(block);
 }
 
 void op_memory::release_cached() noexcept {
-  release_blocks();
+  release_blocks(t_cache);
 }
 
 }  // namespace shmio::detail

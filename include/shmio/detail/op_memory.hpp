@@ -12,6 +12,8 @@
 //
 // A block goes back to the cache of the thread that frees it. Each thread keeps at most
 // `slots` blocks of at most `largest` bytes, so the cache holds at most 8 KiB per thread.
+// Larger operations take new memory each time, as they do from Asio's cache (which keeps
+// blocks of up to 1 020 bytes).
 
 #include <cstddef>
 #include <new>

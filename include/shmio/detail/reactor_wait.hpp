@@ -38,7 +38,8 @@ namespace shmio::detail {
 class fork_record;
 
 /// A watch's handler, whose operation takes its memory from op_memory, as shmio's own
-/// operations do, rather than from Asio's per-thread cache.
+/// operations do, rather than from Asio's per-thread cache. It wraps the waiter's own lambdas,
+/// which have no executor or cancellation slot that it would have to forward.
 template <class Handler>
 struct watch_handler {
   Handler handler;

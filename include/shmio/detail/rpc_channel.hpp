@@ -344,6 +344,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void reader_run(std::shared_ptr<rpc_channel> self);
   // Its parked wait completed with (ec, n).
   void reader_woken(std::shared_ptr<rpc_channel> self, std::error_code ec, std::size_t n);
+  // A throw went through the reader: it stops, and starts again if anything waits.
+  void reader_failed() noexcept;
   // Takes the packet read (ec, n) and those that follow at once. True: the ring was found
   // empty, look again or park. False: the reader stopped, or its turn is over and it goes on
   // from a posted handler.
