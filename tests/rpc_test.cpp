@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "rpc_test_support.hpp"
+#include "shmio/detail/inline_executor.hpp"
 #include "shmio/detail/layout.hpp"
 #include "shmio/detail/platform.hpp"
 #include "shmio/detail/ring.hpp"
@@ -284,28 +285,13 @@ TEST_CASE("rpc_buffer: a reply completes on the executor of the caller's handler
   CHECK(wrong_replies == 0);
 }
 
-namespace {
-
-// Runs what it is given at once, on the calling thread. (It claims blocking.never, which
-// asio::post requires, only so that the code compiles: the test's calls never post.)
-struct inline_executor {
-  template <class F>
-  void execute(F&& f) const {
-    std::forward<F>(f)();
-  }
-  inline_executor require(asio::execution::blocking_t::never_t) const noexcept { return *this; }
-  bool operator==(const inline_executor&) const noexcept = default;
-};
-
-}  // namespace
-
 TEST_CASE("rpc_buffer: a caller's handler that throws reaches run(), and later replies still come",
           "[rpc]") {
-  // A handler whose executor runs it at once, on the calling thread (a user's own executor may;
-  // an io_context's would catch the throw and rethrow it from run() itself, the system
-  // executor's would terminate), runs where the reader reads its reply: the throw goes through
-  // the reader, out of run(), as any handler's would. The reader then goes on for the call
-  // still waiting, whose reply is already in the ring.
+  // A handler whose executor runs it at once, on the calling thread (a user's own executor may,
+  // as detail::inline_executor does; an io_context's would catch the throw and rethrow it from
+  // run() itself, the system executor's would terminate), runs where the reader reads its
+  // reply: the throw goes through the reader, out of run(), as any handler's would. The reader
+  // then goes on for the call still waiting, whose reply is already in the ring.
   scoped_name name("rpc");
   asio::io_context io;
   rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_sync_handler(add_two));
@@ -313,7 +299,7 @@ TEST_CASE("rpc_buffer: a caller's handler that throws reaches run(), and later r
   std::error_code second_ec = shmio::errc::busy;  // anything but the outcome expected
   int second = -1;
   opener.async_request(asio::buffer(two_bytes(1, 1)),
-                       asio::bind_executor(inline_executor{}, [](std::error_code, bytes_t) {
+                       asio::bind_executor(detail::inline_executor{}, [](std::error_code, bytes_t) {
                          throw std::runtime_error("thrown by a handler");
                        }));
   opener.async_request(asio::buffer(two_bytes(5, 1)), 5s, [&](std::error_code ec, bytes_t r) {
