@@ -62,8 +62,6 @@ struct scratch_mapping {
   std::size_t size = 0;
 };
 
-// Linux 5.14 and later: elsewhere a populate maps nothing, as documented, and these tests
-// have nothing to look at.
 // Runs what a measured window runs, once before it: a first run may fault in the page of code
 // it sits on (or a page of Catch's own), which would count as the window's fault.
 void warm_up() {
@@ -72,6 +70,8 @@ void warm_up() {
   static_cast<void>(faults_so_far());
 }
 
+// Linux 5.14 and later: elsewhere a populate maps nothing, as documented, and these tests
+// have nothing to look at.
 bool kernel_populates() {
   scratch_mapping m(1, 1);
   return ::madvise(m.base, page, MADV_POPULATE_WRITE) == 0;

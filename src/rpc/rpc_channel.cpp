@@ -96,10 +96,15 @@ void rpc_channel::ensure_reader() {
   // Started from a posted handler, never inline: run at once, the reader would be inside
   // whatever called this (a call's start, a connect), which could see a packet end the session
   // or complete that very operation under it.
-  asio::post(strand_, [self = shared_from_this()]() mutable {
-    rpc_channel* c = self.get();
-    c->reader_run(std::move(self));
-  });
+  try {
+    asio::post(strand_, [self = shared_from_this()]() mutable {
+      rpc_channel* c = self.get();
+      c->reader_run(std::move(self));
+    });
+  } catch (...) {
+    reader_running_ = false;  // no reader after all: the next call tries again
+    throw;
+  }
 }
 
 void rpc_channel::stop_reader_if_idle() {
@@ -153,7 +158,12 @@ void rpc_channel::reader_run(std::shared_ptr<rpc_channel> self) {
       reader_running_ = false;
       return;
     }
-    reader_parked_ = true;
+  } catch (...) {
+    reader_failed();
+    throw;
+  }
+  reader_parked_ = true;
+  try {
     // The handler holds a reference of its own: `self` must outlive a throw from here, for
     // the catch below.
     waiter_->async_wait<std::size_t>(
@@ -164,7 +174,12 @@ void rpc_channel::reader_run(std::shared_ptr<rpc_channel> self) {
                                        c->reader_woken(std::move(self), ec, n);
                                      }));
   } catch (...) {
-    reader_failed();
+    // No memory for the wait, which may or may not have been left parked (or have taken a
+    // packet): a second reader could run beside it, so the channel fails instead, as a channel
+    // whose ring fails does.
+    reader_parked_ = false;
+    reader_running_ = false;
+    fail(make_error_code(std::errc::not_enough_memory));
     throw;
   }
 }

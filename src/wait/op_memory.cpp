@@ -8,9 +8,11 @@ namespace shmio::detail {
 
 namespace {
 
-// Each block starts with a header that holds its capacity, as deallocate() may be handed a block
-// made on another thread, and keeps the rest aligned for any scalar type.
+// Each block starts with a header that holds its capacity (a cached block handed out may be
+// larger than the size it is later given back with), and keeps the rest aligned for any scalar
+// type.
 constexpr std::size_t header = alignof(std::max_align_t);
+static_assert(header >= sizeof(std::size_t));
 static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= alignof(std::max_align_t),
               "operator new's blocks must be aligned for the header and what follows it");
 // Sizes are rounded up to this, so that operations of neighbouring sizes share blocks.
@@ -98,6 +100,10 @@ void op_memory::deallocate(void* p, std::size_t size) noexcept {
     c->capacity[smallest] = capacity;
   }
   ::operator delete(block);
+}
+
+bool op_memory::caching() noexcept {
+  return !t_cache.gone;
 }
 
 void op_memory::release_cached() noexcept {

@@ -33,6 +33,8 @@ class op_memory {
   static void deallocate(void* p, std::size_t size) noexcept;
   /// Frees the blocks this thread's cache holds.
   static void release_cached() noexcept;
+  /// This thread caches blocks: false once it is exiting and its cache is gone.
+  static bool caching() noexcept;
 };
 
 /// The allocator of op_memory (stateless).
