@@ -828,6 +828,9 @@ TEST_CASE(
         peer_path(), "rpc-service-client-in-place", name.str(), "200", std::to_string(i)}));
   for (auto& c : clients)
     CHECK(c->wait(60s) == 0);
+  // Each client closed its end: the server closes its own, the last user of the channel's
+  // file, which goes with it (killed first, the server would leave them behind).
+  CHECK(eventually([&] { return shm_files_with(name.str() + "#") == 0; }));
   server.kill9();
 }
 
