@@ -56,6 +56,25 @@ rpc_options bounded(std::size_t in_flight, std::size_t handlers = 1024) {
   return o;
 }
 
+// One turn of each of two io_contexts, the client's run only when the test lets it.
+void poll_both(asio::io_context& io, asio::io_context& client_io) {
+  io.restart();
+  io.poll();
+  client_io.restart();
+  client_io.poll();
+}
+
+// poll_both until `done` holds or 10 s pass, calling `each_turn` after each; true if it held.
+template <class Done, class Turn>
+bool poll_both_until(asio::io_context& io, asio::io_context& client_io, Done done, Turn each_turn) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    poll_both(io, client_io);
+    each_turn();
+  }
+  return done();
+}
+
 // A call's outcome, filled in by its handler.
 struct outcome {
   std::optional<std::error_code> ec;
@@ -823,24 +842,18 @@ TEST_CASE("rpc bounds: a request waiting for a handler slot starts before one he
   io.poll();
   CHECK(started.empty());
   // The client reads: the answers go, and what waits starts.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (started.size() < 2 && std::chrono::steady_clock::now() < deadline) {
-    client_io.restart();
-    client_io.poll();
-    io.restart();
-    io.poll();
-    if (started.size() == 1) gate.cancel();  // B needs a slot too
-  }
+  poll_both_until(
+      io, client_io, [&] { return started.size() >= 2; },
+      [&] {
+        if (started.size() == 1) gate.cancel();  // B needs a slot too
+      });
   REQUIRE(started.size() == 2);
   CHECK(started[0] == "A");
   CHECK(started[1] == "B");
   gate.cancel();
   owner.close();
   opener.close();
-  io.restart();
-  io.poll();
-  client_io.restart();
-  client_io.poll();
+  poll_both(io, client_io);
 }
 
 TEST_CASE("rpc bounds: a caller a little past its credit is held back, not shed", "[rpc][bounds]") {
@@ -889,29 +902,17 @@ TEST_CASE("rpc bounds: a cancel drops the answer that waits whole for its caller
   REQUIRE(run_until(io, [&] { return owner.statistics().packets_received == 4 + 2; }));
   CHECK(owner.statistics().cancellations == 2);
   // The caller reads what is left: the first two answers, and nothing for the calls it left.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!(out[0].ec && out[1].ec) && std::chrono::steady_clock::now() < deadline) {
-    client_io.restart();
-    client_io.poll();
-    io.restart();
-    io.poll();
-  }
+  poll_both_until(
+      io, client_io, [&] { return out[0].ec && out[1].ec; }, [] {});
   REQUIRE(out[0].ec.has_value());
   REQUIRE(out[1].ec.has_value());
   CHECK_FALSE(*out[0].ec);
   CHECK_FALSE(*out[1].ec);
-  for (int i = 0; i < 50; ++i) {  // anything still on its way would arrive now
-    client_io.restart();
-    client_io.poll();
-    io.restart();
-    io.poll();
-  }
+  for (int i = 0; i < 50; ++i)  // anything still on its way would arrive now
+    poll_both(io, client_io);
   CHECK(opener.statistics().discarded_replies == 0);
   CHECK(owner.statistics().packets_sent == opener.statistics().packets_received);
   owner.close();
   opener.close();
-  io.restart();
-  io.poll();
-  client_io.restart();
-  client_io.poll();
+  poll_both(io, client_io);
 }

@@ -97,10 +97,7 @@ void rpc_channel::ensure_reader() {
   // whatever called this (a call's start, a connect), which could see a packet end the session
   // or complete that very operation under it.
   try {
-    asio::post(strand_, [self = shared_from_this()]() mutable {
-      rpc_channel* c = self.get();
-      c->reader_run(std::move(self));
-    });
+    post_reader_run(shared_from_this());
   } catch (...) {
     reader_running_ = false;  // no reader after all: the next call tries again
     throw;
@@ -140,6 +137,13 @@ size_outcome rpc_channel::read_packet() {
   // The file truncated under us: what was read may be the guard's zeros.
   if (seg_.faulted()) return size_outcome{outcome<std::size_t>{errc::corrupted, 0}};
   return r;
+}
+
+void rpc_channel::post_reader_run(std::shared_ptr<rpc_channel> self) {
+  asio::post(strand_, [self = std::move(self)]() mutable {
+    rpc_channel* c = self.get();
+    c->reader_run(std::move(self));
+  });
 }
 
 void rpc_channel::reader_run(std::shared_ptr<rpc_channel> self) {
@@ -225,8 +229,9 @@ bool rpc_channel::reader_take(std::shared_ptr<rpc_channel>& self, std::error_cod
     // close() may come from another thread: no handler runs for a packet after it.
     if (closing()) return stop();
     if (ec == errc::corrupted) {
-      ++taken_since_empty_;                                             // a node taken all the same
-      stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
+      ++taken_since_empty_;  // a node taken all the same
+      // relaxed: a statistic.
+      stats_.packets_rejected.fetch_add(1, std::memory_order_relaxed);
       // The ring skips a bad node and says so; a damaged head says so for ever, without a
       // node to skip. More bad results in a row than the ring has nodes can only be that:
       // taking again would spin, so the channel fails and closes.
@@ -252,10 +257,7 @@ bool rpc_channel::reader_take(std::shared_ptr<rpc_channel>& self, std::error_cod
       } else if (now - turn_start >= (takes_turns_ ? reader_turn : lone_reader_turn)) {
         // Its turn is over: behind whatever else waits for the executor (a handler, a timer,
         // another connection's reader that its doorbell woke).
-        asio::post(strand_, [self]() mutable {
-          rpc_channel* c = self.get();
-          c->reader_run(std::move(self));
-        });
+        post_reader_run(self);
         return false;
       }
     }

@@ -293,10 +293,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
            m.type == layout::packet_type::stream_end;
   }
   /// New requests wait (or, if too many already do, are shed) while this many answers wait
-  /// (see queued_answers_). A stream that
-  /// ended with items still queued counts once, by its end (or error), which waits behind them:
-  /// per item, one stream of a large window would hold back a caller that reads, only slower than
-  /// its handler writes. A stream its caller cancelled leaves none queued (they are taken back).
+  /// (see queued_answers_). A stream that ended with items still queued counts once, by its end
+  /// (or error), which waits behind them: per item, one stream of a large window would hold back
+  /// a caller that reads, only slower than its handler writes. A stream its caller cancelled
+  /// leaves none queued (they are taken back).
   bool answers_backlogged() const noexcept { return queued_answers_ >= max_handlers_; }
   /// What of `m` counts against max_held_bytes while it waits in the outbox: an answer's or a
   /// stream item's bytes (what this end holds for the other end to read), a request's nothing
@@ -342,6 +342,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // frame for each park would come from Asio's per-thread cache, which the frames of a
   // caller's own coroutine need (docs/performance.md, "Calls in place").
   void reader_run(std::shared_ptr<rpc_channel> self);
+  // Has reader_run go on from the strand's queue.
+  void post_reader_run(std::shared_ptr<rpc_channel> self);
   // Its parked wait completed with (ec, n).
   void reader_woken(std::shared_ptr<rpc_channel> self, std::error_code ec, std::size_t n);
   // A throw went through the reader: it stops, and starts again if anything waits.
@@ -540,9 +542,9 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::uint32_t corrupt_run_ = 0;  // bad results from the ring since the last good packet
   // Answers (responses, errors, stream ends) waiting in the outbox for room in a ring the other
   // end does not read. At max_concurrent_handlers, new requests wait in held_back_ (past as
-  // many, are shed: counted, not served) until some have gone: the reader itself never stops, since
-  // the other end's answers, credits, cancels and close come through the same ring (two ends that
-  // stopped reading while each waited for the other would wait for ever).
+  // many, are shed: counted, not served) until some have gone: the reader itself never stops,
+  // since the other end's answers, credits, cancels and close come through the same ring (two
+  // ends that stopped reading while each waited for the other would wait for ever).
   std::size_t queued_answers_ = 0;
   // Their bytes, with the stream items waiting there (held_size): at max_held_bytes, requests
   // wait in held_back_ instead of being served, and start as these go. Unlike the count above
