@@ -201,6 +201,67 @@ TEST_CASE("rpc_stream: a slow reader holds the writer to one window ahead", "[rp
   });
 }
 
+TEST_CASE("rpc_stream: handlers of streams nobody reads stop at the serving end's max_held_bytes",
+          "[rpc][stream]") {
+  // A caller opens streams of a large window, then reads nothing, not even its ring (its
+  // io_context stops running). Credit alone would let each handler queue a window of items for
+  // it: 4 x 512 here. The serving end's byte bound holds their writes instead.
+  scoped_name name("stream");
+  asio::io_context server_io, caller_io;
+  writer_log log;
+  rpc_options o = options(512);
+  o.max_held_bytes = 8 * 1024;
+  rpc_buffer server(server_io.get_executor(), shmio::create_only, name, streaming(log, -1), o);
+  rpc_buffer caller(caller_io.get_executor(), shmio::open_only, name);
+  caller.set_limits(o);
+  constexpr std::uint64_t streams = 4;
+  std::vector<rpc_stream> opened;
+  for (std::uint64_t k = 0; k < streams; ++k)
+    caller.async_request_stream("items", asio::buffer(seed_bytes(k)),
+                                [&](std::error_code ec, rpc_stream s) {
+                                  CHECK_FALSE(ec);
+                                  opened.push_back(std::move(s));
+                                });
+  const auto deadline = std::chrono::steady_clock::now() + shmio::test::default_bound;
+  while (opened.size() < streams && std::chrono::steady_clock::now() < deadline) {
+    server_io.poll();
+    caller_io.poll();
+  }
+  REQUIRE(opened.size() == streams);
+  // Only the server runs now, until nothing is ready to run for a while: its writer waits for
+  // room in the ring, and the handlers for their writes.
+  for (int quiet = 0; quiet < 1000 && std::chrono::steady_clock::now() < deadline;)
+    quiet = server_io.poll() == 0 ? quiet + 1 : 0;
+  // The ring's 8 nodes, 8 KiB of items in the outbox (685 bytes each on average; the smallest
+  // are empty), the item that passed the bound, the writer's and what the caller read before it
+  // stopped: far below the 2048 of the windows.
+  CHECK(log.written > 8);
+  CHECK(log.written < 200);
+  CHECK_FALSE(log.done);
+  // The caller reads again: the writes held go on, each stream in its order.
+  bool finished = false, read_all = false;
+  asio::co_spawn(
+      caller_io,
+      [&]() -> asio::awaitable<void> {
+        bool ok = true;
+        for (std::uint64_t k = 0; k < streams; ++k)
+          ok = co_await read_items(opened[k], k, 0, 300) && ok;
+        read_all = ok;
+        finished = true;
+      },
+      asio::detached);
+  while (!finished && std::chrono::steady_clock::now() < deadline + shmio::test::default_bound) {
+    server_io.poll();
+    caller_io.poll();
+  }
+  CHECK(read_all);
+  CHECK(log.written >= static_cast<int>(streams * 300));
+  caller.close();
+  server.close();
+  run_until_idle(server_io);
+  run_until_idle(caller_io);
+}
+
 TEST_CASE("rpc_stream: an opener sets its own window with set_limits", "[rpc][stream]") {
   scoped_name name("stream");
   asio::io_context io;

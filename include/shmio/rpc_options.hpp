@@ -58,10 +58,11 @@ struct rpc_options {
   /// a plain handler's request never waits for a coroutine handler's slot): a client that asks
   /// faster than it reads is slowed. The requests waiting are bounded by both figures too: past
   /// them a request is answered at once with errc::busy, or shed (requests_shed) while
-  /// max_concurrent_handlers answers wait. It bounds what waits, not what runs: handlers that
-  /// started still send their answers, the message being written is not counted, and a message
-  /// is never cut, so each bound may be passed by a message (up to max_message_size). 0: no
-  /// bound in bytes.
+  /// max_concurrent_handlers answers wait. A stream handler's writes wait too while it is
+  /// reached (rpc_stream_writer::async_write completes once its item is queued under it). Else
+  /// it bounds what waits, not what runs: handlers that started still send their answers, the
+  /// message being written is not counted, and a message is never cut, so each bound may be
+  /// passed by a message (up to max_message_size). 0: no bound in bytes.
   std::uint64_t max_held_bytes = std::uint64_t{64} << 20;
   /// Bytes of messages received in part (by their announced sizes) held at once; a message
   /// that would pass it is refused as too large would be. 0: max_message_size.

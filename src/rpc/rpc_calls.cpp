@@ -138,6 +138,7 @@ void rpc_channel::apply_limits(const rpc_options& o) {
     self->set_limits(o);
     self->admit_waiting();  // more credit may let waiting calls go
     self->start_deferred();
+    self->flush_all_stream_writes();  // a larger max_held_bytes may let held writes go
   });
 }
 

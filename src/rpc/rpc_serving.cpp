@@ -165,6 +165,7 @@ void rpc_channel::answer_left(const outgoing_message& m) {
   const std::uint64_t bytes = held_size(m);
   if (bytes == 0 && !is_answer(m)) return;
   const bool was_holding = holding_back();
+  const bool was_over_budget = answers_over_budget();
   if (is_answer(m) && m.next_packet == 1)  // as send() counted it
     if (auto it = answers_whole_.find(m.response_to);
         it != answers_whole_.end() && --it->second == 0)
@@ -174,6 +175,29 @@ void rpc_channel::answer_left(const outgoing_message& m) {
   // Posted: this runs inside the writer loop, or while the outbox is being changed.
   if (was_holding && !holding_back() && (!held_back_.empty() || !deferred_.empty()))
     asio::post(strand_, [self = shared_from_this()] { self->start_deferred(); });
+  if (was_over_budget && !answers_over_budget()) post_stream_flush();
+}
+
+void rpc_channel::post_stream_flush() {
+  if (std::exchange(stream_flush_posted_, true)) return;
+  asio::post(strand_, [self = shared_from_this()] {
+    self->stream_flush_posted_ = false;
+    self->flush_all_stream_writes();
+  });
+}
+
+void rpc_channel::flush_all_stream_writes() {
+  // Bounded by max_concurrent_handlers. Ids first: a flush completes writes, whose handlers
+  // run later (posted), but a send may change serving_'s buckets no more than a lookup does.
+  std::vector<std::uint64_t> waiting;
+  for (const auto& [id, call] : serving_)
+    if (call.stream.active && !call.stream.ended && !call.stream.writes.empty())
+      waiting.push_back(id);
+  for (const std::uint64_t id : waiting) {
+    if (answers_over_budget()) return;  // the next answer to leave flushes again
+    if (auto it = serving_.find(id); it != serving_.end())
+      flush_stream_writes(id, it->second.stream);
+  }
 }
 
 void rpc_channel::start_deferred() {

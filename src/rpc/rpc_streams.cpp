@@ -277,7 +277,8 @@ bool rpc_channel::try_write_stream(std::uint64_t request_id, std::uint64_t sessi
   if (it == serving_.end()) return false;
   stream_writer_state& w = it->second.stream;
   // An earlier write still waiting goes first; a too-large item is refused on the async path.
-  if (!w.active || w.ended || !w.writes.empty() || !w.may_send() || item.size() > reassembler_max())
+  if (!w.active || w.ended || !w.writes.empty() || !may_send_item(w) ||
+      item.size() > reassembler_max())
     return false;
   // Sent from where the item is: send() writes it now if the ring has room, or copies it.
   outgoing_message m{packet_type::stream_item, next_id(), request_id, {}};
@@ -336,7 +337,7 @@ void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_st
       complete(std::move(op), errc::message_too_large, false);
       continue;
     }
-    if (!w.may_send()) break;
+    if (!may_send_item(w)) break;
     auto next = std::move(w.writes.front());
     w.writes.pop_front();
     const bool sent = send_stream_item(

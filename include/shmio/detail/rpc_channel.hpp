@@ -375,6 +375,15 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void credit_read(stream_state& st);
   /// Sends the writes of `w` that its credit (and the outbox, see stream_writer_state) allows.
   void flush_stream_writes(std::uint64_t request_id, stream_writer_state& w);
+  /// A stream item may go now: `w` has credit and room (stream_writer_state::may_send), and the
+  /// answers waiting in the outbox are under max_held_bytes. A running stream handler is slowed
+  /// by that bound (its writes wait), where a plain answer, made once, is only counted in it.
+  bool may_send_item(const stream_writer_state& w) const noexcept {
+    return w.may_send() && !answers_over_budget();
+  }
+  /// The answers waiting fell under max_held_bytes: the stream writes it held wait no longer.
+  void post_stream_flush();
+  void flush_all_stream_writes();
   /// Sends the stream item `m`, paying one of `w`'s credits for it. False if close() began
   /// (on any thread) before it had wholly gone: the item is not delivered (the credit is spent;
   /// nothing more goes out for the stream).
@@ -550,12 +559,13 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // wait in held_back_ instead of being served, and start as these go. Unlike the count above
   // this slows a client that reads, only slower than it asks; shedding is for one that does not.
   std::uint64_t held_answer_bytes_ = 0;
-  bool writer_running_ = false;  // the writer loop runs: the outbox holds something
-  bool reader_running_ = false;  // the reader loop runs (see idle())
-  bool reader_parked_ = false;   // ... and waits for a packet
-  bool reader_stop_ = false;     // its wait was cut short because this end became idle
-  bool serves_ = false;          // this end has a handler (and holds its serves byte)
-  bool peer_serves_ = false;     // the other end's serves byte, as seen when it came
+  bool writer_running_ = false;       // the writer loop runs: the outbox holds something
+  bool reader_running_ = false;       // the reader loop runs (see idle())
+  bool stream_flush_posted_ = false;  // post_stream_flush has a flush on its way
+  bool reader_parked_ = false;        // ... and waits for a packet
+  bool reader_stop_ = false;          // its wait was cut short because this end became idle
+  bool serves_ = false;               // this end has a handler (and holds its serves byte)
+  bool peer_serves_ = false;          // the other end's serves byte, as seen when it came
   bool peer_present_ = false;
   bool closed_ = false;
   // A connection (rpc_acceptor, async_connect) has one other end, once: when it goes, the
