@@ -1116,6 +1116,48 @@ TEST_CASE("rpc_acceptor: a request for a channel whose admin lock is held is ref
   acceptor.close();
 }
 
+TEST_CASE(
+    "rpc_acceptor: the same request for a held channel, sent again and again, stalls the "
+    "service for at most its budget",
+    "[rpc][service]") {
+  // Each such request used to cost the service's thread the acceptor's whole patience (10 ms),
+  // for as many requests as a hostile client cared to write: 200 here, 2 s. The waits now come
+  // from a budget (20 ms, refilled at 1 % of the time); past it, a held lock refuses at once.
+  scoped_name name("svc");
+  asio::io_context io;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  layout::connect_request request{};
+  request.version = layout::listener_version;
+  request.pid = static_cast<std::uint32_t>(::getpid());
+  request.nonce = 4322;
+  const std::string channel = detail::connection_name(name, request.pid, request.nonce);
+  shmio::rpc_buffer held(io.get_executor(), shmio::create_only, channel, shmio::rpc_handler{},
+                         small_rings());
+  std::error_code ec;
+  detail::platform::unique_fd admin(
+      ::open(detail::segment_path(channel, ec).c_str(), O_RDWR | O_CLOEXEC));
+  REQUIRE(admin.get() >= 0);
+  REQUIRE(detail::platform::try_lock_byte(admin.get(), layout::admin_lock_byte,
+                                          detail::platform::lock_kind::exclusive, ec));
+  connect_ring ring(name);
+  constexpr int forged = 200;
+  for (int i = 0; i < forged; ++i)
+    ring.publish(as_bytes(request));
+  const auto start = std::chrono::steady_clock::now();
+  run_body(io, [&]() -> asio::awaitable<void> {
+    rpc_buffer client(io.get_executor());
+    rpc_buffer end = co_await connect_pair(acceptor, client, shmio::rpc_handler{});
+    client.close();
+    end.close();
+  });
+  const auto took = std::chrono::steady_clock::now() - start;
+  CAPTURE(std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
+  CHECK(acceptor.statistics().refused == forged);
+  CHECK(took < 1000ms);  // 2 s before; about 20 ms of waits and 200 opens now
+  held.close();
+  acceptor.close();
+}
+
 TEST_CASE("rpc_acceptor: a channel whose admin lock is held closes at once on the service's side",
           "[rpc][service]") {
   // The acceptor's end of a connection closes on the service's thread, and a close takes the

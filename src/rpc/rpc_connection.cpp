@@ -57,6 +57,7 @@ std::shared_ptr<rpc_channel> rpc_channel::accept(const asio::any_io_executor& ex
                                                  std::string_view service,
                                                  const layout::connect_request& request,
                                                  rpc_service handlers, const rpc_options& expected,
+                                                 std::chrono::milliseconds admin_patience,
                                                  std::error_code& ec) {
   if (request.version != layout::listener_version || request.nonce == 0 || request.pid == 0) {
     ec = errc::corrupted;
@@ -65,7 +66,7 @@ std::shared_ptr<rpc_channel> rpc_channel::accept(const asio::any_io_executor& ex
   // The client made it; the listener says what it must be. Anything else (a channel far larger
   // than the service would map, say) is refused before it is used.
   auto ch = make_opener(ex, connection_name(service, request.pid, request.nonce),
-                        std::move(handlers), expected.strategy, ec, &expected);
+                        std::move(handlers), expected.strategy, ec, &expected, admin_patience);
   if (!ch) return nullptr;
   ch->connection_ = true;
   ch->takes_turns_ = true;

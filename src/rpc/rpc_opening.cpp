@@ -141,14 +141,13 @@ std::shared_ptr<rpc_channel> rpc_channel::make_owner(const asio::any_io_executor
 std::shared_ptr<rpc_channel> rpc_channel::make_opener(const asio::any_io_executor& ex,
                                                       std::string_view name, rpc_service service,
                                                       wait_strategy strategy, std::error_code& ec,
-                                                      const rpc_options* expected) {
-  // An acceptor opens its clients' channels on its executor's thread: a file whose admin lock is
-  // held longer than a preempted holder holds it (a client stopped in its close, or a hostile
-  // process) is refused, not waited for 2 s, or one client could stall the whole service. Its
-  // close waits little longer (acceptor_close_patience).
+                                                      const rpc_options* expected,
+                                                      std::chrono::milliseconds admin_patience) {
+  // An acceptor opens its clients' channels on its executor's thread: it passes a patience of
+  // at most acceptor_admin_patience, from a budget (rpc_acceptor_impl::admin_patience_now).
+  // Its close waits little longer (acceptor_close_patience).
   guard_rpc_mappings();
-  segment seg =
-      open_segment(name, object_kind::rpc, expected ? acceptor_admin_patience : admin_patience, ec);
+  segment seg = open_segment(name, object_kind::rpc, admin_patience, ec);
   if (ec) return nullptr;
   if (expected) set_close_patience(seg, acceptor_close_patience);
   // An acceptor's new connection, made with the sizes it expects: mapped before it is

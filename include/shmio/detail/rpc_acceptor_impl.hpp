@@ -109,6 +109,19 @@ class rpc_acceptor_impl {
   // for (steady clock, ns); see sweep_if_due.
   std::atomic<std::int64_t> next_sweep_ns_{0};
   void sweep_if_due() noexcept;
+
+  // How long the next accept may wait for its channel's admin lock. A well-behaved holder
+  // (a client closing, an inspector) holds it for microseconds; the wait sleeps on the
+  // service's thread, so a client that holds it and sends the same request again and again
+  // would stall every connection of the service for the whole patience each time. The waits
+  // come from a budget that refills at 1 % of the time (10 ms a second, 20 ms at most): past
+  // it a held lock refuses the request at once.
+  std::chrono::milliseconds admin_patience_now();
+  /// Takes what an accept that gave up on a held lock waited out of the budget.
+  void spent_on_admin_lock(std::chrono::nanoseconds waited);
+  std::mutex budget_mutex_;
+  std::int64_t admin_budget_ns_ = 0;     // under budget_mutex_
+  std::int64_t budget_refilled_ns_ = 0;  // steady clock; under budget_mutex_
 };
 
 }  // namespace shmio::detail

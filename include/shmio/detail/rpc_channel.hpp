@@ -34,6 +34,7 @@
 #include "shmio/detail/rpc_packet.hpp"
 #include "shmio/detail/rpc_pending.hpp"
 #include "shmio/detail/rpc_stream_state.hpp"
+#include "shmio/detail/segment_locks.hpp"
 #include "shmio/detail/waiter.hpp"
 #include "shmio/rpc_methods.hpp"
 #include "shmio/rpc_options.hpp"
@@ -123,6 +124,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
                                              std::string_view service,
                                              const layout::connect_request& request,
                                              rpc_service handlers, const rpc_options& expected,
+                                             std::chrono::milliseconds admin_patience,
                                              std::error_code& ec);
   /// Writes the accept packet of an end accept() made: errc::busy if the client filled the
   /// ring first. Touches only the shared memory: no user code runs in it.
@@ -232,10 +234,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
                                                  const rpc_options& options, std::error_code& ec);
   // With `expected`, a channel whose sizes, limit or timeout differ is refused (incompatible)
   // before anything of it is used: a client's, which the service checks against its listener.
-  static std::shared_ptr<rpc_channel> make_opener(const asio::any_io_executor& ex,
-                                                  std::string_view name, rpc_service service,
-                                                  wait_strategy strategy, std::error_code& ec,
-                                                  const rpc_options* expected = nullptr);
+  static std::shared_ptr<rpc_channel> make_opener(
+      const asio::any_io_executor& ex, std::string_view name, rpc_service service,
+      wait_strategy strategy, std::error_code& ec, const rpc_options* expected = nullptr,
+      std::chrono::milliseconds admin_patience = detail::admin_patience);
   std::error_code attach(segment seg, bool owner, const geometry& g, wait_strategy strategy);
   // Whether a node of either ring can carry a claim made under our participant number by a
   // process that is gone (which recover_own_nodes() then gives back). Reading every node touches
