@@ -1116,6 +1116,54 @@ TEST_CASE("rpc_acceptor: a request for a channel whose admin lock is held is ref
   acceptor.close();
 }
 
+TEST_CASE("rpc_acceptor: a sweep of stale channels looks at 64 files at most, and the next goes on",
+          "[rpc][service]") {
+  // Files that look like a service's channels are swept on the service's thread. Any process
+  // of the user may make such files, as many as it likes: 50 000 once held the thread for a
+  // second. Each sweep now looks at 64, in the order of their names, and the next goes on
+  // after the last one looked at.
+  scoped_name name("svc");
+  std::error_code ec;
+  constexpr int junk = 150;
+  std::vector<std::string> paths;
+  struct cleanup {
+    std::vector<std::string>& paths;
+    ~cleanup() {
+      for (const auto& p : paths)
+        ::unlink(p.c_str());
+    }
+  } remove_all{paths};
+  for (int i = 0; i < junk; ++i) {
+    char suffix[16];
+    std::snprintf(suffix, sizeof suffix, "#junk%03d", i);
+    paths.push_back(detail::segment_path(std::string(name) + suffix, ec));
+    REQUIRE_FALSE(ec);
+    detail::platform::unique_fd fd(::open(paths.back().c_str(), O_RDWR | O_CREAT | O_EXCL, 0600));
+    REQUIRE(fd.get() >= 0);
+  }
+  auto left = [&] {
+    return std::count_if(paths.begin(), paths.end(),
+                         [](const std::string& p) { return ::access(p.c_str(), F_OK) == 0; });
+  };
+  asio::io_context io;
+  {
+    // A service sweeps as it starts: the first 64 go (stale: nobody holds them), the rest stay.
+    rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+    CHECK(left() == junk - 64);
+    CHECK(::access(paths[63].c_str(), F_OK) != 0);
+    CHECK(::access(paths[64].c_str(), F_OK) == 0);
+    acceptor.close();
+  }
+  // The next sweeps go on from there (as the acceptor's do, a second apart while any are left).
+  detail::sweep_part part{paths[63].substr(paths[63].rfind('/') + 1), 64};
+  detail::sweep_stale_segments(std::string(name) + '#', part);
+  CHECK(left() == junk - 128);
+  CHECK_FALSE(part.after.empty());
+  detail::sweep_stale_segments(std::string(name) + '#', part);
+  CHECK(left() == 0);
+  CHECK(part.after.empty());
+}
+
 TEST_CASE(
     "rpc_acceptor: the same request for a held channel, sent again and again, stalls the "
     "service for at most its budget",

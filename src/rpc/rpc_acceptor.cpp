@@ -56,10 +56,23 @@ void rpc_acceptor_impl::sweep_if_due() noexcept {
   // backlog was full, retrying) leaves a channel that no request names: no acceptor opens it,
   // so none finds it stale, and its random name is never made again. Such files are looked for
   // when the service starts, and then at most once a minute as it accepts.
+  // It runs on the service's thread, and this user's other processes may have made any number
+  // of files that match: each sweep looks at 64 of them at most (an open, a lock, perhaps an
+  // unlink each), and goes on a second later while any are left.
   if (!turn_due(next_sweep_ns_, std::chrono::minutes(1))) return;
+  std::lock_guard lock(sweep_mutex_);  // turns are far apart: never contended
+  sweep_part part{std::move(sweep_after_), 64};
   try {
-    sweep_stale_segments(std::string(name()) + '#');
+    sweep_stale_segments(std::string(name()) + '#', part);
   } catch (...) {  // std::bad_alloc: best effort
+    part.after.clear();
+  }
+  sweep_after_ = std::move(part.after);
+  if (!sweep_after_.empty()) {
+    const auto soon = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    next_sweep_ns_.store(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(soon.time_since_epoch()).count(),
+        std::memory_order_relaxed);  // relaxed: a schedule, as turn_due's
   }
 }
 

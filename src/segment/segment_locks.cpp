@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <vector>
 
 #include "shmio/detail/layout.hpp"
 #include "shmio/detail/names.hpp"
@@ -122,15 +123,28 @@ stale_test remove_if_abandoned_temporary(int fd, const std::string& path, std::e
 namespace {
 
 // Removes the files of shm_directory whose names begin with `file_prefix` and that `test` (with
-// the admin lock held) finds stale. Best effort: a sweep never waits (it runs inside a create,
+// the admin lock held) finds stale, looking at `part.max_files` of them at most, in the order of
+// their names, from the first after `part.after` on; `part.after` becomes the last one looked at
+// (empty: this sweep reached the end). Best effort: a sweep never waits (it runs inside a create,
 // or on an acceptor's thread), so a file that cannot be looked at, or whose admin lock is busy,
 // is left for the next sweep.
 void sweep_files(std::string_view file_prefix,
-                 stale_test (*test)(int, const std::string&, std::error_code&)) {
+                 stale_test (*test)(int, const std::string&, std::error_code&), sweep_part& part) {
   std::error_code ec;
   const std::string dir(shm_directory);
-  for (const std::string& file : platform::list_directory(dir, ec)) {
-    if (!file.starts_with(file_prefix)) continue;
+  std::vector<std::string> files = platform::list_directory(dir, ec);
+  std::erase_if(files, [&](const std::string& f) {
+    return !f.starts_with(file_prefix) || (!part.after.empty() && f <= part.after);
+  });
+  // By name, so that a sweep cut short goes on where it stopped, whatever was removed since.
+  std::sort(files.begin(), files.end());
+  if (files.size() > part.max_files) {
+    files.resize(part.max_files);
+    part.after = files.back();
+  } else {
+    part.after.clear();
+  }
+  for (const std::string& file : files) {
     const std::string path = dir + file;
     std::error_code file_ec;
     platform::unique_fd fd = platform::open_existing(path, file_ec);
@@ -158,7 +172,7 @@ bool turn_due(std::atomic<std::int64_t>& next_ns, std::chrono::nanoseconds perio
   return next_ns.compare_exchange_strong(due, now + period.count(), std::memory_order_relaxed);
 }
 
-void sweep_stale_segments(std::string_view name_prefix) noexcept {
+void sweep_stale_segments(std::string_view name_prefix, sweep_part& part) noexcept {
   try {
     std::error_code ec;
     const std::string prefix = segment_file_name(name_prefix, ec);
@@ -166,14 +180,21 @@ void sweep_stale_segments(std::string_view name_prefix) noexcept {
     std::string longer(name_prefix);
     longer += 'x';
     if (ec || !segment_file_name(longer, ec).starts_with(prefix) || ec) return;
-    sweep_files(prefix, &remove_if_unheld);
+    sweep_files(prefix, &remove_if_unheld, part);
   } catch (...) {  // std::bad_alloc from the listing or a name: the sweep is best effort
+    part.after.clear();
   }
+}
+
+void sweep_stale_segments(std::string_view name_prefix) noexcept {
+  sweep_part all;
+  sweep_stale_segments(name_prefix, all);
 }
 
 void sweep_abandoned_temporaries() noexcept {
   try {
-    sweep_files(temporary_file_prefix, &remove_if_abandoned_temporary);
+    sweep_part all;
+    sweep_files(temporary_file_prefix, &remove_if_abandoned_temporary, all);
   } catch (...) {  // std::bad_alloc from the listing: the sweep is best effort
   }
 }

@@ -108,6 +108,8 @@ class rpc_acceptor_impl {
   // When the channels that clients killed before their request reached us left are next looked
   // for (steady clock, ns); see sweep_if_due.
   std::atomic<std::int64_t> next_sweep_ns_{0};
+  std::mutex sweep_mutex_;
+  std::string sweep_after_;  // where the next sweep goes on (sweep_part); under sweep_mutex_
   void sweep_if_due() noexcept;
 
   // How long the next accept may wait for its channel's admin lock. A well-behaved holder

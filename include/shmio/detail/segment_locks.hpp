@@ -88,6 +88,16 @@ bool turn_due(std::atomic<std::int64_t>& next_ns, std::chrono::nanoseconds perio
 /// file name would be cut: a cut name cannot be matched). Best effort, and never waits: a file
 /// that cannot be looked at, or whose admin lock is busy, is left for the next sweep.
 void sweep_stale_segments(std::string_view name_prefix) noexcept;
+/// Which of the matching files a sweep looks at: at most `max_files`, in the order of their
+/// names, from the first after `after` (empty: from the first). The sweep sets `after` to the
+/// last it looked at, or empties it once it reached the end.
+struct sweep_part {
+  std::string after;
+  std::size_t max_files = static_cast<std::size_t>(-1);
+};
+/// sweep_stale_segments over a part of the files, for a caller that must not stay long (an
+/// acceptor, on its service's thread).
+void sweep_stale_segments(std::string_view name_prefix, sweep_part& part) noexcept;
 /// Removes this user's abandoned temporary files. Best effort: a file that cannot be looked at
 /// (or whose admin lock is busy) is left for the next sweep.
 void sweep_abandoned_temporaries() noexcept;
