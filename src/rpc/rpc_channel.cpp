@@ -300,7 +300,10 @@ void rpc_channel::on_packet(std::span<const std::byte> bytes) {
       if (reassembler_.last_rejected_too_large()) {
         const auto& h = packet->header;
         fail_waiting(static_cast<packet_type>(h.type), h.message_id, h.response_to,
-                     errc::message_too_large, "request larger than max_message_size");
+                     errc::message_too_large,
+                     reassembler_.last_rejected_over_budget()
+                         ? "request would pass max_reassembly_bytes with the messages in part"
+                         : "request larger than max_message_size");
       }
       if (const auto& broken = reassembler_.last_dropped())
         fail_waiting(broken->type, broken->id, broken->response_to, errc::corrupted,

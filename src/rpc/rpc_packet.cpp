@@ -83,7 +83,7 @@ std::optional<packet_view> parse_packet(std::span<const std::byte> node,
 reassembler::result reassembler::add(const packet_view& p, incoming_message& out,
                                      bool view_single) {
   const auto& h = p.header;
-  last_too_large_ = false;
+  last_too_large_ = last_over_budget_ = false;
   last_dropped_.reset();
   if (h.total_size > max_message_size_) {
     // A first packet of the same kind is answered as too large (last_too_large_), which tells
@@ -124,7 +124,7 @@ reassembler::result reassembler::add(const packet_view& p, incoming_message& out
     if (announced_ + h.total_size > max_bytes_) {
       // Over the budget for messages in part: refused as one too large would be, so that a
       // request is answered rather than left to time out.
-      last_too_large_ = true;
+      last_too_large_ = last_over_budget_ = true;
       return result::rejected;
     }
     announced_ += h.total_size;

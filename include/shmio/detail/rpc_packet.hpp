@@ -119,6 +119,9 @@ class reassembler {
   /// True if the message `add` last rejected was a request too large to take: the caller
   /// answers it with an error instead of silence.
   bool last_rejected_too_large() const noexcept { return last_too_large_; }
+  /// ... and if so, whether it was for max_reassembly_bytes (the messages in part with it would
+  /// pass it) rather than max_message_size: what its error's text says.
+  bool last_rejected_over_budget() const noexcept { return last_over_budget_; }
   /// The message `add` last dropped in part (a later packet of it did not fit, or its first
   /// packet came again), if the last rejection dropped one: the caller fails what waited for it
   /// rather than leave it waiting for a message that will never be whole.
@@ -149,6 +152,7 @@ class reassembler {
   std::unordered_map<std::uint64_t, partial> partial_;
   void drop(std::unordered_map<std::uint64_t, partial>::iterator it) noexcept;
   bool last_too_large_ = false;
+  bool last_over_budget_ = false;
   std::optional<dropped_message> last_dropped_;
   // Drops `it` as a message that cannot be completed, noting it in last_dropped_.
   void drop_broken(std::unordered_map<std::uint64_t, partial>::iterator it) noexcept;
