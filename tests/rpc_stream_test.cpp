@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -260,6 +261,70 @@ TEST_CASE("rpc_stream: handlers of streams nobody reads stop at the serving end'
   server.close();
   run_until_idle(server_io);
   run_until_idle(caller_io);
+}
+
+TEST_CASE("rpc_stream: reads complete in the order started, whatever executor each handler has",
+          "[rpc][stream]") {
+  // Read 1's handler waits in the queue of an io_context that does not run yet. Posted side by
+  // side, reads 2 and 3 (handlers on the stream's executor) used to complete first.
+  scoped_name name("stream");
+  asio::io_context io, io2;
+  writer_log log;
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, streaming(log, 6));
+  std::optional<rpc_stream> s;
+  caller.async_request_stream("items", asio::buffer(seed_bytes(1)),
+                              [&](std::error_code ec, rpc_stream x) {
+                                CHECK_FALSE(ec);
+                                s.emplace(std::move(x));
+                              });
+  REQUIRE(run_until(io, [&] { return s && caller.statistics().stream_items_received == 6; }));
+  std::vector<int> order;
+  s->async_read(asio::bind_executor(io2, [&](std::error_code ec, bytes_t got) {
+    CHECK_FALSE(ec);
+    CHECK(got == item(1, 0));
+    order.push_back(1);
+  }));
+  s->async_read([&](std::error_code ec, bytes_t got) {
+    CHECK_FALSE(ec);
+    CHECK(got == item(1, 1));
+    order.push_back(2);
+  });
+  s->async_read_batch(2, [&](std::error_code ec, std::vector<bytes_t> got) {
+    CHECK_FALSE(ec);
+    CHECK(got == std::vector<bytes_t>{item(1, 2), item(1, 3)});
+    order.push_back(3);
+  });
+  // Everything ready on `io` runs: reads 2 and 3 wait for read 1's handler to be reached.
+  for (int quiet = 0; quiet < 100;)
+    quiet = io.poll() == 0 ? quiet + 1 : 0;
+  CHECK(order.empty());
+  CHECK(io2.poll() == 1);
+  REQUIRE(run_until(io, [&] { return order.size() == 3; }));
+  CHECK(order == std::vector<int>{1, 2, 3});
+  // The rest, and the end, in their turn.
+  std::vector<bytes_t> rest;
+  std::error_code end;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        for (;;) {
+          auto [ec, got] = co_await s->async_read(tuple_awaitable);
+          if (ec) {
+            end = ec;
+            co_return;
+          }
+          rest.push_back(std::move(got));
+        }
+      },
+      asio::detached);
+  REQUIRE(run_until(io, [&] { return bool(end); }));
+  CHECK(end == asio::error::eof);
+  CHECK(rest == std::vector<bytes_t>{item(1, 4), item(1, 5)});
+  s->close();
+  caller.close();
+  server.close();
+  run_until_idle(io);
 }
 
 TEST_CASE("rpc_stream: an opener sets its own window with set_limits", "[rpc][stream]") {

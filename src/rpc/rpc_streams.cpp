@@ -182,13 +182,26 @@ void rpc_channel::credit_read(stream_state& st) {
   }
 }
 
+bool rpc_channel::stream_reads_open(stream_state& st) {
+  if (!st.reads_gate)
+    st.reads_gate =
+        std::make_shared<completion_gate>([w = weak_from_this(), ws = st.weak_from_this()] {
+          auto self = w.lock();
+          if (auto s = ws.lock(); self && s)
+            asio::post(self->strand_, [self, s] { self->pump_stream(*s); });
+        });
+  return st.reads_gate->open();
+}
+
 void rpc_channel::pump_stream(stream_state& st) {
+  // One completion at a time (completion_gate): the reads complete in the order started.
   while (!st.reads.empty()) {
     stream_state::read& front = st.reads.front();
     // A batch of at most 0 items takes none: it completes in its turn (once the stream has
     // ended and every item is read, with the end, as every read does).
     const bool takes_none = front.batch && front.max == 0 && (!st.ended || !st.items.empty());
     if (st.items.empty() && !takes_none) break;
+    if (!stream_reads_open(st)) return;
     auto r = std::move(front);
     st.reads.pop_front();
     if (r.batch) {
@@ -201,25 +214,30 @@ void rpc_channel::pump_stream(stream_state& st) {
         st.items.pop_front();
         credit_read(st);
       }
-      complete(std::move(r.batch), {}, std::move(got), false);
+      complete_counted(std::move(r.batch), completion_gate::ticket(st.reads_gate), {},
+                       std::move(got), false);
       continue;
     }
     auto item = std::move(st.items.front());
     st.items.pop_front();
     credit_read(st);
-    complete(std::move(r.op), {}, reply_bytes::of(item), false);
+    complete_counted(std::move(r.op), completion_gate::ticket(st.reads_gate), {},
+                     reply_bytes::of(item), false);
   }
   if (!st.ended || !st.items.empty()) return;
   while (!st.reads.empty()) {
+    if (!stream_reads_open(st)) return;
     auto r = std::move(st.reads.front());
     st.reads.pop_front();
     if (r.batch) {
       // As a single read gets a remote error's text as its bytes, a batch gets it as its item.
       std::vector<std::vector<std::byte>> text;
       if (!st.end_text.empty()) text.push_back(st.end_text);
-      complete(std::move(r.batch), st.end, std::move(text), false);
+      complete_counted(std::move(r.batch), completion_gate::ticket(st.reads_gate), st.end,
+                       std::move(text), false);
     } else {
-      complete(std::move(r.op), st.end, std::span<const std::byte>(st.end_text), false);
+      complete_counted(std::move(r.op), completion_gate::ticket(st.reads_gate), st.end,
+                       std::span<const std::byte>(st.end_text), false);
     }
   }
 }

@@ -372,6 +372,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   /// completions are always posted: one dispatched inline could pass an earlier one still
   /// queued, and reads (and writes) complete in the order they were started.
   void pump_stream(stream_state& st);
+  /// The next read of `st` may complete (completion_gate::open; the gate is made here).
+  bool stream_reads_open(stream_state& st);
   /// An item of `st` was read: counts it, and grants credit for what was read once that is
   /// half a window.
   void credit_read(stream_state& st);

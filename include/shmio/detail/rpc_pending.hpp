@@ -67,6 +67,13 @@ struct pending_call {
   /// `may_dispatch`: we run on an executor thread outside any initiating function, so the
   /// handler may run here if its executor allows (saves a trip through the scheduler).
   virtual void complete(std::error_code ec, reply_bytes reply, bool may_dispatch) = 0;
+  /// complete(), with `ticket` punched just before the upcall: a stream's reads (see
+  /// completion_gate). Others punch it at once.
+  virtual void complete_counted(delivery_ticket ticket, std::error_code ec, reply_bytes reply,
+                                bool may_dispatch) {
+    ticket.punch();
+    complete(ec, reply, may_dispatch);
+  }
   virtual void destroy() noexcept = 0;
 
  protected:
@@ -92,6 +99,9 @@ struct pending_items {
   /// `may_dispatch`: as for pending_call.
   virtual void complete(std::error_code ec, std::vector<std::vector<std::byte>> items,
                         bool may_dispatch) = 0;
+  /// complete(), with `ticket` punched just before the upcall (see pending_call).
+  virtual void complete_counted(delivery_ticket ticket, std::error_code ec,
+                                std::vector<std::vector<std::byte>> items, bool may_dispatch) = 0;
   virtual void destroy() noexcept = 0;
 
  protected:
@@ -110,6 +120,15 @@ inline void complete(pending_signal_ptr op, std::error_code ec, bool may_dispatc
 inline void complete(pending_items_ptr op, std::error_code ec,
                      std::vector<std::vector<std::byte>> items, bool may_dispatch) {
   op.release()->complete(ec, std::move(items), may_dispatch);
+}
+/// complete(), with `ticket` punched just before the handler is called.
+inline void complete_counted(pending_call_ptr op, delivery_ticket ticket, std::error_code ec,
+                             reply_bytes reply, bool may_dispatch) {
+  op.release()->complete_counted(std::move(ticket), ec, reply, may_dispatch);
+}
+inline void complete_counted(pending_items_ptr op, delivery_ticket ticket, std::error_code ec,
+                             std::vector<std::vector<std::byte>> items, bool may_dispatch) {
+  op.release()->complete_counted(std::move(ticket), ec, std::move(items), may_dispatch);
 }
 
 /// Memory for an operation `Op` holding a `Handler`: from the handler's associated allocator,
@@ -229,6 +248,10 @@ class rpc_call final : public pending_call, public pending_handler<rpc_call<Hand
   void complete(std::error_code ec, reply_bytes reply, bool may_dispatch) override {
     this->finish(may_dispatch, ec, reply.take());
   }
+  void complete_counted(delivery_ticket ticket, std::error_code ec, reply_bytes reply,
+                        bool may_dispatch) override {
+    this->finish_counted(std::move(ticket), may_dispatch, ec, reply.take());
+  }
   void destroy() noexcept override { this->free(); }
 };
 
@@ -254,6 +277,14 @@ class rpc_throwing_call final : public pending_call,
     // The channel completes its calls while it lives: its name is still there.
     auto e = std::make_exception_ptr(rpc_error(ec, channel_name(*channel_), to_string(reply.view)));
     this->finish(may_dispatch, std::move(e), std::vector<std::byte>());
+  }
+  void complete_counted(delivery_ticket ticket, std::error_code ec, reply_bytes reply,
+                        bool may_dispatch) override {
+    if (!ec)
+      return this->finish_counted(std::move(ticket), may_dispatch, std::exception_ptr(),
+                                  reply.take());
+    auto e = std::make_exception_ptr(rpc_error(ec, channel_name(*channel_), to_string(reply.view)));
+    this->finish_counted(std::move(ticket), may_dispatch, std::move(e), std::vector<std::byte>());
   }
 
  private:
@@ -293,6 +324,10 @@ class rpc_items final : public pending_items, public pending_handler<rpc_items<H
                 bool may_dispatch) override {
     this->finish(may_dispatch, ec, std::move(items));
   }
+  void complete_counted(delivery_ticket ticket, std::error_code ec,
+                        std::vector<std::vector<std::byte>> items, bool may_dispatch) override {
+    this->finish_counted(std::move(ticket), may_dispatch, ec, std::move(items));
+  }
   void destroy() noexcept override { this->free(); }
 };
 
@@ -309,10 +344,17 @@ class rpc_throwing_items final : public pending_items,
         channel_(ch) {}
   void complete(std::error_code ec, std::vector<std::vector<std::byte>> items,
                 bool may_dispatch) override {
-    if (!ec) return this->finish(may_dispatch, std::exception_ptr(), std::move(items));
+    complete_counted({}, ec, std::move(items), may_dispatch);
+  }
+  void complete_counted(delivery_ticket ticket, std::error_code ec,
+                        std::vector<std::vector<std::byte>> items, bool may_dispatch) override {
+    if (!ec)
+      return this->finish_counted(std::move(ticket), may_dispatch, std::exception_ptr(),
+                                  std::move(items));
     auto e = std::make_exception_ptr(rpc_error(
         ec, channel_name(*channel_), items.empty() ? std::string() : to_string(items[0])));
-    this->finish(may_dispatch, std::move(e), std::vector<std::vector<std::byte>>());
+    this->finish_counted(std::move(ticket), may_dispatch, std::move(e),
+                         std::vector<std::vector<std::byte>>());
   }
   void destroy() noexcept override { this->free(); }
 

@@ -7,9 +7,11 @@
 // the granted total breaks the protocol and ends the stream with errc::corrupted, so neither
 // end ever holds more than a window of a stream's items.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <system_error>
 #include <vector>
@@ -18,7 +20,55 @@
 
 namespace shmio::detail {
 
-struct stream_state {
+/// Keeps the completions of one stream's reads in the order the reads were started, whatever
+/// executors their handlers run on (as op_queue's gate does for a ring's operations): one at a
+/// time, the next only once the handler of the one before has been reached (its ticket
+/// punched just before the upcall) or destroyed unrun. Posted side by side, a completion for a
+/// handler bound to a busy or stopped io_context would be passed by the later ones.
+/// open() and ticket() run on the channel's strand; delivered() wherever a handler runs.
+class completion_gate final : public delivery_owner {
+ public:
+  /// `reopen` runs (from delivered(), on the handler's thread) when a completion that open()
+  /// found on its way has been reached: it has the strand look again.
+  explicit completion_gate(std::function<void()> reopen) : reopen_(std::move(reopen)) {}
+
+  /// True if no completion is on its way, so that the next may go. If false, reopen runs once
+  /// the one on its way has been reached.
+  bool open() noexcept {
+    // seq_cst, here and in delivered(): either this load sees the punch that took `out_` to 0,
+    // or that punch's exchange sees `held_` and reopens (Dekker's StoreLoad, both ways).
+    if (out_.load(std::memory_order_seq_cst) == 0) return true;
+    held_.store(true, std::memory_order_seq_cst);
+    if (out_.load(std::memory_order_seq_cst) != 0) return false;
+    // Punched meanwhile: it may reopen as well, which finds nothing to do.
+    held_.store(false, std::memory_order_relaxed);
+    return true;
+  }
+  /// Counts a completion on its way until the ticket is punched.
+  static delivery_ticket ticket(const std::shared_ptr<completion_gate>& g) noexcept {
+    // relaxed: the strand alone adds; the punch's decrement (seq_cst) orders the rest.
+    g->out_.fetch_add(1, std::memory_order_relaxed);
+    return delivery_ticket(std::weak_ptr<delivery_owner>(g), 0);
+  }
+  void delivered(std::size_t) noexcept override {
+    if (out_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+        held_.exchange(false, std::memory_order_seq_cst)) {
+      try {
+        reopen_();
+      } catch (...) {
+        // No memory for the post: the reads behind it wait until the stream's next event
+        // (an item, its end, a read, a cancel) has the strand look again.
+      }
+    }
+  }
+
+ private:
+  std::atomic<std::uint32_t> out_{0};  // completions on their way: 0 or 1
+  std::atomic<bool> held_{false};      // open() refused one: reopen when out_ drops to 0
+  std::function<void()> reopen_;
+};
+
+struct stream_state : std::enable_shared_from_this<stream_state> {
   struct read {
     std::uint64_t id;
     pending_call_ptr op;      // one item (async_read), or
@@ -34,8 +84,9 @@ struct stream_state {
   std::deque<std::vector<std::byte>> items;  // came, not yet read: at most `window`
   std::deque<read> reads;                    // waiting, oldest first
   bool ended = false;
-  std::error_code end;              // asio::error::eof, or why it ended
-  std::vector<std::byte> end_text;  // a remote error's text
+  std::error_code end;                          // asio::error::eof, or why it ended
+  std::vector<std::byte> end_text;              // a remote error's text
+  std::shared_ptr<completion_gate> reads_gate;  // made at the first read's completion
 };
 
 /// A handler's stream, in its serving entry.
