@@ -327,6 +327,51 @@ TEST_CASE("rpc_stream: reads complete in the order started, whatever executor ea
   run_until_idle(io);
 }
 
+TEST_CASE("rpc_stream: writes complete in the order started, whatever executor each handler has",
+          "[rpc][stream]") {
+  // The handler starts two writes without waiting; the first one's handler waits in the queue
+  // of an io_context that does not run yet. The second used to complete first.
+  scoped_name name("stream");
+  asio::io_context io, io2;
+  std::vector<int> order;
+  bool handler_done = false;
+  rpc_methods methods;
+  methods.add("two",
+              [&](std::uint64_t, std::span<const std::byte>,
+                  rpc_stream_writer out) -> asio::awaitable<void> {
+                out.async_write(asio::buffer(bytes("a")),
+                                asio::bind_executor(io2, [&](std::error_code ec) {
+                                  CHECK_FALSE(ec);
+                                  order.push_back(1);
+                                }));
+                out.async_write(asio::buffer(bytes("b")), [&](std::error_code ec) {
+                  CHECK_FALSE(ec);
+                  order.push_back(2);
+                });
+                // Returns only once both writes completed: the stream's end goes after its items.
+                co_await wait_until([&] { return order.size() == 2; }, 1h);
+                handler_done = true;
+              });
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, methods);
+  std::optional<rpc_stream> s;
+  caller.async_request_stream("two", {}, [&](std::error_code ec, rpc_stream x) {
+    CHECK_FALSE(ec);
+    s.emplace(std::move(x));
+  });
+  REQUIRE(run_until(io, [&] { return s && caller.statistics().stream_items_received == 2; }));
+  for (int quiet = 0; quiet < 100;)
+    quiet = io.poll() == 0 ? quiet + 1 : 0;
+  CHECK(order.empty());  // write 2's handler waits for write 1's to be reached
+  CHECK(io2.poll() == 1);
+  REQUIRE(run_until(io, [&] { return handler_done; }));
+  CHECK(order == std::vector<int>{1, 2});
+  s->close();
+  caller.close();
+  server.close();
+  run_until_idle(io);
+}
+
 TEST_CASE("rpc_stream: an opener sets its own window with set_limits", "[rpc][stream]") {
   scoped_name name("stream");
   asio::io_context io;

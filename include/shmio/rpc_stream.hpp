@@ -172,7 +172,9 @@ class rpc_stream_writer {
   std::uint64_t request_id() const noexcept { return id_; }
 
   /// Sends `item` (copied: the buffer may go at once) as the stream's next item, once the
-  /// caller has room for it. Writes go out in the order they were started.
+  /// caller has room for it. Writes go out, and complete, in the order they were started
+  /// (whatever executor each handler has: one completion at a time, the next once the handler
+  /// before it has been reached).
   ///
   /// Completion signature: `void(std::error_code)`. Errors: asio::error::operation_aborted (the
   /// caller closed or cancelled the stream, this end closed, or the write was cancelled while it

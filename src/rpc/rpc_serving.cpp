@@ -111,6 +111,7 @@ void rpc_channel::start_request(incoming_message m, request_from from) {
   call->stream.reset();  // a recycled node's
   if (stream) {
     call->stream.active = true;
+    call->stream.request_id = id;
     call->stream.window = window;
     call->stream.credit = window;
     spawn_handler(id, call,
@@ -305,7 +306,13 @@ rpc_channel::serving_call* rpc_channel::start_serving(std::uint64_t id) {
 void rpc_channel::end_serving(std::uint64_t id, const serving_call* call) {
   // The co_spawn has completed: its coroutine no longer uses the signal, which may serve again.
   auto it = serving_.find(id);
-  if (it != serving_.end() && &it->second == call) erase_recycled(serving_, spare_serving_, it);
+  if (it != serving_.end() && &it->second == call) {
+    // Writes its handler started and did not wait for, still held behind one on its way:
+    // they go now, in their order, as nothing can reopen the gate of an entry that is gone.
+    for (auto& d : std::exchange(it->second.stream.done, {}))
+      complete(std::move(d.op), d.ec, false);
+    erase_recycled(serving_, spare_serving_, it);
+  }
   // A slot is free: the next request waiting for one starts, on the strand (this runs where
   // the coroutine finished, inside co_spawn's completion).
   if (!deferred_.empty())

@@ -352,7 +352,7 @@ void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_st
     if (w.writes.front().item.size() > reassembler_max()) {  // refused, using no credit
       auto op = std::move(w.writes.front().op);
       w.writes.pop_front();
-      complete(std::move(op), errc::message_too_large, false);
+      finish_stream_write(w, std::move(op), errc::message_too_large);
       continue;
     }
     if (!may_send_item(w)) break;
@@ -360,7 +360,32 @@ void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_st
     w.writes.pop_front();
     const bool sent = send_stream_item(
         w, {packet_type::stream_item, next_id(), request_id, std::move(next.item)});
-    complete(std::move(next.op), sent ? std::error_code() : asio::error::operation_aborted, false);
+    finish_stream_write(w, std::move(next.op),
+                        sent ? std::error_code() : asio::error::operation_aborted);
+  }
+}
+
+void rpc_channel::finish_stream_write(stream_writer_state& w, pending_signal_ptr op,
+                                      std::error_code ec) {
+  w.done.push_back({std::move(op), ec});
+  deliver_stream_writes(w);
+}
+
+void rpc_channel::deliver_stream_writes(stream_writer_state& w) {
+  if (!w.gate)
+    w.gate = std::make_shared<completion_gate>([self = weak_from_this(), id = w.request_id] {
+      if (auto ch = self.lock())
+        asio::post(ch->strand_, [ch, id] {
+          // Gone if its handler finished meanwhile: end_serving delivered the rest. (Another
+          // session's request of the same id only has its own looked at.)
+          if (auto it = ch->serving_.find(id); it != ch->serving_.end())
+            ch->deliver_stream_writes(it->second.stream);
+        });
+    });
+  while (!w.done.empty() && w.gate->open()) {
+    auto d = std::move(w.done.front());
+    w.done.pop_front();
+    complete_counted(std::move(d.op), completion_gate::ticket(w.gate), d.ec, false);
   }
 }
 
@@ -370,7 +395,7 @@ void rpc_channel::end_stream_writes(stream_writer_state& w, std::error_code why)
   auto writes = std::move(w.writes);
   w.writes.clear();
   for (auto& x : writes)
-    complete(std::move(x.op), why, false);
+    finish_stream_write(w, std::move(x.op), why);
 }
 
 }  // namespace shmio::detail

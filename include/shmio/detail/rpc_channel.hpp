@@ -397,6 +397,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void stream_item_left_outbox(std::uint64_t request_id);
   /// A handler's stream can go no further: its waiting writes fail with `why`.
   void end_stream_writes(stream_writer_state& w, std::error_code why);
+  /// Write `op` of `w` finished with `ec`: it completes in its turn (w.gate).
+  void finish_stream_write(stream_writer_state& w, pending_signal_ptr op, std::error_code ec);
+  /// Completes the finished writes of `w` that its gate lets go.
+  void deliver_stream_writes(stream_writer_state& w);
   void on_packet(std::span<const std::byte> bytes);
   void on_message(incoming_message m);
   void serve_now(std::uint64_t id, const rpc_sync_handler& handler,

@@ -86,6 +86,11 @@ using pending_call_ptr = std::unique_ptr<pending_call, pending_delete>;
 struct pending_signal {
   /// `may_dispatch`: as for pending_call.
   virtual void complete(std::error_code ec, bool may_dispatch) = 0;
+  /// complete(), with `ticket` punched just before the upcall (see pending_call).
+  virtual void complete_counted(delivery_ticket ticket, std::error_code ec, bool may_dispatch) {
+    ticket.punch();
+    complete(ec, may_dispatch);
+  }
   virtual void destroy() noexcept = 0;
 
  protected:
@@ -116,6 +121,10 @@ inline void complete(pending_call_ptr op, std::error_code ec, reply_bytes reply,
 }
 inline void complete(pending_signal_ptr op, std::error_code ec, bool may_dispatch) {
   op.release()->complete(ec, may_dispatch);
+}
+inline void complete_counted(pending_signal_ptr op, delivery_ticket ticket, std::error_code ec,
+                             bool may_dispatch) {
+  op.release()->complete_counted(std::move(ticket), ec, may_dispatch);
 }
 inline void complete(pending_items_ptr op, std::error_code ec,
                      std::vector<std::vector<std::byte>> items, bool may_dispatch) {
@@ -192,6 +201,15 @@ class tracked_handler {
     deliver_as(counted_handler<Handler>(std::move(handler_), std::move(ticket)), may_dispatch,
                std::forward<Args>(args)...);
   }
+  /// deliver(), with two tickets punched just before the upcall, `second` first.
+  template <class... Args>
+  void deliver_counted(delivery_ticket first, delivery_ticket second, bool may_dispatch,
+                       Args&&... args) {
+    deliver_as(
+        counted_handler<counted_handler<Handler>>(
+            counted_handler<Handler>(std::move(handler_), std::move(first)), std::move(second)),
+        may_dispatch, std::forward<Args>(args)...);
+  }
 
  private:
   template <class H, class... Args>
@@ -233,6 +251,15 @@ class pending_handler {
     auto h = std::move(handler_);
     memory::free(static_cast<Op*>(this));
     h.deliver_counted(std::move(ticket), may_dispatch, std::forward<Args>(args)...);
+  }
+  /// finish(), with two tickets punched just before the upcall.
+  template <class... Args>
+  void finish_counted(delivery_ticket first, delivery_ticket second, bool may_dispatch,
+                      Args&&... args) {
+    auto h = std::move(handler_);
+    memory::free(static_cast<Op*>(this));
+    h.deliver_counted(std::move(first), std::move(second), may_dispatch,
+                      std::forward<Args>(args)...);
   }
   void free() noexcept { memory::free(static_cast<Op*>(this)); }
 
@@ -385,6 +412,9 @@ class rpc_write_signal final : public pending_signal,
       : base(std::move(alloc), std::move(h), ex), ticket_(std::move(ticket)) {}
   void complete(std::error_code ec, bool may_dispatch) override {
     this->finish_counted(std::move(ticket_), may_dispatch, ec);  // moved out before the free
+  }
+  void complete_counted(delivery_ticket ticket, std::error_code ec, bool may_dispatch) override {
+    this->finish_counted(std::move(ticket_), std::move(ticket), may_dispatch, ec);
   }
   void destroy() noexcept override { this->free(); }
 

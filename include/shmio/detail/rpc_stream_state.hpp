@@ -106,6 +106,15 @@ struct stream_writer_state {
   // window's worth waits.
   std::uint64_t unsent = 0;
   std::deque<write> writes;  // waiting for credit, oldest first
+  // Writes finished (sent, or failed in their turn), their completions waiting for `gate`: one
+  // on its way at a time, so that they complete in the order started (completion_gate).
+  struct finished {
+    pending_signal_ptr op;
+    std::error_code ec;
+  };
+  std::deque<finished> done;
+  std::shared_ptr<completion_gate> gate;  // made at the first write's completion
+  std::uint64_t request_id = 0;           // the request it answers
   // flush_stream_writes is running for this stream: a send in it that frees the outbox at once
   // comes back to it, and leaves the next write to the loop already running, which sends and
   // completes the writes in their order.
@@ -119,6 +128,9 @@ struct stream_writer_state {
     credit = 0;
     unsent = 0;
     writes.clear();
+    done.clear();  // delivered as the entry ended (end_serving): empty
+    gate.reset();
+    request_id = 0;
     flushing = false;
   }
 };
