@@ -143,6 +143,9 @@ class rpc_stream {
 
 /// A stream handler's way to send items to its caller. Copyable; valid while its channel is.
 /// A moved-from writer keeps its executor; its writes complete with asio::error::bad_descriptor.
+/// Each copy keeps its channel's state alive, with the mapping of its segment and its file
+/// descriptor: a copy kept past its handler's end (its writes can only fail then) holds them
+/// after the caller has gone, until the copy goes. Drop copies as their handler ends.
 class rpc_stream_writer {
  public:
   using executor_type = asio::any_io_executor;
