@@ -372,6 +372,87 @@ TEST_CASE("rpc_stream: writes complete in the order started, whatever executor e
   run_until_idle(io);
 }
 
+TEST_CASE(
+    "rpc_stream: reads behind one on its way complete, in order, when the stream is closed "
+    "and dropped",
+    "[rpc][stream]") {
+  // The completions waiting behind read 1's (its handler queued on an io_context that does not
+  // run yet) are the user's: they must still go out once it is reached, though nothing of the
+  // stream is left by then.
+  scoped_name name("stream");
+  asio::io_context io, io2;
+  writer_log log;
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, streaming(log, 1));
+  std::optional<rpc_stream> s;
+  caller.async_request_stream("items", asio::buffer(seed_bytes(2)),
+                              [&](std::error_code ec, rpc_stream x) {
+                                CHECK_FALSE(ec);
+                                s.emplace(std::move(x));
+                              });
+  REQUIRE(run_until(io, [&] { return s && caller.statistics().stream_items_received == 1; }));
+  std::vector<std::pair<int, std::error_code>> got;
+  s->async_read(
+      asio::bind_executor(io2, [&](std::error_code ec, bytes_t) { got.emplace_back(1, ec); }));
+  s->async_read([&](std::error_code ec, bytes_t) { got.emplace_back(2, ec); });
+  s->async_read_batch(4,
+                      [&](std::error_code ec, std::vector<bytes_t>) { got.emplace_back(3, ec); });
+  for (int quiet = 0; quiet < 100;)
+    quiet = io.poll() == 0 ? quiet + 1 : 0;
+  s->close();
+  s.reset();
+  for (int quiet = 0; quiet < 100;)
+    quiet = io.poll() == 0 ? quiet + 1 : 0;
+  CHECK(got.empty());
+  CHECK(io2.poll() == 1);
+  REQUIRE(run_until(io, [&] { return got.size() == 3; }));
+  CHECK(got[0] == std::pair<int, std::error_code>(1, {}));
+  CHECK(got[1].first == 2);
+  CHECK(got[2].first == 3);
+  for (int k = 1; k < 3; ++k)  // the end came, or the close did first
+    CHECK((got[k].second == asio::error::eof || got[k].second == asio::error::operation_aborted));
+  caller.close();
+  server.close();
+  run_until_idle(io);
+}
+
+TEST_CASE("rpc_stream: writes its handler did not wait for complete in order after it returned",
+          "[rpc][stream]") {
+  // As above, but the handler returns at once: its entry goes, and write 2's completion, held
+  // behind write 1's, must still go out after it.
+  scoped_name name("stream");
+  asio::io_context io, io2;
+  std::vector<int> order;
+  rpc_methods methods;
+  methods.add(
+      "two",
+      [&](std::uint64_t, std::span<const std::byte>,
+          rpc_stream_writer out) -> asio::awaitable<void> {
+        out.async_write(asio::buffer(bytes("a")),
+                        asio::bind_executor(io2, [&](std::error_code) { order.push_back(1); }));
+        out.async_write(asio::buffer(bytes("b")), [&](std::error_code) { order.push_back(2); });
+        co_return;
+      });
+  rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
+  rpc_buffer server(io.get_executor(), shmio::open_only, name, methods);
+  std::optional<rpc_stream> s;
+  caller.async_request_stream("two", {}, [&](std::error_code ec, rpc_stream x) {
+    CHECK_FALSE(ec);
+    s.emplace(std::move(x));
+  });
+  REQUIRE(run_until(io, [&] { return s.has_value(); }));
+  for (int quiet = 0; quiet < 100;)
+    quiet = io.poll() == 0 ? quiet + 1 : 0;
+  CHECK(order.empty());
+  CHECK(io2.poll() == 1);
+  REQUIRE(run_until(io, [&] { return order.size() == 2; }));
+  CHECK(order == std::vector<int>{1, 2});
+  s->close();
+  caller.close();
+  server.close();
+  run_until_idle(io);
+}
+
 TEST_CASE("rpc_stream: an opener sets its own window with set_limits", "[rpc][stream]") {
   scoped_name name("stream");
   asio::io_context io;

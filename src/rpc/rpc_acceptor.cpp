@@ -1,5 +1,6 @@
 #include "shmio/rpc_acceptor.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "shmio/detail/liveness.hpp"
@@ -96,14 +97,21 @@ std::chrono::milliseconds rpc_acceptor_impl::admin_patience_now() {
     admin_budget_ns_ = std::min(admin_budget_max_ns, admin_budget_ns_ + steps * refill_per_step_ns);
     budget_refilled_ns_ += steps * refill_step_ns;
   }
-  return std::min<std::chrono::milliseconds>(acceptor_admin_patience,
-                                             std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                 std::chrono::nanoseconds(admin_budget_ns_)));
+  // Reserved now, so that accepts on other threads meanwhile share the budget rather than each
+  // take all of it; settle_admin_wait gives back what was not slept.
+  const auto patience =
+      std::clamp<std::chrono::milliseconds>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                std::chrono::nanoseconds(admin_budget_ns_)),
+                                            std::chrono::milliseconds(0), acceptor_admin_patience);
+  admin_budget_ns_ -= std::chrono::nanoseconds(patience).count();
+  return patience;
 }
 
-void rpc_acceptor_impl::spent_on_admin_lock(std::chrono::nanoseconds waited) {
+void rpc_acceptor_impl::settle_admin_wait(std::chrono::milliseconds reserved,
+                                          std::chrono::nanoseconds slept) {
   std::lock_guard lock(budget_mutex_);
-  admin_budget_ns_ = std::max<std::int64_t>(0, admin_budget_ns_ - waited.count());
+  // May go below 0: a sleep that overran the patience (the last backoff) is paid for later.
+  admin_budget_ns_ += std::chrono::nanoseconds(reserved).count() - slept.count();
 }
 
 rpc_acceptor_impl::~rpc_acceptor_impl() {
@@ -174,12 +182,14 @@ std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_execut
   } uncount_unless_kept{header_accepted, kept};
   // Made without the mutex: close() does not wait for it, and the handlers (user code) of a
   // channel refused are destroyed here, under no lock of ours.
-  const auto patience = admin_patience_now();
-  const auto started = std::chrono::steady_clock::now();
+  const auto patience = admin_patience_now();  // reserved from the budget
+  const std::int64_t slept_before = admin_lock_slept();
   auto channel = rpc_channel::accept(ex, name(), request, std::move(handlers), settings_.channel,
                                      patience, ec);
+  // What the open slept waiting for the lock, whether it then got it or not (a holder that lets
+  // go just in time must pay too), in place of what was reserved.
+  settle_admin_wait(patience, std::chrono::nanoseconds(admin_lock_slept() - slept_before));
   if (!channel) {
-    if (ec == errc::timed_out) spent_on_admin_lock(std::chrono::steady_clock::now() - started);
     refused_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }

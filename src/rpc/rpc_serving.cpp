@@ -111,7 +111,6 @@ void rpc_channel::start_request(incoming_message m, request_from from) {
   call->stream.reset();  // a recycled node's
   if (stream) {
     call->stream.active = true;
-    call->stream.request_id = id;
     call->stream.window = window;
     call->stream.credit = window;
     spawn_handler(id, call,
@@ -176,24 +175,30 @@ void rpc_channel::answer_left(const outgoing_message& m) {
   // Posted: this runs inside the writer loop, or while the outbox is being changed.
   if (was_holding && !holding_back() && (!held_back_.empty() || !deferred_.empty()))
     asio::post(strand_, [self = shared_from_this()] { self->start_deferred(); });
-  if (was_over_budget && !answers_over_budget()) post_stream_flush();
+  if (was_over_budget && !answers_over_budget() && stream_writes_held_) post_stream_flush();
 }
 
 void rpc_channel::post_stream_flush() {
-  if (std::exchange(stream_flush_posted_, true)) return;
+  if (stream_flush_posted_) return;
   asio::post(strand_, [self = shared_from_this()] {
     self->stream_flush_posted_ = false;
     self->flush_all_stream_writes();
   });
+  stream_flush_posted_ = true;  // after the post: one that threw posted nothing
 }
 
 void rpc_channel::flush_all_stream_writes() {
   // Bounded by max_concurrent_handlers. Ids first: a flush completes writes, whose handlers
   // run later (posted), but a send may change serving_'s buckets no more than a lookup does.
+  stream_writes_held_ = false;  // set again by a flush that the bound stops
   std::vector<std::uint64_t> waiting;
   for (const auto& [id, call] : serving_)
     if (call.stream.active && !call.stream.ended && !call.stream.writes.empty())
       waiting.push_back(id);
+  // From a different stream each time: the first flushed may take all the room there is.
+  if (!waiting.empty())
+    std::rotate(waiting.begin(), waiting.begin() + (stream_flush_turn_++ % waiting.size()),
+                waiting.end());
   for (const std::uint64_t id : waiting) {
     if (answers_over_budget()) return;  // the next answer to leave flushes again
     if (auto it = serving_.find(id); it != serving_.end())
@@ -306,13 +311,9 @@ rpc_channel::serving_call* rpc_channel::start_serving(std::uint64_t id) {
 void rpc_channel::end_serving(std::uint64_t id, const serving_call* call) {
   // The co_spawn has completed: its coroutine no longer uses the signal, which may serve again.
   auto it = serving_.find(id);
-  if (it != serving_.end() && &it->second == call) {
-    // Writes its handler started and did not wait for, still held behind one on its way:
-    // they go now, in their order, as nothing can reopen the gate of an entry that is gone.
-    for (auto& d : std::exchange(it->second.stream.done, {}))
-      complete(std::move(d.op), d.ec, false);
-    erase_recycled(serving_, spare_serving_, it);
-  }
+  // (Completions of its writes still waiting behind one on its way stay with their
+  // ordered_delivery, which keeps itself until they have gone.)
+  if (it != serving_.end() && &it->second == call) erase_recycled(serving_, spare_serving_, it);
   // A slot is free: the next request waiting for one starts, on the strand (this runs where
   // the coroutine finished, inside co_spawn's completion).
   if (!deferred_.empty())

@@ -107,10 +107,12 @@ void rpc_channel::cancel_stream_read(std::shared_ptr<stream_state> st, std::uint
     // Total cancellation promises no side effect: the read goes, the stream stays.
     auto gone = std::move(*r);
     st->reads.erase(r);
-    if (gone.batch)
-      complete(std::move(gone.batch), asio::error::operation_aborted, {}, false);
-    else
-      complete(std::move(gone.op), asio::error::operation_aborted, {}, false);
+    // In its turn, after the reads that completed before it.
+    ordered_delivery::entry e;
+    e.ec = asio::error::operation_aborted;
+    e.call = std::move(gone.op);
+    e.batch = std::move(gone.batch);
+    self->deliver_read(*st, std::move(e));
   });
 }
 
@@ -182,63 +184,106 @@ void rpc_channel::credit_read(stream_state& st) {
   }
 }
 
-bool rpc_channel::stream_reads_open(stream_state& st) {
-  if (!st.reads_gate)
-    st.reads_gate =
-        std::make_shared<completion_gate>([w = weak_from_this(), ws = st.weak_from_this()] {
-          auto self = w.lock();
-          if (auto s = ws.lock(); self && s)
-            asio::post(self->strand_, [self, s] { self->pump_stream(*s); });
-        });
-  return st.reads_gate->open();
+void ordered_delivery::push(entry e) {
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(std::move(e));
+    if (out_) {
+      if (!keep_) keep_ = shared_from_this();
+      return;
+    }
+  }
+  send_next();
+}
+
+void ordered_delivery::delivered(std::size_t) noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    out_ = false;
+  }
+  try {
+    send_next();
+  } catch (...) {
+    // No memory for the post: the op is gone with its handler (as a post that fails loses
+    // any handler); the rest wait for the next push.
+  }
+}
+
+void ordered_delivery::send_next() {
+  entry e;
+  std::shared_ptr<ordered_delivery> last;  // let go after the mutex: it may be the last owner
+  {
+    std::lock_guard lock(mutex_);
+    if (out_) return;
+    if (head_ == queue_.size()) {
+      queue_.clear();
+      head_ = 0;
+      last = std::move(keep_);
+      return;
+    }
+    e = std::move(queue_[head_++]);
+    out_ = true;
+  }
+  // Should the post fail (no memory), the ticket is destroyed with the handler: punched, it
+  // lets the next go (delivered()).
+  delivery_ticket ticket(weak_from_this(), 0);
+  if (e.call)
+    complete_counted(std::move(e.call), std::move(ticket), e.ec, reply_bytes::of(e.bytes), false);
+  else if (e.batch)
+    complete_counted(std::move(e.batch), std::move(ticket), e.ec, std::move(e.items), false);
+  else if (e.signal)
+    complete_counted(std::move(e.signal), std::move(ticket), e.ec, false);
+}
+
+void rpc_channel::deliver_read(stream_state& st, ordered_delivery::entry e) {
+  if (!st.delivery) st.delivery = std::make_shared<ordered_delivery>();
+  st.delivery->push(std::move(e));
 }
 
 void rpc_channel::pump_stream(stream_state& st) {
-  // One completion at a time (completion_gate): the reads complete in the order started.
+  // Completed in this order (ordered_delivery), whatever executor each handler has.
   while (!st.reads.empty()) {
     stream_state::read& front = st.reads.front();
     // A batch of at most 0 items takes none: it completes in its turn (once the stream has
     // ended and every item is read, with the end, as every read does).
     const bool takes_none = front.batch && front.max == 0 && (!st.ended || !st.items.empty());
     if (st.items.empty() && !takes_none) break;
-    if (!stream_reads_open(st)) return;
     auto r = std::move(front);
     st.reads.pop_front();
+    ordered_delivery::entry e;
     if (r.batch) {
       // At most what has come, which is at most a window: the vector is bounded.
       const std::size_t n = std::min(r.max, st.items.size());
-      std::vector<std::vector<std::byte>> got;
-      got.reserve(n);
+      e.items.reserve(n);
       for (std::size_t k = 0; k < n; ++k) {
-        got.push_back(std::move(st.items.front()));
+        e.items.push_back(std::move(st.items.front()));
         st.items.pop_front();
         credit_read(st);
       }
-      complete_counted(std::move(r.batch), completion_gate::ticket(st.reads_gate), {},
-                       std::move(got), false);
-      continue;
+      e.batch = std::move(r.batch);
+    } else {
+      e.bytes = std::move(st.items.front());
+      st.items.pop_front();
+      credit_read(st);
+      e.call = std::move(r.op);
     }
-    auto item = std::move(st.items.front());
-    st.items.pop_front();
-    credit_read(st);
-    complete_counted(std::move(r.op), completion_gate::ticket(st.reads_gate), {},
-                     reply_bytes::of(item), false);
+    deliver_read(st, std::move(e));
   }
   if (!st.ended || !st.items.empty()) return;
   while (!st.reads.empty()) {
-    if (!stream_reads_open(st)) return;
     auto r = std::move(st.reads.front());
     st.reads.pop_front();
+    ordered_delivery::entry e;
+    e.ec = st.end;
     if (r.batch) {
       // As a single read gets a remote error's text as its bytes, a batch gets it as its item.
-      std::vector<std::vector<std::byte>> text;
-      if (!st.end_text.empty()) text.push_back(st.end_text);
-      complete_counted(std::move(r.batch), completion_gate::ticket(st.reads_gate), st.end,
-                       std::move(text), false);
+      if (!st.end_text.empty()) e.items.push_back(st.end_text);
+      e.batch = std::move(r.batch);
     } else {
-      complete_counted(std::move(r.op), completion_gate::ticket(st.reads_gate), st.end,
-                       std::span<const std::byte>(st.end_text), false);
+      e.bytes = st.end_text;
+      e.call = std::move(r.op);
     }
+    deliver_read(st, std::move(e));
   }
 }
 
@@ -255,12 +300,19 @@ void rpc_channel::write_stream(std::uint64_t request_id, std::uint64_t session,
     // pending then, also once this end closed after it (an rpc_server closes the end of a
     // client that died, maybe before this runs).
     if (session != self->session_) return complete(std::move(op), errc::peer_gone, false);
+    auto it = self->serving_.find(request_id);
+    // Failed in its turn, after its stream's writes that finished before it (if the entry is
+    // still there: else none can be on its way).
+    auto fail = [&](std::error_code ec) {
+      if (it != self->serving_.end() && it->second.stream.active)
+        return self->finish_stream_write(it->second.stream, std::move(op), ec);
+      complete(std::move(op), ec, false);
+    };
     // closing(): once close() began, send() drops what it is given, so a write that went on
     // would report an item sent that never is.
-    if (self->closing()) return complete(std::move(op), asio::error::operation_aborted, false);
-    auto it = self->serving_.find(request_id);
+    if (self->closing()) return fail(asio::error::operation_aborted);
     if (it == self->serving_.end() || !it->second.stream.active || it->second.stream.ended)
-      return complete(std::move(op), asio::error::operation_aborted, false);
+      return fail(asio::error::operation_aborted);
     // One too large is refused in its turn, after the writes queued before it (flush).
     it->second.stream.writes.push_back({write_id, std::move(item), std::move(op)});
     self->flush_stream_writes(request_id, it->second.stream);
@@ -277,7 +329,7 @@ void rpc_channel::cancel_stream_write(std::uint64_t request_id, std::uint64_t wr
     if (w == writes.end()) return;  // sent, or failed, first
     auto op = std::move(w->op);
     writes.erase(w);  // nothing of it went: the stream goes on without it
-    complete(std::move(op), asio::error::operation_aborted, false);
+    self->finish_stream_write(it->second.stream, std::move(op), asio::error::operation_aborted);
   });
 }
 
@@ -355,7 +407,11 @@ void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_st
       finish_stream_write(w, std::move(op), errc::message_too_large);
       continue;
     }
-    if (!may_send_item(w)) break;
+    if (!may_send_item(w)) {
+      // Held by max_held_bytes (not by its credit): the next answer to leave flushes it.
+      if (w.may_send()) stream_writes_held_ = true;
+      break;
+    }
     auto next = std::move(w.writes.front());
     w.writes.pop_front();
     const bool sent = send_stream_item(
@@ -367,26 +423,11 @@ void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_st
 
 void rpc_channel::finish_stream_write(stream_writer_state& w, pending_signal_ptr op,
                                       std::error_code ec) {
-  w.done.push_back({std::move(op), ec});
-  deliver_stream_writes(w);
-}
-
-void rpc_channel::deliver_stream_writes(stream_writer_state& w) {
-  if (!w.gate)
-    w.gate = std::make_shared<completion_gate>([self = weak_from_this(), id = w.request_id] {
-      if (auto ch = self.lock())
-        asio::post(ch->strand_, [ch, id] {
-          // Gone if its handler finished meanwhile: end_serving delivered the rest. (Another
-          // session's request of the same id only has its own looked at.)
-          if (auto it = ch->serving_.find(id); it != ch->serving_.end())
-            ch->deliver_stream_writes(it->second.stream);
-        });
-    });
-  while (!w.done.empty() && w.gate->open()) {
-    auto d = std::move(w.done.front());
-    w.done.pop_front();
-    complete_counted(std::move(d.op), completion_gate::ticket(w.gate), d.ec, false);
-  }
+  if (!w.delivery) w.delivery = std::make_shared<ordered_delivery>();
+  ordered_delivery::entry e;
+  e.signal = std::move(op);
+  e.ec = ec;
+  w.delivery->push(std::move(e));
 }
 
 void rpc_channel::end_stream_writes(stream_writer_state& w, std::error_code why) {

@@ -26,6 +26,15 @@ std::error_code file_error(const std::error_code& ec) {
   return ec;
 }
 
+namespace {
+// Nanoseconds lock_admin slept on this thread, in all (admin_lock_slept).
+thread_local std::int64_t slept_ns = 0;
+}  // namespace
+
+std::int64_t admin_lock_slept() noexcept {
+  return slept_ns;
+}
+
 bool lock_admin(int fd, std::error_code& ec, std::chrono::milliseconds patience) {
   const auto deadline = std::chrono::steady_clock::now() + patience;
   auto backoff = std::chrono::microseconds(20);
@@ -37,7 +46,11 @@ bool lock_admin(int fd, std::error_code& ec, std::chrono::milliseconds patience)
       ec = errc::timed_out;
       return false;
     }
+    const auto before = std::chrono::steady_clock::now();
     platform::sleep_for(backoff);
+    slept_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::steady_clock::now() - before)
+                    .count();
     backoff = std::min<std::chrono::microseconds>(backoff * 2, 5ms);
   }
 }

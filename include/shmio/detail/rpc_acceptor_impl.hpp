@@ -117,10 +117,10 @@ class rpc_acceptor_impl {
   // service's thread, so a client that holds it and sends the same request again and again
   // would stall every connection of the service for the whole patience each time. The waits
   // come from a budget that refills at 1 % of the time (10 ms a second, 20 ms at most): past
-  // it a held lock refuses the request at once.
+  // it a held lock refuses the request at once. Reserves what it returns.
   std::chrono::milliseconds admin_patience_now();
-  /// Takes what an accept that gave up on a held lock waited out of the budget.
-  void spent_on_admin_lock(std::chrono::nanoseconds waited);
+  /// Pays for an accept's wait: what it slept for the lock, in place of `reserved`.
+  void settle_admin_wait(std::chrono::milliseconds reserved, std::chrono::nanoseconds slept);
   std::mutex budget_mutex_;
   std::int64_t admin_budget_ns_ = 0;     // under budget_mutex_
   std::int64_t budget_refilled_ns_ = 0;  // steady clock; under budget_mutex_

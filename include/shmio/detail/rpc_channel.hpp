@@ -372,8 +372,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   /// completions are always posted: one dispatched inline could pass an earlier one still
   /// queued, and reads (and writes) complete in the order they were started.
   void pump_stream(stream_state& st);
-  /// The next read of `st` may complete (completion_gate::open; the gate is made here).
-  bool stream_reads_open(stream_state& st);
+  /// Completes a read of `st` in its turn (ordered_delivery).
+  void deliver_read(stream_state& st, ordered_delivery::entry e);
   /// An item of `st` was read: counts it, and grants credit for what was read once that is
   /// half a window.
   void credit_read(stream_state& st);
@@ -397,10 +397,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   void stream_item_left_outbox(std::uint64_t request_id);
   /// A handler's stream can go no further: its waiting writes fail with `why`.
   void end_stream_writes(stream_writer_state& w, std::error_code why);
-  /// Write `op` of `w` finished with `ec`: it completes in its turn (w.gate).
+  /// Write `op` of `w` finished with `ec`: it completes in its turn (ordered_delivery).
   void finish_stream_write(stream_writer_state& w, pending_signal_ptr op, std::error_code ec);
-  /// Completes the finished writes of `w` that its gate lets go.
-  void deliver_stream_writes(stream_writer_state& w);
   void on_packet(std::span<const std::byte> bytes);
   void on_message(incoming_message m);
   void serve_now(std::uint64_t id, const rpc_sync_handler& handler,
@@ -567,13 +565,15 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // wait in held_back_ instead of being served, and start as these go. Unlike the count above
   // this slows a client that reads, only slower than it asks; shedding is for one that does not.
   std::uint64_t held_answer_bytes_ = 0;
-  bool writer_running_ = false;       // the writer loop runs: the outbox holds something
-  bool reader_running_ = false;       // the reader loop runs (see idle())
-  bool stream_flush_posted_ = false;  // post_stream_flush has a flush on its way
-  bool reader_parked_ = false;        // ... and waits for a packet
-  bool reader_stop_ = false;          // its wait was cut short because this end became idle
-  bool serves_ = false;               // this end has a handler (and holds its serves byte)
-  bool peer_serves_ = false;          // the other end's serves byte, as seen when it came
+  bool stream_flush_posted_ = false;   // post_stream_flush has a flush on its way
+  bool stream_writes_held_ = false;    // a stream write waits for max_held_bytes
+  std::size_t stream_flush_turn_ = 0;  // where flush_all_stream_writes starts
+  bool writer_running_ = false;        // the writer loop runs: the outbox holds something
+  bool reader_running_ = false;        // the reader loop runs (see idle())
+  bool reader_parked_ = false;         // ... and waits for a packet
+  bool reader_stop_ = false;           // its wait was cut short because this end became idle
+  bool serves_ = false;                // this end has a handler (and holds its serves byte)
+  bool peer_serves_ = false;           // the other end's serves byte, as seen when it came
   bool peer_present_ = false;
   bool closed_ = false;
   // A connection (rpc_acceptor, async_connect) has one other end, once: when it goes, the

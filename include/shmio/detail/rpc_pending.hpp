@@ -68,7 +68,7 @@ struct pending_call {
   /// handler may run here if its executor allows (saves a trip through the scheduler).
   virtual void complete(std::error_code ec, reply_bytes reply, bool may_dispatch) = 0;
   /// complete(), with `ticket` punched just before the upcall: a stream's reads (see
-  /// completion_gate). Others punch it at once.
+  /// ordered_delivery). Others punch it at once.
   virtual void complete_counted(delivery_ticket ticket, std::error_code ec, reply_bytes reply,
                                 bool may_dispatch) {
     ticket.punch();

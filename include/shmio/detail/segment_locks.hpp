@@ -42,6 +42,9 @@ void set_close_patience(segment& s, std::chrono::milliseconds patience) noexcept
 /// Takes the segment file's admin lock. It is held for microseconds by well-behaved processes;
 /// a holder stopped by a signal must not hang us: after `patience`, errc::timed_out.
 bool lock_admin(int fd, std::error_code& ec, std::chrono::milliseconds patience = admin_patience);
+/// Nanoseconds lock_admin has slept on this thread so far, waiting for held locks: a caller
+/// that pays for its waits (the acceptor's budget) reads it before and after.
+std::int64_t admin_lock_slept() noexcept;
 void unlock_admin(int fd) noexcept;
 
 enum class stale_test {
