@@ -140,6 +140,24 @@ asio::awaitable<void> yield_turns(int turns) {
     co_await asio::post(ex, asio::use_awaitable);
 }
 
+// Lets `io` run everything ready, until nothing has been for a while.
+void poll_until_quiet(asio::io_context& io) {
+  for (int quiet = 0; quiet < 100;)
+    quiet = io.poll() == 0 ? quiet + 1 : 0;
+}
+
+// Opens a stream of `method` from `caller`, running `io` until it is open.
+std::optional<rpc_stream> open_stream(asio::io_context& io, rpc_buffer& caller,
+                                      std::string_view method, const bytes_t& payload) {
+  std::optional<rpc_stream> s;
+  caller.async_request_stream(method, asio::buffer(payload), [&](std::error_code ec, rpc_stream x) {
+    CHECK_FALSE(ec);
+    s.emplace(std::move(x));
+  });
+  REQUIRE(run_until(io, [&] { return s.has_value(); }));
+  return s;
+}
+
 }  // namespace
 
 TEST_CASE("rpc_stream: items arrive in order, whole, then eof, and eof again", "[rpc][stream]") {
@@ -272,12 +290,7 @@ TEST_CASE("rpc_stream: reads complete in the order started, whatever executor ea
   writer_log log;
   rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
   rpc_buffer server(io.get_executor(), shmio::open_only, name, streaming(log, 6));
-  std::optional<rpc_stream> s;
-  caller.async_request_stream("items", asio::buffer(seed_bytes(1)),
-                              [&](std::error_code ec, rpc_stream x) {
-                                CHECK_FALSE(ec);
-                                s.emplace(std::move(x));
-                              });
+  std::optional<rpc_stream> s = open_stream(io, caller, "items", seed_bytes(1));
   REQUIRE(run_until(io, [&] { return s && caller.statistics().stream_items_received == 6; }));
   std::vector<int> order;
   s->async_read(asio::bind_executor(io2, [&](std::error_code ec, bytes_t got) {
@@ -296,8 +309,7 @@ TEST_CASE("rpc_stream: reads complete in the order started, whatever executor ea
     order.push_back(3);
   });
   // Everything ready on `io` runs: reads 2 and 3 wait for read 1's handler to be reached.
-  for (int quiet = 0; quiet < 100;)
-    quiet = io.poll() == 0 ? quiet + 1 : 0;
+  poll_until_quiet(io);
   CHECK(order.empty());
   CHECK(io2.poll() == 1);
   REQUIRE(run_until(io, [&] { return order.size() == 3; }));
@@ -354,14 +366,9 @@ TEST_CASE("rpc_stream: writes complete in the order started, whatever executor e
               });
   rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
   rpc_buffer server(io.get_executor(), shmio::open_only, name, methods);
-  std::optional<rpc_stream> s;
-  caller.async_request_stream("two", {}, [&](std::error_code ec, rpc_stream x) {
-    CHECK_FALSE(ec);
-    s.emplace(std::move(x));
-  });
+  std::optional<rpc_stream> s = open_stream(io, caller, "two", {});
   REQUIRE(run_until(io, [&] { return s && caller.statistics().stream_items_received == 2; }));
-  for (int quiet = 0; quiet < 100;)
-    quiet = io.poll() == 0 ? quiet + 1 : 0;
+  poll_until_quiet(io);
   CHECK(order.empty());  // write 2's handler waits for write 1's to be reached
   CHECK(io2.poll() == 1);
   REQUIRE(run_until(io, [&] { return handler_done; }));
@@ -384,12 +391,7 @@ TEST_CASE(
   writer_log log;
   rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
   rpc_buffer server(io.get_executor(), shmio::open_only, name, streaming(log, 1));
-  std::optional<rpc_stream> s;
-  caller.async_request_stream("items", asio::buffer(seed_bytes(2)),
-                              [&](std::error_code ec, rpc_stream x) {
-                                CHECK_FALSE(ec);
-                                s.emplace(std::move(x));
-                              });
+  std::optional<rpc_stream> s = open_stream(io, caller, "items", seed_bytes(2));
   REQUIRE(run_until(io, [&] { return s && caller.statistics().stream_items_received == 1; }));
   std::vector<std::pair<int, std::error_code>> got;
   s->async_read(
@@ -397,12 +399,10 @@ TEST_CASE(
   s->async_read([&](std::error_code ec, bytes_t) { got.emplace_back(2, ec); });
   s->async_read_batch(4,
                       [&](std::error_code ec, std::vector<bytes_t>) { got.emplace_back(3, ec); });
-  for (int quiet = 0; quiet < 100;)
-    quiet = io.poll() == 0 ? quiet + 1 : 0;
+  poll_until_quiet(io);
   s->close();
   s.reset();
-  for (int quiet = 0; quiet < 100;)
-    quiet = io.poll() == 0 ? quiet + 1 : 0;
+  poll_until_quiet(io);
   CHECK(got.empty());
   CHECK(io2.poll() == 1);
   REQUIRE(run_until(io, [&] { return got.size() == 3; }));
@@ -435,14 +435,9 @@ TEST_CASE("rpc_stream: writes its handler did not wait for complete in order aft
       });
   rpc_buffer caller(io.get_executor(), shmio::create_only, name, {}, options());
   rpc_buffer server(io.get_executor(), shmio::open_only, name, methods);
-  std::optional<rpc_stream> s;
-  caller.async_request_stream("two", {}, [&](std::error_code ec, rpc_stream x) {
-    CHECK_FALSE(ec);
-    s.emplace(std::move(x));
-  });
+  std::optional<rpc_stream> s = open_stream(io, caller, "two", {});
   REQUIRE(run_until(io, [&] { return s.has_value(); }));
-  for (int quiet = 0; quiet < 100;)
-    quiet = io.poll() == 0 ? quiet + 1 : 0;
+  poll_until_quiet(io);
   CHECK(order.empty());
   CHECK(io2.poll() == 1);
   REQUIRE(run_until(io, [&] { return order.size() == 2; }));

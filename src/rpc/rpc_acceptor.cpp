@@ -182,13 +182,18 @@ std::shared_ptr<rpc_channel> rpc_acceptor_impl::accept(const asio::any_io_execut
   } uncount_unless_kept{header_accepted, kept};
   // Made without the mutex: close() does not wait for it, and the handlers (user code) of a
   // channel refused are destroyed here, under no lock of ours.
-  const auto patience = admin_patience_now();  // reserved from the budget
-  const std::int64_t slept_before = admin_lock_slept();
-  auto channel = rpc_channel::accept(ex, name(), request, std::move(handlers), settings_.channel,
-                                     patience, ec);
   // What the open slept waiting for the lock, whether it then got it or not (a holder that lets
-  // go just in time must pay too), in place of what was reserved.
-  settle_admin_wait(patience, std::chrono::nanoseconds(admin_lock_slept() - slept_before));
+  // go just in time must pay too), in place of what was reserved; also if accept throws.
+  struct settle {
+    rpc_acceptor_impl& im;
+    std::chrono::milliseconds reserved = im.admin_patience_now();
+    std::int64_t slept_before = admin_lock_slept();
+    ~settle() {
+      im.settle_admin_wait(reserved, std::chrono::nanoseconds(admin_lock_slept() - slept_before));
+    }
+  } waits{*this};
+  auto channel = rpc_channel::accept(ex, name(), request, std::move(handlers), settings_.channel,
+                                     waits.reserved, ec);
   if (!channel) {
     refused_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;

@@ -200,7 +200,10 @@ void rpc_channel::flush_all_stream_writes() {
     std::rotate(waiting.begin(), waiting.begin() + (stream_flush_turn_++ % waiting.size()),
                 waiting.end());
   for (const std::uint64_t id : waiting) {
-    if (answers_over_budget()) return;  // the next answer to leave flushes again
+    if (answers_over_budget()) {  // the next answer to leave flushes again
+      stream_writes_held_ = true;
+      return;
+    }
     if (auto it = serving_.find(id); it != serving_.end())
       flush_stream_writes(id, it->second.stream);
   }

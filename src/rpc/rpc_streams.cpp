@@ -189,7 +189,11 @@ void ordered_delivery::push(entry e) {
     std::lock_guard lock(mutex_);
     queue_.push_back(std::move(e));
     if (out_) {
-      if (!keep_) keep_ = shared_from_this();
+      if (!keep_) {
+        keep_ = shared_from_this();
+        // And the channel: a waiting completion may name it (rpc_error's text).
+        keep_owner_ = owner_.lock();
+      }
       return;
     }
   }
@@ -211,7 +215,9 @@ void ordered_delivery::delivered(std::size_t) noexcept {
 
 void ordered_delivery::send_next() {
   entry e;
-  std::shared_ptr<ordered_delivery> last;  // let go after the mutex: it may be the last owner
+  // Let go after the mutex: they may be the last owners.
+  std::shared_ptr<void> owner;
+  std::shared_ptr<ordered_delivery> last;
   {
     std::lock_guard lock(mutex_);
     if (out_) return;
@@ -219,10 +225,17 @@ void ordered_delivery::send_next() {
       queue_.clear();
       head_ = 0;
       last = std::move(keep_);
+      owner = std::move(keep_owner_);
       return;
     }
     e = std::move(queue_[head_++]);
     out_ = true;
+    // Handlers that each start the next operation before the one after them is punched keep
+    // entries waiting: the spent ones go now and then, or the vector would only grow.
+    if (head_ >= 16 && 2 * head_ >= queue_.size()) {
+      queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(head_));
+      head_ = 0;
+    }
   }
   // Should the post fail (no memory), the ticket is destroyed with the handler: punched, it
   // lets the next go (delivered()).
@@ -236,7 +249,7 @@ void ordered_delivery::send_next() {
 }
 
 void rpc_channel::deliver_read(stream_state& st, ordered_delivery::entry e) {
-  if (!st.delivery) st.delivery = std::make_shared<ordered_delivery>();
+  if (!st.delivery) st.delivery = std::make_shared<ordered_delivery>(weak_from_this());
   st.delivery->push(std::move(e));
 }
 
@@ -423,7 +436,7 @@ void rpc_channel::flush_stream_writes(std::uint64_t request_id, stream_writer_st
 
 void rpc_channel::finish_stream_write(stream_writer_state& w, pending_signal_ptr op,
                                       std::error_code ec) {
-  if (!w.delivery) w.delivery = std::make_shared<ordered_delivery>();
+  if (!w.delivery) w.delivery = std::make_shared<ordered_delivery>(weak_from_this());
   ordered_delivery::entry e;
   e.signal = std::move(op);
   e.ec = ec;

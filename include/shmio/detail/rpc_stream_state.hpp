@@ -38,6 +38,8 @@ class ordered_delivery final : public delivery_owner,
     std::vector<std::byte> bytes;
     std::vector<std::vector<std::byte>> items;
   };
+  /// `owner`: the channel, kept (with this) while completions wait.
+  explicit ordered_delivery(std::weak_ptr<void> owner) : owner_(std::move(owner)) {}
   /// Queues `e`; it goes now if nothing is on its way.
   void push(entry e);
   void delivered(std::size_t) noexcept override;
@@ -46,10 +48,12 @@ class ordered_delivery final : public delivery_owner,
   void send_next();
 
   std::mutex mutex_;
-  std::vector<entry> queue_;  // waiting from head_ on (a vector: a steady flow allocates none)
+  std::vector<entry> queue_;  // waiting from head_ on (a vector: one op at a time allocates none)
   std::size_t head_ = 0;
   bool out_ = false;                        // one is on its way to its handler
   std::shared_ptr<ordered_delivery> keep_;  // itself, while entries wait behind that one
+  std::weak_ptr<void> owner_;
+  std::shared_ptr<void> keep_owner_;  // the owner, kept as long as keep_
 };
 
 struct stream_state : std::enable_shared_from_this<stream_state> {
