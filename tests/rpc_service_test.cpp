@@ -1097,6 +1097,25 @@ struct held_channel {
   detail::platform::unique_fd admin;
 };
 
+// Writes `copies` of `request` into `service`'s connect ring, then connects a client behind
+// them: how long that took.
+std::chrono::steady_clock::duration connect_behind(asio::io_context& io, rpc_acceptor& acceptor,
+                                                   std::string_view service,
+                                                   const layout::connect_request& request,
+                                                   int copies) {
+  connect_ring ring(service);
+  for (int i = 0; i < copies; ++i)
+    ring.publish(as_bytes(request));
+  const auto start = std::chrono::steady_clock::now();
+  run_body(io, [&]() -> asio::awaitable<void> {
+    rpc_buffer client(io.get_executor());
+    rpc_buffer end = co_await connect_pair(acceptor, client, shmio::rpc_handler{});
+    client.close();
+    end.close();
+  });
+  return std::chrono::steady_clock::now() - start;
+}
+
 TEST_CASE("rpc_acceptor: a request for a channel whose admin lock is held is refused at once",
           "[rpc][service]") {
   // The acceptor opens its clients' channels on its executor's thread. One whose admin lock a
@@ -1106,17 +1125,7 @@ TEST_CASE("rpc_acceptor: a request for a channel whose admin lock is held is ref
   asio::io_context io;
   rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
   held_channel held(io, name, 4321);
-  connect_ring ring(name);
-  for (int i = 0; i < 5; ++i)
-    ring.publish(as_bytes(held.request));
-  const auto start = std::chrono::steady_clock::now();
-  run_body(io, [&]() -> asio::awaitable<void> {
-    rpc_buffer client(io.get_executor());
-    rpc_buffer end = co_await connect_pair(acceptor, client, shmio::rpc_handler{});
-    client.close();
-    end.close();
-  });
-  const auto took = std::chrono::steady_clock::now() - start;
+  const auto took = connect_behind(io, acceptor, name, held.request, 5);
   CAPTURE(std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
   CHECK(acceptor.statistics().refused == 5);
   CHECK(took < 1500ms);  // one wait for the lock would be 2 s; the five, 10 s
@@ -1183,18 +1192,8 @@ TEST_CASE(
   asio::io_context io;
   rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
   held_channel held(io, name, 4322);
-  connect_ring ring(name);
   constexpr int forged = 200;
-  for (int i = 0; i < forged; ++i)
-    ring.publish(as_bytes(held.request));
-  const auto start = std::chrono::steady_clock::now();
-  run_body(io, [&]() -> asio::awaitable<void> {
-    rpc_buffer client(io.get_executor());
-    rpc_buffer end = co_await connect_pair(acceptor, client, shmio::rpc_handler{});
-    client.close();
-    end.close();
-  });
-  const auto took = std::chrono::steady_clock::now() - start;
+  const auto took = connect_behind(io, acceptor, name, held.request, forged);
   CAPTURE(std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
   CHECK(acceptor.statistics().refused == forged);
   CHECK(took < 1000ms);  // 2 s before; about 20 ms of waits and 200 opens now
