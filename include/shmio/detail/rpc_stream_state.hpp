@@ -56,7 +56,7 @@ class ordered_delivery final : public delivery_owner,
   std::shared_ptr<void> keep_owner_;  // the owner, kept as long as keep_
 };
 
-struct stream_state : std::enable_shared_from_this<stream_state> {
+struct stream_state {
   struct read {
     std::uint64_t id;
     pending_call_ptr op;      // one item (async_read), or
