@@ -55,6 +55,7 @@
 #include "shmio/detail/platform.hpp"
 #include "shmio/detail/ring.hpp"
 #include "shmio/detail/rpc_packet.hpp"
+#include "shmio/rpc_acceptor.hpp"
 #include "shmio/rpc_buffer.hpp"
 #include "shmio/segment.hpp"
 #include "support.hpp"
@@ -1435,10 +1436,72 @@ TEST_CASE("rpc_buffer: options out of range are refused with invalid_argument", 
   SECTION("a limit of 4 GiB or more") {
     options.max_message_size = 0x1'0000'0000ull;
   }
+  // This end's own bounds: out of range, never quietly made another value.
+  SECTION("no call in flight") {
+    options.max_in_flight = 0;
+  }
+  SECTION("no handler slot") {
+    options.max_concurrent_handlers = 0;
+  }
+  SECTION("an empty stream window") {
+    options.stream_window = 0;
+  }
+  SECTION("a stream window above 65536") {
+    options.stream_window = 65537;
+  }
+  SECTION("a window limit above 65536") {
+    options.stream_window_limit = 65537;
+  }
   std::error_code ec;
   rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler{}, options, ec);
   CHECK(ec == errc::invalid_argument);
   CHECK_FALSE(owner.is_open());
+  CHECK_THROWS_AS(
+      rpc_buffer(io.get_executor(), shmio::create_only, name, shmio::rpc_handler{}, options),
+      std::system_error);
+  // And a service, with the same options.
+  shmio::rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, options, ec);
+  CHECK(ec == errc::invalid_argument);
+}
+
+TEST_CASE("rpc_buffer: set_limits refuses a bound out of range, naming it, and changes nothing",
+          "[rpc]") {
+  scoped_name name("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name,
+                   shmio::rpc_sync_handler([](std::uint64_t, std::span<const std::byte> in) {
+                     return bytes_t(in.begin(), in.end());
+                   }));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  rpc_options limits;
+  limits.stream_window = 0;
+  std::error_code ec;
+  opener.set_limits(limits, ec);
+  CHECK(ec == errc::invalid_argument);
+  try {
+    opener.set_limits(limits);
+    FAIL("set_limits took an empty window");
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK_THAT(e.what(), Catch::Contains("stream_window must be 1 to 65536"));
+    CHECK_THAT(e.what(), Catch::Contains(name.str()));
+  }
+  limits = rpc_options{};
+  limits.max_in_flight = 0;
+  opener.set_limits(limits, ec);
+  CHECK(ec == errc::invalid_argument);
+  // Had a bound of 0 been taken, this end's calls would wait for credit for ever: they go.
+  limits = rpc_options{};
+  limits.stream_window = 7;
+  opener.set_limits(limits, ec);
+  CHECK_FALSE(ec);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    auto [ec2, reply] = co_await opener.async_request(asio::buffer(bytes("x")), tuple_awaitable);
+    CHECK_FALSE(ec2);
+    CHECK(text(reply) == "x");
+    owner.close();
+    opener.close();
+  });
 }
 
 TEST_CASE("rpc_buffer: a timeout too long for the clock's nanoseconds never expires", "[rpc]") {

@@ -258,8 +258,10 @@ class rpc_buffer {
   /// channel's, fixed by its owner). An owner
   /// gets them from its constructor; this is how an opener or a client sets its own. A client
   /// keeps them for each connect. May run beside calls on other threads (not beside another
-  /// set_limits or a connect); they apply to what comes after.
+  /// set_limits or a connect); they apply to what comes after. A bound out of its range
+  /// (rpc_options) is refused with errc::invalid_argument, and nothing changes.
   void set_limits(const rpc_options& limits);
+  void set_limits(const rpc_options& limits, std::error_code& ec);
 
   /// Tells the other end (its pending calls fail with errc::peer_gone at once), aborts this
   /// end's pending calls and handlers, and releases the channel; the last end to close removes

@@ -44,7 +44,9 @@ struct rpc_options {
   wait_strategy strategy = {};                      ///< this end's only
 
   // This end's bounds (not published). An owner takes them from its constructor; an opener or
-  // a client has these defaults until rpc_buffer::set_limits.
+  // a client has these defaults until rpc_buffer::set_limits. A value out of its range (0 for
+  // max_in_flight or max_concurrent_handlers, a window outside 1..65536) is refused with
+  // errc::invalid_argument where the options are given.
   /// Calls of this end that are sent or being sent at once. Later calls wait for credit (a call
   /// that completes) without being queued for the ring; their timeouts run meanwhile.
   std::size_t max_in_flight = 1024;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "rpc_limits.hpp"
 #include "shmio/detail/liveness.hpp"
 #include "shmio/detail/platform.hpp"
 #include "shmio/detail/ring_ops.hpp"
@@ -15,6 +16,10 @@ std::shared_ptr<rpc_acceptor_impl> rpc_acceptor_impl::create(const asio::any_io_
                                                              std::string_view name,
                                                              const rpc_options& options,
                                                              std::error_code& ec) {
+  if (limits_problem(options)) {
+    ec = errc::invalid_argument;
+    return nullptr;
+  }
   guard_rpc_mappings();
   std::shared_ptr<rpc_acceptor_impl> im(new rpc_acceptor_impl);
   im->seg_ = create_listener(name, options, ec);
@@ -249,7 +254,7 @@ std::shared_ptr<detail::rpc_acceptor_impl> create_or_throw(const asio::any_io_ex
                                                            const rpc_options& options) {
   std::error_code ec;
   auto im = detail::rpc_acceptor_impl::create(ex, name, options, ec);
-  detail::throw_if(ec, "create rpc service", name);
+  detail::throw_if(ec, detail::with_limits_problem("create rpc service", options), name);
   return im;
 }
 

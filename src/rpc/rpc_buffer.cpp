@@ -1,5 +1,7 @@
 #include "shmio/rpc_buffer.hpp"
 
+#include "rpc_limits.hpp"
+
 namespace shmio {
 
 namespace {
@@ -26,6 +28,8 @@ std::shared_ptr<rpc_channel> create_or_throw(const asio::any_io_executor& ex, st
                                              rpc_service service, const rpc_options& options) {
   std::error_code ec;
   auto ch = rpc_channel::create(ex, name, std::move(service), options, ec);
+  if (ec && detail::limits_problem(options))
+    detail::throw_if(ec, detail::with_limits_problem("create rpc channel", options), name);
   detail::throw_if(ec, create_what(ec), name);
   return ch;
 }
@@ -89,6 +93,17 @@ rpc_buffer& rpc_buffer::operator=(rpc_buffer&& other) noexcept {
 }
 
 void rpc_buffer::set_limits(const rpc_options& limits) {
+  std::error_code ec;
+  set_limits(limits, ec);
+  detail::throw_if(ec, detail::with_limits_problem("set rpc limits", limits), name());
+}
+
+void rpc_buffer::set_limits(const rpc_options& limits, std::error_code& ec) {
+  ec.clear();
+  if (detail::limits_problem(limits)) {
+    ec = errc::invalid_argument;  // nothing changes
+    return;
+  }
   limits_ = limits;
   if (channel_) channel_->apply_limits(limits);
 }

@@ -130,6 +130,19 @@ void rpc_channel::abandon_call(std::uint64_t id, std::error_code ec) {
   if (!unsent) send({packet_type::cancel, next_id(), id, {}});
 }
 
+void rpc_channel::set_limits(const rpc_options& o) noexcept {
+  max_in_flight_ = o.max_in_flight;
+  bounds_.max_handlers = o.max_concurrent_handlers;
+  bounds_.max_held_bytes = o.max_held_bytes;
+  served_window_limit_ = o.stream_window_limit;
+  set_stream_window(o);
+}
+
+void rpc_channel::set_stream_window(const rpc_options& o) noexcept {
+  stream_window_.store(o.stream_window,
+                       std::memory_order_relaxed);  // relaxed: a setting, read alone
+}
+
 void rpc_channel::apply_limits(const rpc_options& o) {
   // The window at once: a stream request reads it as it starts, off the strand. The rest on the
   // strand, ahead of any call this thread starts after (the strand keeps their order).

@@ -320,7 +320,8 @@ void rpc_channel::fail_waiting(packet_type type, std::uint64_t id, std::uint64_t
     case packet_type::request:
       // The caller over there waits for an answer. Shed as a whole request would be while the
       // other end is not reading our answers, or they would pile up unbounded.
-      if (answers_full() || (answers_backlogged() && waiting_full()))
+      if (bounds_.answers_full() ||
+          (bounds_.backlogged() && bounds_.waiting_full(held_back_.size() + deferred_.size())))
         stats_.requests_shed.fetch_add(1, std::memory_order_relaxed);
       else
         send_error(id, ec, request_text);
@@ -345,7 +346,7 @@ void rpc_channel::on_message(incoming_message m) {
       stats_.bytes_received.fetch_add(m.bytes().size(), std::memory_order_relaxed);
       // Our answers wait for the other end to read them: this one waits to start (unchecked,
       // so that not even an error answer adds to them), behind any that already wait.
-      if (holding_back() || !held_back_.empty()) return hold_back(std::move(m));
+      if (bounds_.holding_back() || !held_back_.empty()) return hold_back(std::move(m));
       return start_request(std::move(m));
     case packet_type::response:
       stats_.responses_received.fetch_add(1, std::memory_order_relaxed);
@@ -383,7 +384,7 @@ void rpc_channel::on_message(incoming_message m) {
         for (auto d = queue->begin(); d != queue->end(); ++d)
           if (d->id == m.response_to) {
             stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
-            deferred_bytes_ -= d->bytes().size();
+            bounds_.deferred_bytes -= d->bytes().size();
             queue->erase(d);  // bounded by max_concurrent_handlers
             return;
           }
@@ -399,7 +400,7 @@ void rpc_channel::on_message(incoming_message m) {
           a != outbox_.end()) {
         stats_.cancellations.fetch_add(1, std::memory_order_relaxed);
         const outgoing_message dropped = std::move(*a);
-        outbox_.erase(a);  // bounded: see queued_answers_
+        outbox_.erase(a);  // bounded: see answer_bounds
         answer_left(dropped);
       }
       return;
@@ -446,14 +447,13 @@ bool rpc_channel::send(outgoing_message m) {
     if (m.next_packet > count) return true;
   }
   m.own();  // what waits in the outbox owns its bytes: a borrower may be gone before it goes
-  if (is_answer(m)) ++queued_answers_;  // bounded: see queued_answers_
   if (is_answer(m) && m.next_packet == 1) {
     if (auto* n = insert_recycled(answers_whole_, spare_answers_, m.response_to))
       *n = 1;  // a recycled node keeps its old count
     else
       ++answers_whole_[m.response_to];
   }
-  held_answer_bytes_ += held_size(m);
+  bounds_.queued(m);  // bounded: see answer_bounds
   // Before the writer loop may start: co_spawn runs it here, inside this call, on the strand.
   note_queued(m);
   outbox_.push_back(std::move(m));

@@ -9,6 +9,7 @@
 #include <span>
 #include <utility>
 
+#include "rpc_limits.hpp"
 #include "shmio/detail/platform.hpp"
 #include "shmio/detail/rpc_channel.hpp"
 #include "shmio/detail/segment_locks.hpp"
@@ -100,7 +101,8 @@ std::shared_ptr<rpc_channel> rpc_channel::make_owner(const asio::any_io_executor
   guard_rpc_mappings();
   std::uint64_t ring_bytes = 0;
   if (!ring_view::body_size_for(options.node_count, options.node_size, ring_bytes) ||
-      options.node_size <= packet_header_size || options.max_message_size > 0xFFFF'FFFFull) {
+      options.node_size <= packet_header_size || options.max_message_size > 0xFFFF'FFFFull ||
+      limits_problem(options)) {
     ec = errc::invalid_argument;
     return nullptr;
   }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "rpc_limits.hpp"
 #include "shmio/rpc_acceptor.hpp"
 #include "shmio/rpc_buffer.hpp"
 
@@ -118,7 +119,7 @@ std::shared_ptr<detail::rpc_server_impl> make_or_throw(const asio::any_io_execut
                                                        const rpc_options& options) {
   std::error_code ec;
   auto im = make_server(ex, name, std::move(methods), options, ec);
-  detail::throw_if(ec, "create rpc service", name);
+  detail::throw_if(ec, detail::with_limits_problem("create rpc service", options), name);
   return im;
 }
 

@@ -92,8 +92,9 @@ void rpc_channel::start_request(incoming_message m, request_from from) {
     return serve_in_place(m.id, method->in_place, payload);
   }
   // Later, when a slot frees; behind those already waiting for one, which came first.
-  if (serving_.size() >= max_handlers_ || (from != request_from::deferred && !deferred_.empty())) {
-    if (serving_.size() < max_handlers_)  // a slot is free: they go now, this one after them
+  if (serving_.size() >= bounds_.max_handlers ||
+      (from != request_from::deferred && !deferred_.empty())) {
+    if (serving_.size() < bounds_.max_handlers)  // a slot is free: they go now, this one after them
       asio::post(strand_, [self = shared_from_this()] { self->start_deferred(); });
     return defer(std::move(m), deferred_, from != request_from::wire);
   }
@@ -139,13 +140,13 @@ void rpc_channel::defer(incoming_message m, std::deque<incoming_message>& queue,
     // Past as many again as handlers may run, or past the bytes this end may hold, the caller
     // hears at once. (The reader goes on reading meanwhile: cancels for running handlers, and
     // the other end's answers and credits, must still get through.)
-    if (waiting_full())
+    if (bounds_.waiting_full(held_back_.size() + deferred_.size()))
       return send_error(m.id, errc::busy, "too many requests at once at the other end");
     // relaxed: a counter.
     stats_.requests_deferred.fetch_add(1, std::memory_order_relaxed);
   }
   m.own();  // kept past its packet
-  deferred_bytes_ += m.bytes().size();
+  bounds_.deferred_bytes += m.bytes().size();
   queue.push_back(std::move(m));
 }
 
@@ -154,7 +155,8 @@ void rpc_channel::hold_back(incoming_message m) {
   // reading them, and an answer (busy) would only wait with them: the request is shed,
   // counted, neither served nor answered (its caller times out). Else it waits, or hears busy
   // at once (defer).
-  if (answers_full() || (waiting_full() && answers_backlogged())) {
+  if (bounds_.answers_full() ||
+      (bounds_.waiting_full(held_back_.size() + deferred_.size()) && bounds_.backlogged())) {
     stats_.requests_shed.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -162,20 +164,19 @@ void rpc_channel::hold_back(incoming_message m) {
 }
 
 void rpc_channel::answer_left(const outgoing_message& m) {
-  const std::uint64_t bytes = held_size(m);
+  const std::uint64_t bytes = answer_bounds::held_size(m);
   if (bytes == 0 && !is_answer(m)) return;
-  const bool was_holding = holding_back();
-  const bool was_over_budget = answers_over_budget();
+  const bool was_holding = bounds_.holding_back();
+  const bool was_over_budget = bounds_.over_budget();
   if (is_answer(m) && m.next_packet == 1)  // as send() counted it
     if (auto it = answers_whole_.find(m.response_to);
         it != answers_whole_.end() && --it->second == 0)
       erase_recycled(answers_whole_, spare_answers_, it);
-  if (is_answer(m) && queued_answers_ != 0) --queued_answers_;
-  held_answer_bytes_ -= std::min(bytes, held_answer_bytes_);
+  bounds_.left(m);
   // Posted: this runs inside the writer loop, or while the outbox is being changed.
-  if (was_holding && !holding_back() && (!held_back_.empty() || !deferred_.empty()))
+  if (was_holding && !bounds_.holding_back() && (!held_back_.empty() || !deferred_.empty()))
     asio::post(strand_, [self = shared_from_this()] { self->start_deferred(); });
-  if (was_over_budget && !answers_over_budget() && stream_writes_held_) post_stream_flush();
+  if (was_over_budget && !bounds_.over_budget() && stream_writes_held_) post_stream_flush();
 }
 
 void rpc_channel::post_stream_flush() {
@@ -200,7 +201,7 @@ void rpc_channel::flush_all_stream_writes() {
     std::rotate(waiting.begin(), waiting.begin() + (stream_flush_turn_++ % waiting.size()),
                 waiting.end());
   for (const std::uint64_t id : waiting) {
-    if (answers_over_budget()) {  // the next answer to leave flushes again
+    if (bounds_.over_budget()) {  // the next answer to leave flushes again
       stream_writes_held_ = true;
       return;
     }
@@ -217,12 +218,13 @@ void rpc_channel::start_deferred() {
   auto take = [this](std::deque<incoming_message>& queue, request_from from) {
     incoming_message m = std::move(queue.front());
     queue.pop_front();
-    deferred_bytes_ -= m.bytes().size();
+    bounds_.deferred_bytes -= m.bytes().size();
     start_request(std::move(m), from);
   };
-  while (!deferred_.empty() && serving_.size() < max_handlers_ && !holding_back() && !closing())
+  while (!deferred_.empty() && serving_.size() < bounds_.max_handlers && !bounds_.holding_back() &&
+         !closing())
     take(deferred_, request_from::deferred);
-  while (!held_back_.empty() && !holding_back() && !closing())
+  while (!held_back_.empty() && !bounds_.holding_back() && !closing())
     take(held_back_, request_from::held_back);
 }
 

@@ -89,15 +89,14 @@ void rpc_channel::end_session() {
   peer_present_ = false;
   reassembler_.clear();
   outbox_.clear();  // nobody to read them
-  queued_answers_ = 0;
-  held_answer_bytes_ = 0;
+  bounds_.outbox_cleared();
   answers_whole_.clear();
   for (auto& entry : serving_)  // their items left with the outbox
     entry.second.stream.unsent = 0;
   credit_queue_.clear();  // nor the calls waiting to be sent: they fail below, unsent
   held_back_.clear();
   deferred_.clear();
-  deferred_bytes_ = 0;
+  bounds_.deferred_bytes = 0;
   if (writer_busy_) writer_cancel_.emit(asio::cancellation_type::terminal);
   while (!calls_.empty())
     finish_call(calls_.begin()->first, errc::peer_gone, {});
@@ -177,15 +176,14 @@ void rpc_channel::shutdown_on_strand() {
     finish_call(calls_.begin()->first, why, {});
   cancel_serving(asio::error::operation_aborted);
   outbox_.clear();
-  queued_answers_ = 0;
-  held_answer_bytes_ = 0;
+  bounds_.outbox_cleared();
   answers_whole_.clear();
   for (auto& entry : serving_)  // their items left with the outbox
     entry.second.stream.unsent = 0;
   credit_queue_.clear();
   held_back_.clear();
   deferred_.clear();
-  deferred_bytes_ = 0;
+  bounds_.deferred_bytes = 0;
   tick_.cancel();
   if (connect_op_) complete(std::exchange(connect_op_, nullptr), why, false);
   link_.reset();

@@ -30,9 +30,11 @@
 
 #include "shmio/detail/ring.hpp"
 #include "shmio/detail/ring_ops.hpp"
+#include "shmio/detail/rpc_answer_bounds.hpp"
 #include "shmio/detail/rpc_listener.hpp"
 #include "shmio/detail/rpc_packet.hpp"
 #include "shmio/detail/rpc_pending.hpp"
+#include "shmio/detail/rpc_service.hpp"
 #include "shmio/detail/rpc_stream_state.hpp"
 #include "shmio/detail/segment_locks.hpp"
 #include "shmio/detail/waiter.hpp"
@@ -41,68 +43,6 @@
 #include "shmio/segment.hpp"
 
 namespace shmio::detail {
-
-/// A connection's counters per method (method_counters), for the methods of its table.
-struct method_count_index {
-  std::shared_ptr<method_counters> counters;  // keeps their memory mapped
-  std::unordered_map<const rpc_method*, std::atomic<std::uint64_t>*> by_method;
-  std::atomic<std::uint64_t>* unnamed = nullptr;
-};
-
-/// What serves the requests that reach this end: the unnamed method (a coroutine handler, a
-/// plain one, or neither) and the named ones.
-struct rpc_service {
-  rpc_method unnamed;
-  std::shared_ptr<const method_table> methods;  // may hold "" too, for a service without `unnamed`
-  std::shared_ptr<const method_count_index> counts;  // a service's connection: calls per method
-
-  /// Counts a call of `m` (a method find() returned), if this end counts calls.
-  void count(const rpc_method* m) const noexcept {
-    if (!counts) return;
-    std::atomic<std::uint64_t>* c = nullptr;
-    if (m == &unnamed) {
-      c = counts->unnamed;
-    } else if (auto it = counts->by_method.find(m); it != counts->by_method.end()) {
-      c = it->second;
-    }
-    if (c) c->fetch_add(1, std::memory_order_relaxed);  // relaxed: a counter, read as a snapshot
-  }
-  /// Counters for this service's methods in `counters` (a service's connection).
-  void count_into(const std::shared_ptr<method_counters>& counters) {
-    auto index = std::make_shared<method_count_index>();
-    index->counters = counters;
-    if (methods)
-      for (const auto& [name, m] : *methods)
-        if (auto* c = counters->counter(name)) index->by_method.emplace(&m, c);
-    if (unnamed.async || unnamed.sync || unnamed.stream || unnamed.in_place)
-      index->unnamed = counters->counter("");
-    counts = std::move(index);
-  }
-
-  static rpc_service of(const rpc_methods& m) {
-    rpc_service s{{}, m.table(), {}};
-    // The unnamed method without a lookup per call.
-    if (s.methods)
-      if (auto it = s.methods->find(std::string_view()); it != s.methods->end())
-        s.unnamed = it->second;
-    return s;
-  }
-
-  /// True if it serves any request at all.
-  bool any() const noexcept {
-    return unnamed.async || unnamed.sync || unnamed.stream || unnamed.in_place ||
-           (methods && !methods->empty());
-  }
-
-  /// The method a request for `name` ("" for an unnamed call) reaches; null if none.
-  const rpc_method* find(std::string_view name) const {
-    if (name.empty() && (unnamed.async || unnamed.sync || unnamed.stream || unnamed.in_place))
-      return &unnamed;
-    if (!methods) return nullptr;
-    auto it = methods->find(name);
-    return it == methods->end() ? nullptr : &it->second;
-  }
-};
 
 class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
  public:
@@ -290,36 +230,6 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
            serving_.empty();
   }
   void ensure_reader();
-  static bool is_answer(const outgoing_message& m) noexcept {
-    return m.type == layout::packet_type::response || m.type == layout::packet_type::error ||
-           m.type == layout::packet_type::stream_end;
-  }
-  /// New requests wait (or, if too many already do, are shed) while this many answers wait
-  /// (see queued_answers_). A stream that ended with items still queued counts once, by its end
-  /// (or error), which waits behind them: per item, one stream of a large window would hold back
-  /// a caller that reads, only slower than its handler writes. A stream its caller cancelled
-  /// leaves none queued (they are taken back).
-  bool answers_backlogged() const noexcept { return queued_answers_ >= max_handlers_; }
-  /// What of `m` counts against max_held_bytes while it waits in the outbox: an answer's or a
-  /// stream item's bytes (what this end holds for the other end to read), a request's nothing
-  /// (max_in_flight bounds those).
-  static std::uint64_t held_size(const outgoing_message& m) noexcept {
-    return is_answer(m) || m.type == layout::packet_type::stream_item ? m.size() : 0;
-  }
-  /// The answers waiting in the outbox reach max_held_bytes: requests wait in held_back_.
-  bool answers_over_budget() const noexcept {
-    return max_held_bytes_ != 0 && held_answer_bytes_ >= max_held_bytes_;
-  }
-  /// Requests wait in held_back_ rather than start: the answers waiting reach either bound.
-  bool holding_back() const noexcept { return answers_backlogged() || answers_over_budget(); }
-  /// Answers may wait up to twice max_concurrent_handlers: past that, even a refusal (busy, a
-  /// request too large) is not sent but shed, or a peer that never reads would have them grow.
-  bool answers_full() const noexcept { return queued_answers_ >= 2 * max_handlers_; }
-  /// No more requests may wait: max_concurrent_handlers of them, or max_held_bytes.
-  bool waiting_full() const noexcept {
-    return held_back_.size() + deferred_.size() >= max_handlers_ ||
-           (max_held_bytes_ != 0 && deferred_bytes_ >= max_held_bytes_);
-  }
   /// Request `m`, just read, waits in held_back_ (answers wait, or requests already do); if no
   /// more may wait it is answered busy, or shed while max_concurrent_handlers answers wait.
   void hold_back(incoming_message m);
@@ -383,7 +293,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   /// answers waiting in the outbox are under max_held_bytes. A running stream handler is slowed
   /// by that bound (its writes wait), where a plain answer, made once, is only counted in it.
   bool may_send_item(const stream_writer_state& w) const noexcept {
-    return w.may_send() && !answers_over_budget();
+    return w.may_send() && !bounds_.over_budget();
   }
   /// The answers waiting fell under max_held_bytes: the stream writes it held wait no longer.
   void post_stream_flush();
@@ -439,20 +349,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   /// Gives up on call `id` with `ec`: completes it, and tells the other end if it was sent.
   void abandon_call(std::uint64_t id, std::error_code ec);
   void admit_waiting();
-  void set_limits(const rpc_options& o) noexcept {
-    max_in_flight_ = o.max_in_flight == 0 ? 1 : o.max_in_flight;
-    max_handlers_ = o.max_concurrent_handlers == 0 ? 1 : o.max_concurrent_handlers;
-    max_held_bytes_ = o.max_held_bytes;
-    served_window_limit_ =
-        o.stream_window_limit == 0 ? 1 : std::min(o.stream_window_limit, layout::max_stream_window);
-    set_stream_window(o);
-  }
-  void set_stream_window(const rpc_options& o) noexcept {
-    // relaxed: a setting, read alone.
-    stream_window_.store(
-        o.stream_window == 0 ? 1 : std::min(o.stream_window, layout::max_stream_window),
-        std::memory_order_relaxed);
-  }
+  /// Takes this end's bounds from `o` (checked: rpc_options_problem), on the strand or before
+  /// the loops start.
+  void set_limits(const rpc_options& o) noexcept;
+  void set_stream_window(const rpc_options& o) noexcept;
   /// Where a request to start comes from: just read, or one of the two queues of those waiting.
   enum class request_from : std::uint8_t { wire, held_back, deferred };
   /// Starts serving request `m` (after its counts): its method's handler, now or once the
@@ -515,10 +415,10 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   std::deque<std::uint64_t> credit_queue_;  // calls waiting for credit, oldest first
   std::size_t waiting_ = 0;  // calls whose entry still waits for credit (some ids above are stale)
   std::size_t max_in_flight_ = 1024;
-  std::size_t max_handlers_ = 1024;
-  std::uint64_t max_held_bytes_ = rpc_options{}.max_held_bytes;  // 0: no bound
-  std::uint64_t deferred_bytes_ = 0;          // held_back_'s and deferred_'s payloads, against it
-  std::uint32_t served_window_limit_ = 1024;  // rpc_options::stream_window_limit
+  // What this end holds for the other end to read, and its bounds; held_back_ and deferred_
+  // below wait for it.
+  answer_bounds bounds_;
+  std::uint32_t served_window_limit_ = 1024;      // rpc_options::stream_window_limit
   std::atomic<std::uint32_t> stream_window_{32};  // read by callers off the strand
   // Requests waiting, in their order: for the answers to go (max_held_bytes; any handler kind),
   // and then for a handler slot (max_concurrent_handlers; coroutine handlers only). Two queues,
@@ -554,17 +454,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   // Packets taken since the reader last found its ring empty: a ring that was full may have had
   // no room for the other end's close packet (see check_peer_after_full_ring).
   std::size_t taken_since_empty_ = 0;
-  std::uint32_t corrupt_run_ = 0;  // bad results from the ring since the last good packet
-  // Answers (responses, errors, stream ends) waiting in the outbox for room in a ring the other
-  // end does not read. At max_concurrent_handlers, new requests wait in held_back_ (past as
-  // many, are shed: counted, not served) until some have gone: the reader itself never stops,
-  // since the other end's answers, credits, cancels and close come through the same ring (two
-  // ends that stopped reading while each waited for the other would wait for ever).
-  std::size_t queued_answers_ = 0;
-  // Their bytes, with the stream items waiting there (held_size): at max_held_bytes, requests
-  // wait in held_back_ instead of being served, and start as these go. Unlike the count above
-  // this slows a client that reads, only slower than it asks; shedding is for one that does not.
-  std::uint64_t held_answer_bytes_ = 0;
+  std::uint32_t corrupt_run_ = 0;      // bad results from the ring since the last good packet
   bool stream_flush_posted_ = false;   // post_stream_flush has a flush on its way
   bool stream_writes_held_ = false;    // a stream write waits for max_held_bytes
   std::size_t stream_flush_turn_ = 0;  // where flush_all_stream_writes starts
