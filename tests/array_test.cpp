@@ -138,6 +138,28 @@ TEST_CASE("shared_array write and copy_to check their ranges first", "[array]") 
   }
 }
 
+TEST_CASE("a shared_array's guarded access reports a holder's death once, with the access done",
+          "[array][lock]") {
+  asio::io_context io;
+  scoped_name name("array");
+  shmio::access_options guarded;
+  guarded.lock_each_access = true;
+  shared_array<point> a(io.get_executor(), shmio::create_only, name, 4, guarded);
+  {
+    shared_array<point> holder(io.get_executor(), shmio::open_only, name);
+    holder.lock();  // closed holding it: counts as a death
+  }
+  const std::array<point, 1> one{point{5, 6}};
+  std::error_code ec;
+  a.write(std::span<const point>(one), 1, ec);
+  CHECK(ec == shmio::errc::owner_died);
+  std::array<point, 1> got{};
+  a.copy_to(std::span<point>(got), 1, ec);
+  CHECK_FALSE(ec);  // told once
+  CHECK(got[0].x == 5);
+  CHECK(got[0].y == 6);
+}
+
 TEST_CASE("opening a shared_array as another element type is incompatible", "[array]") {
   asio::io_context io;
   scoped_name name("array");

@@ -278,18 +278,35 @@ TEST_CASE("a stream of overlapping readers does not starve a writer", "[lock][pr
 
 TEST_CASE("a writer killed holding the lock: the next acquirer gets it and is told",
           "[lock][process][robust]") {
-  const std::string next = GENERATE("exclusive", "shared", "async");
+  const std::string next = GENERATE("exclusive", "shared", "async", "guarded write", "guarded read",
+                                    "guarded write, throwing");
   CAPTURE(next);
   asio::io_context io;
   scoped_name name("lock");
   auto buf = make_buffer(io, name);
+  shmio::access_options guarded;
+  guarded.lock_each_access = true;
+  guarded.lock_timeout = 10s;
+  auto each = open_buffer(io, name, guarded);
   child victim({peer_path(), "lock-hold", name.str(), "exclusive", "0"});
   REQUIRE(eventually([&] { return buf.read<std::uint8_t>(0) == 1; }));
   CHECK_FALSE(buf.try_lock_shared());
   REQUIRE(victim.kill9() == 128 + SIGKILL);
 
   std::error_code ec;
-  if (next == "exclusive") {
+  if (next == "guarded write") {
+    // The access that recovers the lock is done, and says what it found.
+    each.write(std::uint64_t{7}, counter_at, ec);
+    CHECK(ec == shmio::errc::owner_died);
+    CHECK(buf.read<std::uint64_t>(counter_at) == 7);
+  } else if (next == "guarded read") {
+    buf.write(std::uint64_t{9}, copy_at);
+    CHECK(each.read<std::uint64_t>(copy_at, ec) == 9);
+    CHECK(ec == shmio::errc::owner_died);
+  } else if (next == "guarded write, throwing") {
+    each.write(std::uint64_t{7}, counter_at);  // goes ahead, as lock() does, without a word
+    CHECK(buf.read<std::uint64_t>(counter_at) == 7);
+  } else if (next == "exclusive") {
     buf.lock(ec);
     CHECK(ec == shmio::errc::owner_died);
     buf.unlock();

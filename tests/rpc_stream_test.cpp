@@ -647,6 +647,34 @@ TEST_CASE("rpc_stream: a window above the serving end's limit is refused with in
   });
 }
 
+TEST_CASE("rpc_stream: the window of the last set_limits goes with the next stream",
+          "[rpc][stream]") {
+  // Each set_limits also posts the strand's part of it: the earlier one's, run after the later
+  // call, must not put its window back.
+  scoped_name name("stream");
+  asio::io_context io;
+  writer_log log;
+  rpc_options server_options = options(32);
+  server_options.stream_window_limit = 100;
+  rpc_buffer server(io, shmio::create_only, name, streaming(log, 5), server_options);
+  rpc_buffer caller(io, shmio::open_only, name);
+  rpc_options limits;
+  limits.stream_window = 5;
+  caller.set_limits(limits);
+  limits.stream_window = 101;
+  caller.set_limits(limits);
+  run_until_done(io, [&]() -> asio::awaitable<void> {
+    const bytes_t seed = seed_bytes(12);
+    rpc_stream s =
+        co_await caller.async_request_stream("items", asio::buffer(seed), asio::use_awaitable);
+    auto [ec, got] = co_await s.async_read(tuple_awaitable);
+    CHECK(ec == shmio::errc::invalid_argument);  // 101 went, above the limit
+    CHECK(log.written == 0);
+    caller.close();
+    server.close();
+  });
+}
+
 TEST_CASE("rpc_stream: a service's stream_window_limit applies to its connections",
           "[rpc][stream][service]") {
   scoped_name name("stream");

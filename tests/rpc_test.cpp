@@ -52,6 +52,7 @@
 #include "rpc_test_support.hpp"
 #include "shmio/detail/inline_executor.hpp"
 #include "shmio/detail/layout.hpp"
+#include "shmio/detail/names.hpp"
 #include "shmio/detail/platform.hpp"
 #include "shmio/detail/ring.hpp"
 #include "shmio/detail/rpc_packet.hpp"
@@ -1162,6 +1163,28 @@ TEST_CASE("rpc_buffer: the last end to close removes the segment", "[rpc]") {
   std::error_code ec;
   auto seg = shmio::segment::open(name, shmio::object_kind::rpc, ec);
   CHECK(ec == errc::not_found);
+}
+
+TEST_CASE("rpc_buffer: a closed end's file goes at close, whether or not its executor runs again",
+          "[rpc]") {
+  scoped_name name("rpc");
+  std::error_code ec;
+  const std::string path = detail::segment_path(name, ec);
+  REQUIRE_FALSE(ec);
+  asio::io_context io;  // never run: what close() leaves to the strand never happens
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo));
+  rpc_buffer opener(io.get_executor(), shmio::open_only, name);
+  REQUIRE(::access(path.c_str(), F_OK) == 0);
+  opener.close();
+  CHECK(::access(path.c_str(), F_OK) == 0);  // the owner still has it
+  owner.close();
+  CHECK(::access(path.c_str(), F_OK) != 0);
+  // Not only for close(): an end that is destroyed (its close comes from the destructor).
+  {
+    rpc_buffer again(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo));
+    REQUIRE(::access(path.c_str(), F_OK) == 0);
+  }
+  CHECK(::access(path.c_str(), F_OK) != 0);
 }
 
 // ---- the death of the other process ----------------------------------------------------------

@@ -43,7 +43,10 @@ struct access_options {
   /// waits at the lock — shared for reads, exclusive for writes — for up to `lock_timeout`, and
   /// fails with errc::timed_out after it. A read or write made while this handle already holds
   /// the lock exclusively goes ahead without waiting. In-place access through references
-  /// (operator[], at(), iterators) never takes the lock.
+  /// (operator[], at(), iterators) never takes the lock. If the lock's previous holder died
+  /// (rw_lock, "Robust"), the access still goes ahead, and its error_code form then reports
+  /// errc::owner_died with the access done: what the dead holder guarded may be half-written.
+  /// The throwing forms do not say so, as lock() does not.
   bool lock_each_access = false;
   /// The C# SharedMemory library's ReadWriteTimeout.
   std::chrono::milliseconds lock_timeout{100};
@@ -158,17 +161,25 @@ class rw_lock {
   std::size_t element_count() const noexcept;
 
   /// Guarded access (access_options::lock_each_access): enter before, leave after. enter sets
-  /// `ec` (errc::timed_out, or bad_descriptor if closed) and then must not be left.
+  /// `ec` (errc::timed_out, or bad_descriptor if closed) and then must not be left. A lock
+  /// whose previous holder died is entered (`ec` clear): owner_died() says so, and the
+  /// error_code form of the access reports it once the access is done (access_done).
   class access_guard {
    public:
     access_guard(const rw_lock& l, bool exclusive, std::error_code& ec);
     ~access_guard();
     access_guard(const access_guard&) = delete;
     access_guard& operator=(const access_guard&) = delete;
+    bool owner_died() const noexcept { return died_; }
+    /// After the access: `ec` is errc::owner_died if the lock's previous holder died.
+    void access_done(std::error_code& ec) const noexcept {
+      if (died_) ec = errc::owner_died;
+    }
 
    private:
     const rw_lock& lock_;
     enum class held { nothing, share, exclusive } held_ = held::nothing;
+    bool died_ = false;
   };
 
   std::shared_ptr<impl> impl_;

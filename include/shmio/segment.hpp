@@ -74,6 +74,11 @@ class segment {
 
   /// Unmaps the segment and, if this was its last user on the machine, removes its file.
   void close() noexcept;
+  /// Gives up this handle's use of the name now, keeping the mapping: if it was the segment's
+  /// last user on the machine, the file is removed now (an object that finishes with its
+  /// mapping later, on its executor, still leaves nothing behind at once). close() then only
+  /// unmaps.
+  void release_name() noexcept;
 
   bool is_open() const noexcept { return base_ != nullptr; }
   /// The object's bytes, after the header. Their contents are shared and untrusted.
@@ -108,6 +113,7 @@ class segment {
   std::size_t size_ = 0;
   object_kind kind_ = object_kind::raw;
   bool created_ = false;
+  bool name_released_ = false;   // release_name() ran
   std::uint32_t opened_by_ = 0;  // process id: a forked child must not touch our locks
   // How long close() waits for the admin lock (detail::set_close_patience).
   std::uint32_t admin_patience_ms_ = 2000;

@@ -141,6 +141,7 @@ class shared_array : public rw_lock {
     access_guard guard(*this, true, ec);
     if (ec) return;
     if (!values.empty()) std::memcpy(data() + start, values.data(), values.size_bytes());
+    guard.access_done(ec);
   }
 
   /// Copies the elements from `start` on into `out` (out.size() of them). Errors as write().
@@ -154,6 +155,7 @@ class shared_array : public rw_lock {
     access_guard guard(*this, false, ec);
     if (ec) return;
     if (!out.empty()) std::memcpy(out.data(), data() + start, out.size_bytes());
+    guard.access_done(ec);
   }
 
  private:
@@ -173,7 +175,7 @@ class shared_array : public rw_lock {
              std::size_t count) const {
     if (ec == errc::invalid_argument)
       detail::throw_out_of_range(operation, name(), start, count, size(), "elements");
-    detail::throw_if(ec, operation, name());
+    if (ec != errc::owner_died) detail::throw_if(ec, operation, name());  // done: see lock()
   }
 };
 

@@ -106,13 +106,14 @@ void buffer_read_write::write_bytes(std::span<const std::byte> in, std::size_t o
   access_guard guard(*this, true, ec);
   if (ec) return;
   if (!in.empty()) std::memcpy(bytes().data() + offset, in.data(), in.size());
+  guard.access_done(ec);
 }
 
 void buffer_read_write::write_bytes(std::span<const std::byte> in, std::size_t offset) {
   std::error_code ec;
   enter_checked(offset, in.size(), ec, "write");
   write_bytes(in, offset, ec);
-  detail::throw_if(ec, "write", name());
+  if (ec != errc::owner_died) detail::throw_if(ec, "write", name());  // done: see lock()
 }
 
 void buffer_read_write::read_bytes(std::span<std::byte> out, std::size_t offset,
@@ -129,13 +130,14 @@ void buffer_read_write::read_bytes(std::span<std::byte> out, std::size_t offset,
   access_guard guard(*this, false, ec);
   if (ec) return;
   if (!out.empty()) std::memcpy(out.data(), bytes().data() + offset, out.size());
+  guard.access_done(ec);
 }
 
 void buffer_read_write::read_bytes(std::span<std::byte> out, std::size_t offset) const {
   std::error_code ec;
   enter_checked(offset, out.size(), ec, "read");
   read_bytes(out, offset, ec);
-  detail::throw_if(ec, "read", name());
+  if (ec != errc::owner_died) detail::throw_if(ec, "read", name());  // done: see lock()
 }
 
 }  // namespace shmio

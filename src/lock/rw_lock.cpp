@@ -208,7 +208,9 @@ rw_lock::access_guard::access_guard(const rw_lock& l, bool exclusive, std::error
     if (!ec) ec = errc::timed_out;
     return;
   }
-  ec.clear();  // a recovered lock is still a lock; the access goes ahead
+  // A recovered lock is still a lock: the access goes ahead, and reports it after (access_done).
+  died_ = ec == errc::owner_died;
+  ec.clear();
   held_ = exclusive ? held::exclusive : held::share;
 }
 

@@ -131,24 +131,30 @@ void rpc_channel::abandon_call(std::uint64_t id, std::error_code ec) {
 }
 
 void rpc_channel::set_limits(const rpc_options& o) noexcept {
+  set_strand_limits(o);
+  set_stream_window(o);
+}
+
+void rpc_channel::set_strand_limits(const rpc_options& o) noexcept {
   max_in_flight_ = o.max_in_flight;
   bounds_.max_handlers = o.max_concurrent_handlers;
   bounds_.max_held_bytes = o.max_held_bytes;
   served_window_limit_ = o.stream_window_limit;
-  set_stream_window(o);
 }
 
 void rpc_channel::set_stream_window(const rpc_options& o) noexcept {
-  stream_window_.store(o.stream_window,
-                       std::memory_order_relaxed);  // relaxed: a setting, read alone
+  // relaxed: a setting, read alone.
+  stream_window_.store(o.stream_window, std::memory_order_relaxed);
 }
 
 void rpc_channel::apply_limits(const rpc_options& o) {
-  // The window at once: a stream request reads it as it starts, off the strand. The rest on the
-  // strand, ahead of any call this thread starts after (the strand keeps their order).
+  // The window at once: a stream request reads it as it starts, off the strand (and never
+  // again from the posted part below, which would put back an older window over a newer one
+  // set meanwhile). The rest on the strand, ahead of any call this thread starts after (the
+  // strand keeps their order).
   set_stream_window(o);
   asio::post(strand_, [self = shared_from_this(), o] {
-    self->set_limits(o);
+    self->set_strand_limits(o);
     self->admit_waiting();  // more credit may let waiting calls go
     self->start_deferred();
     self->flush_all_stream_writes();  // a larger max_held_bytes may let held writes go

@@ -166,6 +166,10 @@ void rpc_channel::release() noexcept {
     platform::try_lock_byte(seg_.native_handle(), layout::rpc_opener_admit_lock_byte,
                             platform::lock_kind::unlock, ignored);
   if (waiter_) waiter_->shutdown();
+  // The last end to close removes the file now, not when the strand next runs (the mapping
+  // stays until then): a closed end leaves nothing in /dev/shm whether or not its executor
+  // runs again.
+  seg_.release_name();
 }
 
 void rpc_channel::shutdown_on_strand() {

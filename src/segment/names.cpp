@@ -12,8 +12,10 @@ constexpr std::string_view local_prefix = "Local\\";
 constexpr std::string_view global_prefix = "Global\\";
 constexpr std::size_t hash_suffix_length = 17;  // "~" + 16 hex digits
 
+// '~' too: a cut name's hash suffix is the only '~' a file name may hold, so that no name's
+// file is another, cut, name's.
 bool needs_escape(unsigned char c) {
-  return c == '/' || c == '%' || c < 0x20 || c == 0x7f;
+  return c == '/' || c == '%' || c == '~' || c < 0x20 || c == 0x7f;
 }
 }  // namespace
 

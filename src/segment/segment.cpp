@@ -369,6 +369,7 @@ segment::segment(segment&& o) noexcept
       size_(std::exchange(o.size_, 0)),
       kind_(o.kind_),
       created_(o.created_),
+      name_released_(o.name_released_),
       opened_by_(o.opened_by_),
       admin_patience_ms_(o.admin_patience_ms_) {}
 
@@ -382,6 +383,7 @@ segment& segment::operator=(segment&& o) noexcept {
     size_ = std::exchange(o.size_, 0);
     kind_ = o.kind_;
     created_ = o.created_;
+    name_released_ = o.name_released_;
     opened_by_ = o.opened_by_;
     admin_patience_ms_ = o.admin_patience_ms_;
   }
@@ -394,15 +396,22 @@ segment::~segment() {
 
 void segment::close() noexcept {
   if (!base_) return;
+  release_name();
   platform::unique_fd fd(std::exchange(fd_, -1));
-  // A child forked without exec shares our open file description and with it our locks: any
-  // lock it dropped would be dropped for us. It only unmaps; the parent decides the removal.
-  if (platform::process_id() == opened_by_)
-    release_holder_lock(fd.get(), path_, std::chrono::milliseconds(admin_patience_ms_));
   platform::unmap(base_, size_);
   base_ = nullptr;
   size_ = 0;
+  name_released_ = false;
 }  // closing fd releases any lock left
+
+void segment::release_name() noexcept {
+  if (!base_ || name_released_) return;
+  name_released_ = true;
+  // A child forked without exec shares our open file description and with it our locks: any
+  // lock it dropped would be dropped for us. It only unmaps; the parent decides the removal.
+  if (platform::process_id() == opened_by_)
+    release_holder_lock(fd_, path_, std::chrono::milliseconds(admin_patience_ms_));
+}
 
 bool segment::faulted() const noexcept {
   return platform::mapping_faulted(base_);

@@ -352,6 +352,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   /// Takes this end's bounds from `o` (checked: rpc_options_problem), on the strand or before
   /// the loops start.
   void set_limits(const rpc_options& o) noexcept;
+  /// All of them but the stream window (strand-only: the window is an atomic, set at once).
+  void set_strand_limits(const rpc_options& o) noexcept;
   void set_stream_window(const rpc_options& o) noexcept;
   /// Where a request to start comes from: just read, or one of the two queues of those waiting.
   enum class request_from : std::uint8_t { wire, held_back, deferred };
