@@ -92,6 +92,13 @@ namespace detail {
 void throw_if(const std::error_code& ec, std::string_view operation, std::string_view name) {
   if (ec) throw error(ec, operation, name);
 }
+void keep_name(const std::string& from, std::string& to) noexcept {
+  try {
+    to = from;
+  } catch (...) {
+  }
+}
+
 }  // namespace detail
 
 }  // namespace shmio

@@ -790,6 +790,45 @@ TEST_CASE("a wait cancelled before a set takes nothing: the signal goes to the n
   }
 }
 
+TEST_CASE("an auto-reset signal taken for a wait whose handler is destroyed unrun is set again",
+          "[event][async]") {
+  // As a lock (lock_test.cpp): the signal went to nobody, so the next waiter gets it.
+  const bool park_only = GENERATE(false, true);
+  const std::string how = GENERATE("at once", "parked", "closed before it ran");
+  CAPTURE(park_only, how);
+  std::optional<asio::io_context> handler_io(std::in_place);  // never runs
+  asio::io_context io;
+  scoped_name name("event");
+  named_event ev(io.get_executor(), shmio::create_only, name, event_mode::auto_reset, false,
+                 phase_strategy(park_only));
+  named_event other(io.get_executor(), shmio::open_only, name, event_mode::auto_reset,
+                    phase_strategy(park_only));
+  int ran = 0;
+  std::error_code got;
+  if (how != "parked") ev.set();
+  ev.async_wait(asio::bind_executor(handler_io->get_executor(), [&](std::error_code ec) {
+    ++ran;
+    got = ec;
+  }));
+  if (how == "parked") {
+    io.poll();
+    other.set();
+  }
+  // Taken: the completion is on its way to handler_io.
+  REQUIRE(run_until(io, [&] { return !ev.is_set(); }));
+  if (how == "closed before it ran") {
+    ev.close();  // then the handler runs: aborted, and the signal is not its
+    handler_io->run();
+    CHECK(ran == 1);
+    CHECK(got == asio::error::operation_aborted);
+  } else {
+    handler_io.reset();
+    CHECK(ran == 0);
+  }
+  CHECK(other.wait(0ms));
+  CHECK_FALSE(other.is_set());  // once: the taker took it
+}
+
 TEST_CASE("a cancellation emitted after the completion was queued does not complete it twice",
           "[event][async]") {
   const bool park_only = GENERATE(false, true);

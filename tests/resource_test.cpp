@@ -222,3 +222,45 @@ TEST_CASE("resources: broadcast_buffer create/subscribe/write/read/close cycles 
     REQUIRE(std::string(buf, m.size()) == m);
   });
 }
+
+TEST_CASE("a closed handle keeps its name, and its throwing calls still name the segment",
+          "[resources][error]") {
+  asio::io_context io;
+  shmio::test::scoped_name name("closed");
+  auto names_it = [&](auto&& call) {
+    try {
+      call();
+      FAIL("a closed handle's call succeeded");
+    } catch (const shmio::error& e) {
+      CHECK(e.code() == asio::error::bad_descriptor);
+      CHECK_THAT(e.what(), Catch::Contains("'" + name.str() + "'"));
+    }
+  };
+  std::byte buf[8]{};
+  SECTION("circular_buffer") {
+    shmio::circular_buffer ring(io.get_executor(), shmio::create_only, name, 4, 64);
+    ring.close();
+    CHECK(ring.name() == name.str());
+    names_it([&] { ring.read(asio::buffer(buf), std::chrono::milliseconds(0)); });
+  }
+  SECTION("named_event") {
+    shmio::named_event event(io.get_executor(), shmio::create_only, name,
+                             shmio::event_mode::manual_reset);
+    event.close();
+    CHECK(event.name() == name.str());
+    names_it([&] { event.wait(std::chrono::milliseconds(0)); });
+  }
+  SECTION("broadcast_buffer") {
+    shmio::broadcast_buffer pub(io.get_executor(), shmio::create_only, name,
+                                shmio::broadcast_role::publisher);
+    pub.close();
+    CHECK(pub.name() == name.str());
+    names_it([&] { pub.write(asio::buffer(buf), std::chrono::milliseconds(0)); });
+  }
+  SECTION("buffer_read_write") {
+    shmio::buffer_read_write rw(io.get_executor(), shmio::create_only, name, 64);
+    rw.close();
+    CHECK(rw.name() == name.str());
+    names_it([&] { rw.lock(); });
+  }
+}

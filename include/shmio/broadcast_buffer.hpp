@@ -112,6 +112,7 @@ class broadcast_buffer {
 
   executor_type get_executor() const noexcept;
   bool is_open() const noexcept { return impl_ != nullptr; }
+  /// The segment's name; kept after close(), for what a closed handle's calls report.
   const std::string& name() const noexcept;
   broadcast_role role() const noexcept;
   broadcast_mode mode() const noexcept;
@@ -210,6 +211,7 @@ class broadcast_buffer {
 
   executor_type ex_;  // kept after close(): a closed handle's operations complete through it
   std::shared_ptr<impl> impl_;
+  std::string closed_name_;  // name() after close(): a closed handle's errors still name it
 };
 
 }  // namespace shmio

@@ -77,6 +77,7 @@ class circular_buffer {
 
   executor_type get_executor() const noexcept;
   bool is_open() const noexcept { return impl_ != nullptr; }
+  /// The segment's name; kept after close(), for what a closed handle's calls report.
   const std::string& name() const noexcept;
   std::size_t node_count() const noexcept;
   std::size_t node_size() const noexcept;
@@ -239,6 +240,7 @@ class circular_buffer {
 
   executor_type ex_;  // kept after close(): a closed handle's operations complete through it
   std::shared_ptr<impl> impl_;
+  std::string closed_name_;  // name() after close(): a closed handle's errors still name it
 };
 
 }  // namespace shmio

@@ -49,6 +49,10 @@ class error : public std::system_error {
 namespace detail {
 /// Throws shmio::error if `ec` is set.
 void throw_if(const std::error_code& ec, std::string_view operation, std::string_view name);
+/// `to` = `from`: a handle's name as it closes, for its later errors. A copy, as the handle may
+/// be a move's source or target; left as it was in the (unlikely: names are short) case that
+/// the copy cannot allocate.
+void keep_name(const std::string& from, std::string& to) noexcept;
 }  // namespace detail
 
 }  // namespace shmio

@@ -66,6 +66,7 @@ class named_event {
 
   executor_type get_executor() const noexcept;
   bool is_open() const noexcept { return impl_ != nullptr; }
+  /// The segment's name; kept after close(), for what a closed handle's calls report.
   const std::string& name() const noexcept;
   event_mode mode() const noexcept;
 
@@ -91,7 +92,9 @@ class named_event {
   ///
   /// Per-operation cancellation: terminal, partial and total. A cancelled wait completes once
   /// with asio::error::operation_aborted and has taken nothing: an auto-reset signal it did not
-  /// take stays for the next waiter. Closing the event aborts pending waits the same way.
+  /// take stays for the next waiter. Closing the event aborts pending waits the same way. An
+  /// auto-reset signal taken for a wait whose handler never runs (destroyed with its
+  /// io_context), or that the handle's close reached first, is set again for the next waiter.
   template <class CompletionToken>
   auto async_wait(CompletionToken&& token) {
     return asio::async_initiate<CompletionToken, void(std::error_code)>(
@@ -122,6 +125,7 @@ class named_event {
 
   executor_type ex_;  // kept after close(): a closed handle's operations complete through it
   std::shared_ptr<impl> impl_;
+  std::string closed_name_;  // name() after close(): a closed handle's errors still name it
 };
 
 }  // namespace shmio

@@ -60,7 +60,7 @@ class rw_lock {
 
   executor_type get_executor() const noexcept;
   bool is_open() const noexcept { return impl_ != nullptr; }
-  /// The segment's name.
+  /// The segment's name; kept after close(), for what a closed handle's calls report.
   const std::string& name() const noexcept;
 
   // ---- exclusive -------------------------------------------------------------------------
@@ -142,7 +142,10 @@ class rw_lock {
   explicit rw_lock(const executor_type& ex) noexcept : ex_(ex) {}
   /// As an Asio I/O object's: the moved-from handle keeps a copy of the executor, so that its
   /// async calls still complete through it.
-  rw_lock(rw_lock&& other) noexcept : impl_(std::move(other.impl_)), ex_(other.ex_) {}
+  rw_lock(rw_lock&& other) noexcept
+      : impl_(std::move(other.impl_)),
+        ex_(other.ex_),
+        closed_name_(std::move(other.closed_name_)) {}
   rw_lock& operator=(rw_lock&& other) noexcept;
   ~rw_lock();
 
@@ -186,6 +189,7 @@ class rw_lock {
   /// The executor the handle was opened with. Kept after close(): a closed handle's async
   /// operations still complete through it, never on a thread of Asio's system executor.
   executor_type ex_;
+  std::string closed_name_;  // name() after close(): a closed handle's errors still name it
 
  private:
   struct throw_on_error {};

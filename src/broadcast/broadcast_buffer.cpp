@@ -119,13 +119,14 @@ broadcast_buffer::~broadcast_buffer() {
 }
 
 broadcast_buffer::broadcast_buffer(broadcast_buffer&& other) noexcept
-    : ex_(other.ex_), impl_(std::move(other.impl_)) {}
+    : ex_(other.ex_), impl_(std::move(other.impl_)), closed_name_(std::move(other.closed_name_)) {}
 
 broadcast_buffer& broadcast_buffer::operator=(broadcast_buffer&& other) noexcept {
   if (this != &other) {
     close();
     ex_ = other.ex_;
     impl_ = std::move(other.impl_);
+    closed_name_ = std::move(other.closed_name_);
   }
   return *this;
 }
@@ -133,6 +134,7 @@ broadcast_buffer& broadcast_buffer::operator=(broadcast_buffer&& other) noexcept
 void broadcast_buffer::close() noexcept {
   // Shut down explicitly: a pending operation's initiation may still hold the impl, and its
   // waits must end now; a subscriber leaves now, so writers stop waiting for it.
+  if (impl_) detail::keep_name(impl_->seg.name(), closed_name_);
   if (auto im = std::exchange(impl_, nullptr)) {
     im->waiter->retire();
     if (im->subscriber) im->subscriber->leave();
@@ -144,8 +146,7 @@ broadcast_buffer::executor_type broadcast_buffer::get_executor() const noexcept 
 }
 
 const std::string& broadcast_buffer::name() const noexcept {
-  static const std::string none;
-  return impl_ ? impl_->seg.name() : none;
+  return impl_ ? impl_->seg.name() : closed_name_;
 }
 
 broadcast_role broadcast_buffer::role() const noexcept {

@@ -76,6 +76,7 @@ rw_lock& rw_lock::operator=(rw_lock&& other) noexcept {
     close();
     impl_ = std::move(other.impl_);
     ex_ = other.ex_;
+    closed_name_ = std::move(other.closed_name_);
   }
   return *this;
 }
@@ -87,6 +88,7 @@ rw_lock::~rw_lock() {
 void rw_lock::close() noexcept {
   // Explicitly: a pending operation's initiation may still hold the impl, and its waits (and
   // whatever this handle holds) must end now, not when the last reference goes.
+  if (impl_) detail::keep_name(impl_->seg.name(), closed_name_);
   if (auto im = std::exchange(impl_, nullptr)) {
     im->waiter->retire();
     im->view.leave();
@@ -98,8 +100,7 @@ rw_lock::executor_type rw_lock::get_executor() const noexcept {
 }
 
 const std::string& rw_lock::name() const noexcept {
-  static const std::string none;
-  return impl_ ? impl_->seg.name() : none;
+  return impl_ ? impl_->seg.name() : closed_name_;
 }
 
 std::span<std::byte> rw_lock::data() const noexcept {

@@ -109,13 +109,14 @@ circular_buffer::~circular_buffer() {
 }
 
 circular_buffer::circular_buffer(circular_buffer&& other) noexcept
-    : ex_(other.ex_), impl_(std::move(other.impl_)) {}
+    : ex_(other.ex_), impl_(std::move(other.impl_)), closed_name_(std::move(other.closed_name_)) {}
 
 circular_buffer& circular_buffer::operator=(circular_buffer&& other) noexcept {
   if (this != &other) {
     close();
     ex_ = other.ex_;
     impl_ = std::move(other.impl_);
+    closed_name_ = std::move(other.closed_name_);
   }
   return *this;
 }
@@ -123,6 +124,7 @@ circular_buffer& circular_buffer::operator=(circular_buffer&& other) noexcept {
 void circular_buffer::close() noexcept {
   // Shut down explicitly: a pending operation's initiation may still hold the impl, and its
   // waits must end now, not when the last reference goes.
+  if (impl_) detail::keep_name(impl_->seg.name(), closed_name_);
   if (auto im = std::exchange(impl_, nullptr)) im->waiter->retire();
 }
 
@@ -131,8 +133,7 @@ circular_buffer::executor_type circular_buffer::get_executor() const noexcept {
 }
 
 const std::string& circular_buffer::name() const noexcept {
-  static const std::string none;
-  return impl_ ? impl_->seg.name() : none;
+  return impl_ ? impl_->seg.name() : closed_name_;
 }
 
 std::size_t circular_buffer::node_count() const noexcept {

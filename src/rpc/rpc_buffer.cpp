@@ -135,11 +135,7 @@ rpc_buffer::~rpc_buffer() {
 
 void rpc_buffer::close() noexcept {
   if (auto ch = std::exchange(channel_, nullptr)) {
-    // Copies, as this may be a move's source or target: noexcept in practice (short names).
-    try {
-      closed_name_ = ch->name();
-    } catch (...) {
-    }
+    detail::keep_name(ch->name(), closed_name_);
     closed_statistics_ = ch->statistics();
     ch->close();
   }

@@ -101,13 +101,14 @@ named_event::~named_event() {
 }
 
 named_event::named_event(named_event&& other) noexcept
-    : ex_(other.ex_), impl_(std::move(other.impl_)) {}
+    : ex_(other.ex_), impl_(std::move(other.impl_)), closed_name_(std::move(other.closed_name_)) {}
 
 named_event& named_event::operator=(named_event&& other) noexcept {
   if (this != &other) {
     close();
     ex_ = other.ex_;
     impl_ = std::move(other.impl_);
+    closed_name_ = std::move(other.closed_name_);
   }
   return *this;
 }
@@ -115,6 +116,7 @@ named_event& named_event::operator=(named_event&& other) noexcept {
 void named_event::close() noexcept {
   // Shut down explicitly: a pending operation's initiation may still hold the impl, and its
   // waits must end now, not when the last reference goes.
+  if (impl_) detail::keep_name(impl_->seg.name(), closed_name_);
   if (auto im = std::exchange(impl_, nullptr)) im->waiter->retire();
 }
 
@@ -123,8 +125,7 @@ named_event::executor_type named_event::get_executor() const noexcept {
 }
 
 const std::string& named_event::name() const noexcept {
-  static const std::string none;
-  return impl_ ? impl_->seg.name() : none;
+  return impl_ ? impl_->seg.name() : closed_name_;
 }
 
 event_mode named_event::mode() const noexcept {
