@@ -1,5 +1,7 @@
 // Tests of shmio::named_event: blocking and asynchronous waits, every completion token,
 // cancellation, and waits between processes (peer commands in tests/peer_event.cpp).
+#include <unistd.h>
+
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/bind_executor.hpp>
 #include <asio/cancellation_signal.hpp>
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "shmio/detail/layout.hpp"
+#include "shmio/detail/names.hpp"
 #include "shmio/named_event.hpp"
 #include "shmio/segment.hpp"
 #include "support.hpp"
@@ -827,6 +830,21 @@ TEST_CASE("an auto-reset signal taken for a wait whose handler is destroyed unru
   }
   CHECK(other.wait(0ms));
   CHECK_FALSE(other.is_set());  // once: the taker took it
+}
+
+TEST_CASE("closing the last handle removes the event's file while a completion is on its way",
+          "[event][async]") {
+  std::optional<asio::io_context> handler_io(std::in_place);  // never runs
+  asio::io_context io;
+  scoped_name name("event");
+  std::error_code ec;
+  const std::string path = shmio::detail::segment_path(name, ec);
+  named_event ev(io.get_executor(), shmio::create_only, name, event_mode::auto_reset, true);
+  ev.async_wait(asio::bind_executor(handler_io->get_executor(), [](std::error_code) {}));
+  REQUIRE(run_until(io, [&] { return !ev.is_set(); }));  // taken, its claim on its way
+  ev.close();
+  CHECK(::access(path.c_str(), F_OK) != 0);
+  handler_io.reset();  // the claim goes back into a mapping nobody else has: harmless
 }
 
 TEST_CASE("a cancellation emitted after the completion was queued does not complete it twice",

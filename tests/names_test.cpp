@@ -98,17 +98,24 @@ TEST_CASE("control bytes, NUL and DEL are escaped with upper-case hex", "[names]
 }
 
 TEST_CASE("other printable bytes and bytes above 0x7F are kept as they are", "[names]") {
-  const std::string kept = " !\"#$&'()*+,-.:;<=>?@[\\]^_`{|}azAZ09\xc3\xa9\x80\xff";
+  const std::string kept = " !\"#$&'()*+,-.:;<=>?@[\\]^_`{|}~azAZ09\xc3\xa9\x80\xff";
   CHECK(escape_name(kept) == kept);
 }
 
-TEST_CASE("a tilde is escaped: only a cut name's hash suffix has one", "[names]") {
-  CHECK(escape_name("a~b") == "a%7Eb");
-  // A cut file name, given as a name, names another file than the long name it was cut from.
+TEST_CASE("a name whose file would look cut is an invalid_name: no two names share a file",
+          "[names]") {
+  // The file a long name was cut to, given as a name, would be that long name's segment.
   const std::string long_name(400, 'q');
   const std::string cut = file_of(long_name).substr(user_prefix().size());
-  REQUIRE(cut.find('~') != std::string::npos);
-  CHECK(file_of(cut) != file_of(long_name));
+  std::error_code ec;
+  CHECK(shmio::detail::segment_path(cut, ec).empty());
+  CHECK(ec == shmio::errc::invalid_name);
+  // One byte shorter, or with a hash digit that is not lower-case hex, is a name like any other.
+  CHECK(file_of(cut.substr(1)) == user_prefix() + cut.substr(1));
+  std::string upper = cut;
+  upper.back() = 'G';
+  CHECK(file_of(upper) == user_prefix() + upper);
+  CHECK(file_of("a~b") == user_prefix() + "a~b");
 }
 
 TEST_CASE("escaping keeps different names different", "[names]") {

@@ -20,7 +20,7 @@ enum class errc {
   message_too_large,  ///< The message does not fit in a node or packet.
   remote_error,       ///< The remote handler failed; the text travels with the reply.
   access_denied,      ///< The file is not a regular file owned by this user, or a link.
-  invalid_name,       ///< The name is empty or only a prefix.
+  invalid_name,       ///< The name is empty or only a prefix, or its file would be a cut name's.
   invalid_argument,   ///< An argument is out of its documented range.
   busy,               ///< Another operation holds what this one needs (e.g. a second pending wait).
   callback_failed,    ///< An in-place callback of an async operation threw; nothing was kept.

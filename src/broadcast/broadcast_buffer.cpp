@@ -138,6 +138,7 @@ void broadcast_buffer::close() noexcept {
   if (auto im = std::exchange(impl_, nullptr)) {
     im->waiter->retire();
     if (im->subscriber) im->subscriber->leave();
+    im->seg.release_name();  // now: a completion on its way may keep the mapping for long
   }
 }
 

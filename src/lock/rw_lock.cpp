@@ -92,6 +92,7 @@ void rw_lock::close() noexcept {
   if (auto im = std::exchange(impl_, nullptr)) {
     im->waiter->retire();
     im->view.leave();
+    im->seg.release_name();  // now: a completion on its way may keep the mapping for long
   }
 }
 

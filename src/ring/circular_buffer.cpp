@@ -125,7 +125,10 @@ void circular_buffer::close() noexcept {
   // Shut down explicitly: a pending operation's initiation may still hold the impl, and its
   // waits must end now, not when the last reference goes.
   if (impl_) detail::keep_name(impl_->seg.name(), closed_name_);
-  if (auto im = std::exchange(impl_, nullptr)) im->waiter->retire();
+  if (auto im = std::exchange(impl_, nullptr)) {
+    im->waiter->retire();
+    im->seg.release_name();  // now: a completion on its way may keep the mapping for long
+  }
 }
 
 circular_buffer::executor_type circular_buffer::get_executor() const noexcept {

@@ -114,6 +114,11 @@ void rpc_channel::end_session() {
 
 void rpc_channel::close() noexcept {
   release();
+  // The last end to close removes the file now, not when the strand next runs (the mapping
+  // stays until then): a closed end leaves nothing in /dev/shm whether or not its executor
+  // runs again. Only at close (a failed end keeps its name until it is closed), and once, from
+  // whichever thread comes first. relaxed: the exchange only elects that one.
+  if (!name_given_up_.exchange(true, std::memory_order_relaxed)) seg_.release_name();
   asio::post(strand_, [self = shared_from_this()] { self->shutdown_on_strand(); });
 }
 
@@ -166,10 +171,6 @@ void rpc_channel::release() noexcept {
     platform::try_lock_byte(seg_.native_handle(), layout::rpc_opener_admit_lock_byte,
                             platform::lock_kind::unlock, ignored);
   if (waiter_) waiter_->shutdown();
-  // The last end to close removes the file now, not when the strand next runs (the mapping
-  // stays until then): a closed end leaves nothing in /dev/shm whether or not its executor
-  // runs again.
-  seg_.release_name();
 }
 
 void rpc_channel::shutdown_on_strand() {

@@ -12,10 +12,19 @@ constexpr std::string_view local_prefix = "Local\\";
 constexpr std::string_view global_prefix = "Global\\";
 constexpr std::size_t hash_suffix_length = 17;  // "~" + 16 hex digits
 
-// '~' too: a cut name's hash suffix is the only '~' a file name may hold, so that no name's
-// file is another, cut, name's.
 bool needs_escape(unsigned char c) {
-  return c == '/' || c == '%' || c == '~' || c < 0x20 || c == 0x7f;
+  return c == '/' || c == '%' || c < 0x20 || c == 0x7f;
+}
+
+// A file name of exactly 255 bytes that ends as a cut name does ("~" and 16 lower-case hex
+// digits).
+bool looks_cut(std::string_view file) {
+  if (file.size() != max_file_name) return false;
+  const std::string_view tail = file.substr(file.size() - hash_suffix_length);
+  if (tail[0] != '~') return false;
+  for (char c : tail.substr(1))
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
 }
 }  // namespace
 
@@ -58,7 +67,16 @@ std::string segment_file_name(std::string_view name, std::error_code& ec) {
     return {};
   }
   std::string escaped = escape_name(name);
-  if (file.size() + escaped.size() <= max_file_name) return file + escaped;
+  if (file.size() + escaped.size() <= max_file_name) {
+    file += escaped;
+    // Such a name would open the segment of the longer name its file was cut from: refused,
+    // so that no two names share a file (short of a hash collision).
+    if (looks_cut(file)) {
+      ec = errc::invalid_name;
+      return {};
+    }
+    return file;
+  }
 
   char suffix[hash_suffix_length + 1];
   std::snprintf(suffix, sizeof suffix, "~%016llx",

@@ -7,7 +7,8 @@
 // Bytes that cannot or should not appear in a file name ('/', '%', control bytes, DEL) are
 // escaped as %XX ("a/b%c" -> "a%2Fb%25c"). A name whose file name would pass max_file_name is
 // cut, and "~" plus 16 hex digits of a hash of the whole name are appended, so different long
-// names stay different files.
+// names stay different files. A name whose file would look cut without being so is refused
+// (errc::invalid_name): it would be another name's file.
 
 #include <cstddef>
 #include <string>

@@ -349,7 +349,7 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   /// Gives up on call `id` with `ec`: completes it, and tells the other end if it was sent.
   void abandon_call(std::uint64_t id, std::error_code ec);
   void admit_waiting();
-  /// Takes this end's bounds from `o` (checked: rpc_options_problem), on the strand or before
+  /// Takes this end's bounds from `o` (checked: limits_problem), on the strand or before
   /// the loops start.
   void set_limits(const rpc_options& o) noexcept;
   /// All of them but the stream window (strand-only: the window is an atomic, set at once).
@@ -489,7 +489,8 @@ class rpc_channel : public std::enable_shared_from_this<rpc_channel> {
   bool poll_peer_ = false;
   std::error_code failure_;  // why the channel failed, if it did (then closed_ too)
   std::atomic<bool> released_{false};
-  std::atomic<bool> writing_{false};  // the strand is writing a packet (write_unless_closing)
+  std::atomic<bool> writing_{false};        // the strand is writing a packet (write_unless_closing)
+  std::atomic<bool> name_given_up_{false};  // close() released the segment's name
   reassembler reassembler_;
   std::vector<std::byte> packet_;  // the packet being read, copied out of its node
   rpc_reply reply_;                // what in-place handlers write into, one at a time
