@@ -116,6 +116,11 @@ TEST_CASE("a name whose file would look cut is an invalid_name: no two names sha
   upper.back() = 'G';
   CHECK(file_of(upper) == user_prefix() + upper);
   CHECK(file_of("a~b") == user_prefix() + "a~b");
+  // The inspector tells cut files by the same test: upper-case digits are a name's own.
+  CHECK(shmio::detail::looks_cut(file_of(long_name)));
+  std::string upper_hex = user_prefix() + cut;
+  upper_hex.back() = 'A';
+  CHECK_FALSE(shmio::detail::looks_cut(upper_hex));
 }
 
 TEST_CASE("escaping keeps different names different", "[names]") {

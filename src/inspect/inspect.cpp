@@ -27,7 +27,6 @@ constexpr std::string_view temp_prefix = detail::temporary_file_prefix;
 constexpr std::string_view global_part = "global.";
 constexpr std::string_view global_name_prefix = "Global\\";
 constexpr std::string_view local_name_prefix = "Local\\";
-constexpr std::size_t hash_suffix_length = 17;  // "~" + 16 hex digits, as in names.cpp
 
 std::string user_part() {
   return "u" + std::to_string(platform::user_id()) + ".";
@@ -53,13 +52,6 @@ std::string unescape(std::string_view escaped) {
     }
   }
   return out;
-}
-
-bool looks_cut(std::string_view file) {
-  if (file.size() != detail::max_file_name) return false;
-  std::string_view tail = file.substr(file.size() - hash_suffix_length);
-  return tail[0] == '~' &&
-         std::all_of(tail.begin() + 1, tail.end(), [](char c) { return hex_value(c) >= 0; });
 }
 
 // Fills name, name_cut, temporary and temp_pid from a file name. False if it is not one of
@@ -89,8 +81,8 @@ bool parse_file_name(std::string_view file, segment_info& info) {
     return false;  // another user's
   }
   if (rest.empty()) return false;
-  info.name_cut = looks_cut(file);
-  if (info.name_cut) rest.remove_suffix(hash_suffix_length);
+  info.name_cut = detail::looks_cut(file);
+  if (info.name_cut) rest.remove_suffix(detail::hash_suffix_length);
   info.name = prefix + unescape(rest);
   // A user's own name that itself begins with a prefix ("Local\\Global\\x") is shown with the
   // "Local\\" that reaches it again: without it, "Global\\x" names another file.

@@ -10,15 +10,14 @@ namespace shmio::detail {
 namespace {
 constexpr std::string_view local_prefix = "Local\\";
 constexpr std::string_view global_prefix = "Global\\";
-constexpr std::size_t hash_suffix_length = 17;  // "~" + 16 hex digits
 
 bool needs_escape(unsigned char c) {
   return c == '/' || c == '%' || c < 0x20 || c == 0x7f;
 }
 
-// A file name of exactly 255 bytes that ends as a cut name does ("~" and 16 lower-case hex
-// digits).
-bool looks_cut(std::string_view file) {
+}  // namespace
+
+bool looks_cut(std::string_view file) noexcept {
   if (file.size() != max_file_name) return false;
   const std::string_view tail = file.substr(file.size() - hash_suffix_length);
   if (tail[0] != '~') return false;
@@ -26,7 +25,6 @@ bool looks_cut(std::string_view file) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   return true;
 }
-}  // namespace
 
 std::uint64_t name_hash(std::string_view name) noexcept {
   std::uint64_t h = 14695981039346656037ull;

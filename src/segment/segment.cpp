@@ -206,6 +206,12 @@ void release_holder_lock(int fd, const std::string& path,
   if (platform::try_lock_byte(fd, layout::holder_lock_byte, platform::lock_kind::exclusive, ec)) {
     auto st = platform::status(fd, ec);
     if (!ec && st.links > 0) platform::unlink(path, ec);
+    // A file that stays (its unlink failed) is still in use until the descriptor closes, which
+    // may be later (segment::release_name): held shared again, not as one on its way out,
+    // which would turn opens and creates away meanwhile.
+    std::error_code ignored;
+    if (ec)
+      platform::try_lock_byte(fd, layout::holder_lock_byte, platform::lock_kind::shared, ignored);
   } else {
     std::error_code ignored;
     platform::try_lock_byte(fd, layout::holder_lock_byte, platform::lock_kind::unlock, ignored);

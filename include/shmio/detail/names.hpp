@@ -21,6 +21,12 @@ inline constexpr std::string_view shm_directory = "/dev/shm/";
 inline constexpr std::string_view file_prefix = "shmio.";
 /// Leaves room under NAME_MAX (255) for nothing else: our file names are used as they are.
 inline constexpr std::size_t max_file_name = 255;
+/// A cut name's end: "~" and 16 lower-case hex digits.
+inline constexpr std::size_t hash_suffix_length = 17;
+
+/// True if `file` (a file name, without the directory) is exactly max_file_name bytes and ends
+/// as a cut name does. No uncut name's file does (such names are refused).
+bool looks_cut(std::string_view file) noexcept;
 
 /// The file name (no directory) for `name`; errc::invalid_name if it is empty or only a prefix.
 std::string segment_file_name(std::string_view name, std::error_code& ec);
