@@ -1,26 +1,58 @@
 #pragma once
 // The template part of named_event; included by shmio/named_event.hpp.
 
+#include <memory>
 #include <optional>
+#include <system_error>
+#include <utility>
 
 #include "shmio/detail/event_state.hpp"
-#include "shmio/detail/in_place.hpp"
 #include "shmio/detail/waiter.hpp"
 #include "shmio/segment.hpp"
 
 namespace shmio {
 namespace detail {
 
-// An auto-reset signal taken for an async wait travels to its handler as a held claim (as a
-// lock does, impl/rw_lock.hpp): if the handler is destroyed unrun (its io_context went first,
-// say), or the handle was closed before it ran, the signal is set again for the next waiter
-// rather than lost. A manual-reset wait takes nothing, and carries no claim.
-struct signal_claim {};
-using held_signal = held_claim<event_view, signal_claim>;
+// An auto-reset signal taken for an async wait travels to its handler (as a lock does,
+// impl/rw_lock.hpp): if the handler is destroyed unrun (its io_context went first, say), or the
+// handle was closed before it ran, the signal is set again for the next waiter rather than
+// lost. A manual-reset wait takes nothing, and carries none. Unlike an in-place claim it holds
+// no queue: no user callback runs on it, and the waiter's delivery order already keeps the
+// handle's waits in the order they were started.
+class taken_signal {
+ public:
+  taken_signal() = default;
+  /// `keep`: the object mapping `view`, kept until the signal is the handler's or given back.
+  taken_signal(std::shared_ptr<void> keep, const event_view& view, const waiter& w) noexcept
+      : keep_(std::move(keep)), view_(view), waiter_(&w) {}
+  taken_signal(taken_signal&& o) noexcept
+      : keep_(std::move(o.keep_)), view_(o.view_), waiter_(o.waiter_) {}
+  taken_signal& operator=(taken_signal&& o) noexcept {
+    if (this != &o) {
+      give_back();
+      keep_ = std::move(o.keep_);
+      view_ = o.view_;
+      waiter_ = o.waiter_;
+    }
+    return *this;
+  }
+  ~taken_signal() { give_back(); }
 
-inline void give_back_signal(event_view& view, const signal_claim&) noexcept {
-  view.set();
-}
+  /// The handle was closed since the signal was taken.
+  bool closed() const noexcept { return keep_ && waiter_->closed(); }
+  /// The signal is the handler's: nothing to give back.
+  void consumed() noexcept { keep_.reset(); }
+  void give_back() noexcept {
+    if (!keep_) return;
+    view_.set();
+    keep_.reset();
+  }
+
+ private:
+  std::shared_ptr<void> keep_;  // null: nothing taken, or no longer ours to give back
+  event_view view_;
+  const waiter* waiter_ = nullptr;
+};
 
 // The handler the waiter completes: keeps the signal (it is the user's now), then calls the
 // user's handler. It has that handler's executor, allocator and cancellation slot.
@@ -28,11 +60,13 @@ template <class Handler>
 class signal_handler {
  public:
   explicit signal_handler(Handler h) : handler_(std::move(h)) {}
-  void operator()(std::error_code ec, held_signal held) {
+  void operator()(std::error_code ec, taken_signal taken) {
     // Closed since it was taken (a callback closed the handle): the signal goes back.
-    if (!ec && held.closed()) ec = asio::error::operation_aborted;
-    if (!ec) held.consumed();
-    held.reset();  // before the handler: its next wait may take the ready path
+    if (!ec && taken.closed()) ec = asio::error::operation_aborted;
+    if (ec)
+      taken.give_back();
+    else
+      taken.consumed();
     std::move(handler_)(ec);
   }
   const Handler& handler() const noexcept { return handler_; }
@@ -61,13 +95,13 @@ void named_event::start_wait(const std::shared_ptr<impl>& im, const executor_typ
                                                  {asio::error::bad_descriptor, {}});
   }
   // The attempt points into `im`, which shuts its waiter down (destroying it) before it goes.
-  auto take = [im]() -> std::optional<detail::outcome<detail::held_signal>> {
+  auto take = [im]() -> std::optional<detail::outcome<detail::taken_signal>> {
     if (!im->state.try_take()) return std::nullopt;
-    if (im->state.manual) return detail::outcome<detail::held_signal>{};
-    return detail::outcome<detail::held_signal>{
-        {}, detail::held_signal(im, im->state, {}, &detail::give_back_signal, *im->waiter, 0)};
+    if (im->state.manual) return detail::outcome<detail::taken_signal>{};
+    return detail::outcome<detail::taken_signal>{{},
+                                                 detail::taken_signal(im, im->state, *im->waiter)};
   };
-  im->waiter->async_wait<detail::held_signal>(
+  im->waiter->async_wait<detail::taken_signal>(
       io_ex, 0, std::move(take),
       detail::signal_handler<std::decay_t<Handler>>(std::forward<Handler>(handler)));
 }
