@@ -9,8 +9,8 @@
 #include <utility>
 
 #include "shmio/detail/recycled_map.hpp"
-#include "shmio/detail/rpc_channel.hpp"
 #include "shmio/detail/ring_ops.hpp"
+#include "shmio/detail/rpc_channel.hpp"
 
 #include "channel_waits.hpp"
 
