@@ -1362,6 +1362,62 @@ TEST_CASE("rpc_acceptor: a closed service's name is free at once, its accepts st
   CHECK(shm_files_with(other) == 0);
 }
 
+TEST_CASE(
+    "rpc_acceptor: an accept on a closed or moved-from acceptor is aborted through its executor",
+    "[rpc][service]") {
+  // As an Asio I/O object's: a moved-from acceptor keeps its executor, and an accept started on
+  // one that is closed completes with operation_aborted as any completion does, never inside
+  // the call (and never with an executor that is not there).
+  const int how = GENERATE(0, 1, 2);  // closed, moved from by construction, by assignment
+  CAPTURE(how);
+  scoped_name name("svc"), other("svc");
+  asio::io_context io;
+  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+  std::optional<rpc_acceptor> kept;
+  if (how == 0) acceptor.close();
+  if (how == 1) kept.emplace(std::move(acceptor));
+  if (how == 2) {
+    kept.emplace(io.get_executor(), shmio::create_only, other, small_rings());
+    *kept = std::move(acceptor);
+  }
+  // NOLINTBEGIN(bugprone-use-after-move): a moved-from acceptor is closed, and usable as such
+  CHECK_FALSE(acceptor.is_open());
+  CHECK(acceptor.get_executor() == io.get_executor());
+  int calls = 0;
+  std::error_code result;
+  acceptor.async_accept([&](std::error_code ec, rpc_buffer end) {
+    ++calls;
+    result = ec;
+    CHECK_FALSE(end.is_open());
+  });
+  // NOLINTEND(bugprone-use-after-move)
+  CHECK(calls == 0);
+  io.run();
+  CHECK(calls == 1);
+  CHECK(result == asio::error::operation_aborted);
+  if (kept) CHECK(kept->is_open());
+}
+
+TEST_CASE("rpc_server: a moved-from server is closed and keeps its executor", "[rpc][service]") {
+  scoped_name name("svc"), other("svc");
+  asio::io_context io;
+  service::hold_counts counts;
+  rpc_server first(io.get_executor(), shmio::create_only, name, service::handler(counts),
+                   small_rings());
+  rpc_server second(std::move(first));
+  rpc_server third(io.get_executor(), shmio::create_only, other, service::handler(counts),
+                   small_rings());
+  third = std::move(second);
+  // NOLINTBEGIN(bugprone-use-after-move)
+  for (rpc_server* s : {&first, &second}) {
+    CHECK_FALSE(s->is_open());
+    CHECK(s->get_executor() == io.get_executor());
+  }
+  // NOLINTEND(bugprone-use-after-move)
+  CHECK(third.is_open());
+  CHECK(third.name() == std::string(name));
+}
+
 TEST_CASE("rpc_acceptor: async_accept is cancelled by every cancellation type", "[rpc][service]") {
   const auto type = GENERATE(asio::cancellation_type::terminal, asio::cancellation_type::partial,
                              asio::cancellation_type::total);

@@ -2042,6 +2042,47 @@ TEST_CASE("rpc_buffer: a moved-to object carries on with the channel", "[rpc]") 
   });
 }
 
+TEST_CASE("rpc_buffer: calls on a moved-from end complete through its executor, aborted", "[rpc]") {
+  // As an Asio I/O object's: the moved-from end keeps its executor, so a call with a plain
+  // callback (no executor of its own) completes on it, as a closed end's does.
+  const bool by_assignment = GENERATE(false, true);
+  CAPTURE(by_assignment);
+  scoped_name name("rpc"), other("rpc");
+  asio::io_context io;
+  rpc_buffer owner(io.get_executor(), shmio::create_only, name, shmio::rpc_handler(echo));
+  rpc_buffer first(io.get_executor(), shmio::open_only, name);
+  std::optional<rpc_buffer> kept;
+  if (by_assignment) {
+    kept.emplace(io.get_executor(), shmio::create_only, other);
+    *kept = std::move(first);
+  } else {
+    kept.emplace(std::move(first));
+  }
+  // NOLINTBEGIN(bugprone-use-after-move)
+  CHECK(first.get_executor() == io.get_executor());
+  std::error_code request_ec, closed_ec, stream_ec;
+  int calls = 0;
+  first.async_request(asio::buffer(bytes("x")), [&](std::error_code ec, std::vector<std::byte>) {
+    ++calls;
+    request_ec = ec;
+  });
+  first.async_wait_closed([&](std::error_code ec) {
+    ++calls;
+    closed_ec = ec;
+  });
+  first.async_request_stream(asio::buffer(bytes("x")), [&](std::error_code ec, shmio::rpc_stream) {
+    ++calls;
+    stream_ec = ec;
+  });
+  // NOLINTEND(bugprone-use-after-move)
+  CHECK(calls == 0);
+  CHECK(shmio::test::run_until(io, [&] { return calls == 3; }));
+  CHECK(request_ec == asio::error::operation_aborted);
+  CHECK(closed_ec == asio::error::operation_aborted);
+  CHECK(stream_ec == asio::error::operation_aborted);
+  CHECK(kept->is_open());
+}
+
 TEST_CASE("rpc_buffer: a second opener is refused with busy until the first one closes", "[rpc]") {
   scoped_name name("rpc");
   asio::io_context io;

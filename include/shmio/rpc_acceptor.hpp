@@ -63,7 +63,9 @@ class rpc_acceptor {
                std::error_code& ec)
       : rpc_acceptor(executor_type(ctx.get_executor()), create_only, name, std::move(options), ec) {
   }
-  rpc_acceptor(rpc_acceptor&&) noexcept = default;
+  /// As an Asio I/O object's: the moved-from acceptor is closed and keeps a copy of the
+  /// executor, so that an accept started on it completes through it with operation_aborted.
+  rpc_acceptor(rpc_acceptor&& other) noexcept;
   rpc_acceptor& operator=(rpc_acceptor&& other) noexcept;
   ~rpc_acceptor();
 
@@ -112,11 +114,15 @@ class rpc_acceptor {
     void operator()(Self& self, std::error_code ec = {}, detail::taken_request taken = {}) {
       if (!started) {
         started = true;
-        if (!impl)  // closed: complete as any other completion, never inside the initiation
+        // Closed: complete as any other completion, never inside the initiation. Through a
+        // copy of the executor, made first: `ex` lives in `self`, which append() moves from.
+        if (!impl) {
+          const executor_type post_ex = ex;
           return asio::post(
-              ex, asio::experimental::append(std::move(self),
-                                             std::error_code(asio::error::operation_aborted),
-                                             std::move(taken)));
+              post_ex, asio::experimental::append(std::move(self),
+                                                  std::error_code(asio::error::operation_aborted),
+                                                  std::move(taken)));
+        }
         // Every type, as documented: async_compose's own filter passes only terminal
         // cancellation on to the wait.
         self.reset_cancellation_state(asio::enable_total_cancellation());

@@ -128,6 +128,8 @@ class rpc_buffer {
       : rpc_buffer(executor_type(ctx.get_executor()), open_only, name, std::move(methods), strategy,
                    ec) {}
 
+  /// As an Asio I/O object's: the moved-from end is closed and keeps a copy of the executor,
+  /// so that its later calls complete through it as a closed end's do.
   rpc_buffer(rpc_buffer&&) noexcept;
   rpc_buffer& operator=(rpc_buffer&&) noexcept;
   /// Closes this end (see close()).

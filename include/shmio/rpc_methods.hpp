@@ -69,6 +69,33 @@ class rpc_methods {
   requires(!std::is_same_v<std::remove_cvref_t<Handler>, rpc_methods> &&
            !std::is_same_v<std::remove_cvref_t<Handler>, std::nullptr_t>)
       rpc_methods(Handler&& handler) {  // NOLINT: implicit on purpose
+    bool callable = false;
+    auto method = method_of(std::forward<Handler>(handler), callable);
+    if (callable) put("", std::move(method), true);
+  }
+
+  /// Adds (or replaces) the method `name`; "" is the unnamed method. The handler is any of the
+  /// kinds above (a handler of another shape fails to compile with one static_assert). Throws
+  /// shmio::error (errc::invalid_argument) for a name over max_name bytes or an empty handler.
+  template <class Handler>
+  rpc_methods& add(std::string_view name, Handler&& handler) {
+    bool callable = false;
+    auto method = method_of(std::forward<Handler>(handler), callable);
+    return put(name, std::move(method), callable);
+  }
+
+  bool empty() const noexcept { return !table_ || table_->empty(); }
+  std::size_t size() const noexcept { return table_ ? table_->size() : 0; }
+  bool contains(std::string_view name) const { return table_ && table_->contains(name); }
+
+  /// The table, for the channels that serve it (shared: later add()s copy it first).
+  std::shared_ptr<const detail::method_table> table() const noexcept { return table_; }
+
+ private:
+  // The handler as a method of its kind, and whether it is callable (an empty std::function is
+  // not).
+  template <class Handler>
+  static detail::rpc_method method_of(Handler&& handler, bool& callable) {
     constexpr bool coroutine = std::is_constructible_v<rpc_handler, Handler&&>;
     constexpr bool plain = std::is_constructible_v<rpc_sync_handler, Handler&&>;
     constexpr bool stream = std::is_constructible_v<rpc_stream_handler, Handler&&>;
@@ -81,48 +108,22 @@ class rpc_methods {
                   "shmio::rpc_stream_writer) returning asio::awaitable<void> (a stream handler); "
                   "or as (request_id, payload, shmio::rpc_reply&) returning void (a plain handler "
                   "in place)");
+    detail::rpc_method m;
     if constexpr (coroutine) {
-      rpc_handler h(std::forward<Handler>(handler));
-      if (h) add("", std::move(h));
+      m.async = rpc_handler(std::forward<Handler>(handler));
+      callable = static_cast<bool>(m.async);
     } else if constexpr (plain) {
-      rpc_sync_handler h(std::forward<Handler>(handler));
-      if (h) add("", std::move(h));
+      m.sync = rpc_sync_handler(std::forward<Handler>(handler));
+      callable = static_cast<bool>(m.sync);
     } else if constexpr (stream) {
-      rpc_stream_handler h(std::forward<Handler>(handler));
-      if (h) add("", std::move(h));
+      m.stream = rpc_stream_handler(std::forward<Handler>(handler));
+      callable = static_cast<bool>(m.stream);
     } else if constexpr (in_place) {
-      rpc_in_place_handler h(std::forward<Handler>(handler));
-      if (h) add("", std::move(h));
+      m.in_place = rpc_in_place_handler(std::forward<Handler>(handler));
+      callable = static_cast<bool>(m.in_place);
     }
+    return m;
   }
-
-  /// Adds (or replaces) the method `name`; "" is the unnamed method. Throws shmio::error
-  /// (errc::invalid_argument) for a name over max_name bytes or an empty handler.
-  rpc_methods& add(std::string_view name, rpc_handler handler) {
-    const bool callable = static_cast<bool>(handler);  // before the move below
-    return put(name, {std::move(handler), {}, {}, {}}, callable);
-  }
-  rpc_methods& add(std::string_view name, rpc_sync_handler handler) {
-    const bool callable = static_cast<bool>(handler);  // before the move below
-    return put(name, {{}, std::move(handler), {}, {}}, callable);
-  }
-  rpc_methods& add(std::string_view name, rpc_stream_handler handler) {
-    const bool callable = static_cast<bool>(handler);  // before the move below
-    return put(name, {{}, {}, std::move(handler), {}}, callable);
-  }
-  rpc_methods& add(std::string_view name, rpc_in_place_handler handler) {
-    const bool callable = static_cast<bool>(handler);  // before the move below
-    return put(name, {{}, {}, {}, std::move(handler)}, callable);
-  }
-
-  bool empty() const noexcept { return !table_ || table_->empty(); }
-  std::size_t size() const noexcept { return table_ ? table_->size() : 0; }
-  bool contains(std::string_view name) const { return table_ && table_->contains(name); }
-
-  /// The table, for the channels that serve it (shared: later add()s copy it first).
-  std::shared_ptr<const detail::method_table> table() const noexcept { return table_; }
-
- private:
   rpc_methods& put(std::string_view name, detail::rpc_method method, bool callable) {
     if (name.size() > max_name || !callable)
       detail::throw_if(errc::invalid_argument, "add rpc method", name);

@@ -55,6 +55,7 @@ class rpc_server {
              rpc_options options, std::error_code& ec)
       : rpc_server(executor_type(ctx.get_executor()), create_only, name, std::move(methods),
                    std::move(options), ec) {}
+  /// The moved-from server is closed and keeps a copy of the executor.
   rpc_server(rpc_server&&) noexcept;
   rpc_server& operator=(rpc_server&&) noexcept;
   /// Closes the server (see close()).

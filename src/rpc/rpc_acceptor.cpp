@@ -268,10 +268,16 @@ rpc_acceptor::rpc_acceptor(const executor_type& ex, create_only_t, std::string_v
                            rpc_options options, std::error_code& ec)
     : ex_(ex), name_(name), impl_(detail::rpc_acceptor_impl::create(ex, name, options, ec)) {}
 
+rpc_acceptor::rpc_acceptor(rpc_acceptor&& other) noexcept
+    : ex_(other.ex_),
+      name_(std::move(other.name_)),
+      impl_(std::move(other.impl_)),
+      last_statistics_(other.last_statistics_) {}
+
 rpc_acceptor& rpc_acceptor::operator=(rpc_acceptor&& other) noexcept {
   if (this != &other) {
     close();
-    ex_ = std::move(other.ex_);
+    ex_ = other.ex_;
     name_ = std::move(other.name_);
     impl_ = std::move(other.impl_);
   }

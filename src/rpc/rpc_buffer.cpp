@@ -76,7 +76,16 @@ detail::rpc_service rpc_buffer::client_service() const {
 rpc_buffer::rpc_buffer(const executor_type& ex, std::shared_ptr<rpc_channel> channel)
     : ex_(ex), channel_(std::move(channel)) {}
 
-rpc_buffer::rpc_buffer(rpc_buffer&&) noexcept = default;
+// As an Asio I/O object's: the moved-from end keeps a copy of the executor, so that its later
+// calls still complete through it (with operation_aborted), as a closed end's do.
+rpc_buffer::rpc_buffer(rpc_buffer&& other) noexcept
+    : ex_(other.ex_),
+      channel_(std::move(other.channel_)),
+      methods_(std::move(other.methods_)),
+      strategy_(other.strategy_),
+      limits_(other.limits_),
+      closed_name_(std::move(other.closed_name_)),
+      closed_statistics_(other.closed_statistics_) {}
 
 rpc_buffer& rpc_buffer::operator=(rpc_buffer&& other) noexcept {
   if (this != &other) {

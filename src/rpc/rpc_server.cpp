@@ -133,12 +133,18 @@ rpc_server::rpc_server(const executor_type& ex, create_only_t, std::string_view 
                        rpc_methods methods, rpc_options options, std::error_code& ec)
     : ex_(ex), name_(name), impl_(make_server(ex, name, std::move(methods), options, ec)) {}
 
-rpc_server::rpc_server(rpc_server&&) noexcept = default;
+// The moved-from server keeps a copy of the executor, as an Asio I/O object does.
+rpc_server::rpc_server(rpc_server&& other) noexcept
+    : ex_(other.ex_),
+      name_(std::move(other.name_)),
+      impl_(std::move(other.impl_)),
+      last_statistics_(other.last_statistics_),
+      last_accept_error_(other.last_accept_error_) {}
 
 rpc_server& rpc_server::operator=(rpc_server&& other) noexcept {
   if (this != &other) {
     close();
-    ex_ = std::move(other.ex_);
+    ex_ = other.ex_;
     name_ = std::move(other.name_);
     impl_ = std::move(other.impl_);
     last_statistics_ = other.last_statistics_;
