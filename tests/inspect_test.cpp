@@ -289,6 +289,19 @@ TEST_CASE("inspect reports corrupted files as corrupted", "[inspect]") {
     auto info = shmio::inspect::examine(name.str(), ec);
     CHECK(info.status == shmio::errc::corrupted);
   }
+  SECTION("a wait queue's parked count out of range") {
+    leave_stale_ring(name.str());
+    // More armed slots than a queue has: written over (signallers then look at every slot).
+    const std::uint64_t parked = ~std::uint64_t{0};
+    overwrite(path, 64 + offsetof(shmio::detail::layout::ring_state, readers), &parked,
+              sizeof parked);
+    auto info = shmio::inspect::examine(name.str(), ec);
+    CHECK(info.status == shmio::errc::corrupted);
+    CHECK_THAT(info.problem, Catch::Contains("parked"));
+    REQUIRE(info.ring);
+    CHECK(info.ring->readers.parked_out_of_range);
+    CHECK_FALSE(info.ring->writers.parked_out_of_range);
+  }
   SECTION("another layout version") {
     leave_stale_ring(name.str());
     const std::uint32_t version = 99;

@@ -1129,8 +1129,10 @@ TEST_CASE("rpc_acceptor: a request for a channel whose admin lock is held is ref
   CAPTURE(std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
   CHECK(acceptor.statistics().refused == 5);
   CHECK(took < 1500ms);  // one wait for the lock would be 2 s; the five, 10 s
+  held.admin.reset();    // before its channel's close, which would otherwise wait 2 s for it
   held.channel.close();
   acceptor.close();
+  CHECK(shm_files_with(name) == 0);
 }
 
 TEST_CASE("rpc_acceptor: a sweep of stale channels looks at 64 files at most, and the next goes on",
@@ -1208,34 +1210,41 @@ TEST_CASE("rpc_acceptor: a channel whose admin lock is held closes at once on th
   // file's admin lock. Held by the client (stopped, or hostile), it used to stall the whole
   // service 2 s per close, as the open did before it.
   scoped_name name("svc");
-  asio::io_context io;
-  service::hold_counts counts;
-  rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
   std::chrono::steady_clock::duration took{};
-  run_body(io, [&]() -> asio::awaitable<void> {
-    rpc_buffer client(io.get_executor()), other(io.get_executor());
-    rpc_buffer end = co_await connect_pair(acceptor, client, service::handler(counts));
-    rpc_buffer other_end = co_await connect_pair(acceptor, other, service::handler(counts));
-    std::error_code ec;
-    detail::platform::unique_fd admin(
-        ::open(detail::segment_path(client.name(), ec).c_str(), O_RDWR | O_CLOEXEC));
-    REQUIRE(admin.get() >= 0);
-    REQUIRE(detail::platform::try_lock_byte(admin.get(), layout::admin_lock_byte,
-                                            detail::platform::lock_kind::exclusive, ec));
-    const auto start = std::chrono::steady_clock::now();
-    end.close();
-    const auto request = service::payload(64, 7);
-    const auto answered = co_await other.async_request(asio::buffer(request), asio::use_awaitable);
-    CHECK(answered == service::answer(request));
-    took = std::chrono::steady_clock::now() - start;
-    admin.reset();
-    client.close();
-    other.close();
-    other_end.close();
-    acceptor.close();
-  });
+  {
+    asio::io_context io;
+    service::hold_counts counts;
+    rpc_acceptor acceptor(io.get_executor(), shmio::create_only, name, small_rings());
+    run_body(io, [&]() -> asio::awaitable<void> {
+      rpc_buffer client(io.get_executor()), other(io.get_executor());
+      rpc_buffer end = co_await connect_pair(acceptor, client, service::handler(counts));
+      rpc_buffer other_end = co_await connect_pair(acceptor, other, service::handler(counts));
+      std::error_code ec;
+      detail::platform::unique_fd admin(
+          ::open(detail::segment_path(client.name(), ec).c_str(), O_RDWR | O_CLOEXEC));
+      REQUIRE(admin.get() >= 0);
+      REQUIRE(detail::platform::try_lock_byte(admin.get(), layout::admin_lock_byte,
+                                              detail::platform::lock_kind::exclusive, ec));
+      const auto start = std::chrono::steady_clock::now();
+      end.close();
+      const auto request = service::payload(64, 7);
+      const auto answered =
+          co_await other.async_request(asio::buffer(request), asio::use_awaitable);
+      CHECK(answered == service::answer(request));
+      took = std::chrono::steady_clock::now() - start;
+      admin.reset();
+      client.close();
+      other.close();
+      other_end.close();
+      acceptor.close();
+    });
+  }
   CAPTURE(std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
   CHECK(took < 1500ms);  // the old wait for the lock alone was 2 s
+  // The service's end gave up the admin lock's wait at its close; the client, closing after
+  // the lock was let go, still saw that end hold the file. The end looks once more as its
+  // descriptor goes, finds itself last, and removes the file.
+  CHECK(shm_files_with(name) == 0);
 }
 
 TEST_CASE(

@@ -204,3 +204,33 @@ TEST_CASE("a slot taken over from a dead owner passes on a ring a signaller clai
   CHECK(armed_slots(*q) == 0);
   CHECK(platform::drain_doorbell(newcomer.get()) == 1);
 }
+
+TEST_CASE("a parked count written over with a value out of range still lets notifies ring",
+          "[wait_queue]") {
+  // Another process wrote ~0 over `parked`: our arming then wraps its high half to 0, which
+  // reads as no armed slot. A notify must not take that for the truth: it looks at every slot.
+  const bool all = GENERATE(false, true);
+  CAPTURE(all);
+  auto q = fresh_queue();
+  sleeper s(*q);
+  q->parked.store(~std::uint64_t{0});
+  s.announce();
+  CHECK(armed_slots(*q) == 0);  // wrapped
+  const auto armed = [&] {
+    int n = 0;
+    for (const auto& slot : q->slots)
+      n += slot.armed.load() != 0;
+    return n;
+  };
+  REQUIRE(armed() == 1);
+  const std::uint32_t seq = q->futex_seq.load();
+  if (all)
+    shmio::detail::notify_all(*q);
+  else
+    notify_one(*q);
+  CHECK(armed() == 0);                // claimed and rung
+  CHECK(q->futex_seq.load() != seq);  // the counted sleepers it claims are woken too
+  const auto before = std::chrono::steady_clock::now();
+  s.sleep(std::chrono::seconds(10));  // its word is 0: no sleep at all
+  CHECK(std::chrono::steady_clock::now() - before < std::chrono::seconds(5));
+}

@@ -28,7 +28,10 @@ struct wait_queue_info {
   std::uint32_t parked_async = 0;     ///< armed doorbell slots: async or reactor waits
   std::uint32_t parked_blocking = 0;  ///< blocking waits parked (in a slot or on futex_seq)
   std::uint32_t registered = 0;       ///< slots owned by an open handle, parked or not
-  std::vector<std::uint32_t> pids;    ///< the owners of registered slots
+  /// Its `parked` word holds more than a queue can (written over: signallers then look at
+  /// every slot and wake every sleeper); the segment is reported corrupted.
+  bool parked_out_of_range = false;
+  std::vector<std::uint32_t> pids;  ///< the owners of registered slots
 };
 
 /// One ring: its geometry and what each node is doing.

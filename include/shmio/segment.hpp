@@ -114,6 +114,7 @@ class segment {
   object_kind kind_ = object_kind::raw;
   bool created_ = false;
   bool name_released_ = false;   // release_name() ran
+  bool name_undecided_ = false;  // ... but could not take the admin lock: close() looks again
   std::uint32_t opened_by_ = 0;  // process id: a forked child must not touch our locks
   // How long close() waits for the admin lock (detail::set_close_patience).
   std::uint32_t admin_patience_ms_ = 2000;

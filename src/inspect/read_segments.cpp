@@ -39,6 +39,7 @@ wait_queue_info read_queue(const layout::wait_queue& q) {
   wait_queue_info out;
   // relaxed: a snapshot for display; nothing is derived from it but numbers.
   const std::uint64_t parked = q.parked.load(std::memory_order_relaxed);
+  out.parked_out_of_range = !layout::parked_in_range(parked);
   out.parked_async = static_cast<std::uint32_t>(parked >> 32);
   out.parked_blocking = static_cast<std::uint32_t>(parked);
   for (const auto& slot : q.slots) {
@@ -56,6 +57,33 @@ wait_queue_info read_queue(const layout::wait_queue& q) {
     out.pids.push_back(slot.pid.load(std::memory_order_relaxed));  // relaxed: as above
   }
   return out;
+}
+
+// Every wait queue read for `info`: one whose parked word is out of range was written over.
+void check_wait_queues(segment_info& info) {
+  std::vector<const wait_queue_info*> queues;
+  const auto add_ring = [&](const ring_info& r) {
+    queues.push_back(&r.readers);
+    queues.push_back(&r.writers);
+  };
+  if (info.event) queues.push_back(&info.event->waiters);
+  if (info.ring) add_ring(*info.ring);
+  if (info.rpc) {
+    add_ring(info.rpc->to_opener);
+    add_ring(info.rpc->to_owner);
+  }
+  if (info.locked) {
+    queues.push_back(&info.locked->lock.readers);
+    queues.push_back(&info.locked->lock.writers);
+  }
+  if (info.broadcast) {
+    queues.push_back(&info.broadcast->readers);
+    queues.push_back(&info.broadcast->writers);
+  }
+  if (info.rpc_service) add_ring(info.rpc_service->requests);
+  for (const auto* q : queues)
+    if (q->parked_out_of_range)
+      return set_problem(info, errc::corrupted, "a wait queue's parked count is out of range");
 }
 
 // `g` is what ring_view::validate found in `body`: the header is not read again, as a peer may
@@ -467,21 +495,28 @@ void read_contents(const std::byte* base, std::size_t size, int fd, segment_info
   std::span<const std::byte> body(base + h.body_offset, size - h.body_offset);
   switch (static_cast<object_kind>(h.kind)) {
     case object_kind::event:
-      return read_event(body, info);
+      read_event(body, info);
+      break;
     case object_kind::circular_buffer:
-      return read_circular_buffer(body, info);
+      read_circular_buffer(body, info);
+      break;
     case object_kind::rpc:
-      return read_rpc(body, fd, info);
+      read_rpc(body, fd, info);
+      break;
     case object_kind::shared_array:
     case object_kind::buffer_read_write:
-      return read_locked(body, fd, info);
+      read_locked(body, fd, info);
+      break;
     case object_kind::broadcast:
-      return read_broadcast(body, fd, info);
+      read_broadcast(body, fd, info);
+      break;
     case object_kind::rpc_listener:
-      return read_listener(body, fd, info);
+      read_listener(body, fd, info);
+      break;
     default:
       return;  // header only
   }
+  check_wait_queues(info);
 }
 
 }  // namespace shmio::inspect

@@ -48,7 +48,7 @@ std::error_code validate_header(const layout::segment_header& h, std::uint64_t f
 
 enum class existing { opened, missing, stale_removed, live };
 
-void release_holder_lock(int fd, const std::string& path,
+bool release_holder_lock(int fd, const std::string& path,
                          std::chrono::milliseconds patience = detail::admin_patience) noexcept;
 
 // The header's page is touched right after the mapping (validated or written), and by every
@@ -198,11 +198,12 @@ mapping build_private(const std::string& temp, object_kind kind, std::size_t bod
 // the file is removed. Under the admin lock no opener can slip in between that test and the
 // unlink. When it fails, our holder lock is dropped before the admin lock: another closer that
 // takes the admin lock next must not see it, or the two could each find the other still there
-// and neither would remove the file.
-void release_holder_lock(int fd, const std::string& path,
+// and neither would remove the file. Returns false if the admin lock could not be taken within
+// `patience` (our holder lock is kept: we still count as a user).
+bool release_holder_lock(int fd, const std::string& path,
                          std::chrono::milliseconds patience) noexcept {
   std::error_code ec;
-  if (!detail::lock_admin(fd, ec, patience)) return;  // closing fd still releases the holder lock
+  if (!detail::lock_admin(fd, ec, patience)) return false;
   if (platform::try_lock_byte(fd, layout::holder_lock_byte, platform::lock_kind::exclusive, ec)) {
     auto st = platform::status(fd, ec);
     if (!ec && st.links > 0) platform::unlink(path, ec);
@@ -217,6 +218,7 @@ void release_holder_lock(int fd, const std::string& path,
     platform::try_lock_byte(fd, layout::holder_lock_byte, platform::lock_kind::unlock, ignored);
   }
   detail::unlock_admin(fd);
+  return true;
 }
 
 }  // namespace
@@ -376,6 +378,7 @@ segment::segment(segment&& o) noexcept
       kind_(o.kind_),
       created_(o.created_),
       name_released_(o.name_released_),
+      name_undecided_(o.name_undecided_),
       opened_by_(o.opened_by_),
       admin_patience_ms_(o.admin_patience_ms_) {}
 
@@ -390,6 +393,7 @@ segment& segment::operator=(segment&& o) noexcept {
     kind_ = o.kind_;
     created_ = o.created_;
     name_released_ = o.name_released_;
+    name_undecided_ = o.name_undecided_;
     opened_by_ = o.opened_by_;
     admin_patience_ms_ = o.admin_patience_ms_;
   }
@@ -402,12 +406,19 @@ segment::~segment() {
 
 void segment::close() noexcept {
   if (!base_) return;
+  // A release that found the admin lock held (by a process stopped in its open or close, or a
+  // hostile one) left the decision open while we still held the file: the other users may all
+  // have gone since, each seeing us as one. One more look, without waiting (a descriptor may
+  // close on a thread that serves others), before it goes; otherwise the file waits for a sweep.
+  if (name_released_ && name_undecided_ && platform::process_id() == opened_by_)
+    release_holder_lock(fd_, path_, std::chrono::milliseconds(0));
   release_name();
   platform::unique_fd fd(std::exchange(fd_, -1));
   platform::unmap(base_, size_);
   base_ = nullptr;
   size_ = 0;
   name_released_ = false;
+  name_undecided_ = false;
 }  // closing fd releases any lock left
 
 void segment::release_name() noexcept {
@@ -416,7 +427,8 @@ void segment::release_name() noexcept {
   // A child forked without exec shares our open file description and with it our locks: any
   // lock it dropped would be dropped for us. It only unmaps; the parent decides the removal.
   if (platform::process_id() == opened_by_)
-    release_holder_lock(fd_, path_, std::chrono::milliseconds(admin_patience_ms_));
+    name_undecided_ =
+        !release_holder_lock(fd_, path_, std::chrono::milliseconds(admin_patience_ms_));
 }
 
 bool segment::faulted() const noexcept {

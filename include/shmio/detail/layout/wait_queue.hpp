@@ -26,6 +26,16 @@ inline constexpr std::uint64_t parked_sleeper_unit = 1;
 // A slot owner id with this bit set is a blocking sleeper (pid << 32 | tid), not a doorbell.
 inline constexpr std::uint64_t slot_sleeper_bit = std::uint64_t{1} << 63;
 
+// What `parked` can hold: at most every slot armed, and again as many arms on their way out (an
+// owner that counts itself before finding its slot armed already takes its count back); at most
+// as many counted sleepers as Linux has thread ids (pid_max is at most 2^22). A value beyond
+// either was written by something else: signallers then trust neither half (wait_queue.cpp).
+inline constexpr std::uint64_t max_parked_arms = 2 * wait_slot_count;
+inline constexpr std::uint64_t max_counted_sleepers = std::uint64_t{1} << 22;
+constexpr bool parked_in_range(std::uint64_t parked) noexcept {
+  return (parked >> 32) <= max_parked_arms && (parked & 0xffffffffu) <= max_counted_sleepers;
+}
+
 struct wait_slot {
   std::atomic<std::uint64_t> doorbell;  // 0: free; else the owner's doorbell id
   std::atomic<std::uint32_t> armed;     // 1 while the owner is parked and wants a ring
