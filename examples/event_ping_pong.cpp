@@ -16,6 +16,8 @@
 #include <shmio/shmio.hpp>
 #include <string>
 
+#include "args.hpp"
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -48,7 +50,12 @@ asio::awaitable<void> play_ping(shmio::named_event& ping, shmio::named_event& po
 int run_main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "pong") return play_pong(argv[2]);
 
-  const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 10000;
+  unsigned long rounds = 10000;
+  if (argc > 2 ||
+      (argc == 2 && (!examples::parse_number(argv[1], 100'000'000, rounds) || rounds == 0))) {
+    std::fprintf(stderr, "usage: event_ping_pong [ROUNDS (1 to 100000000)]\n");
+    return 2;
+  }
   const std::string name = "event-ping-pong." + std::to_string(::getpid());
   asio::io_context io;
   shmio::named_event ping(io.get_executor(), shmio::create_only, name + ".ping",
@@ -85,7 +92,7 @@ int run_main(int argc, char** argv) {
   };
   child_exit.async_wait(on_child);
   std::exception_ptr failure;
-  asio::co_spawn(io, play_ping(ping, pong, rounds), [&](std::exception_ptr e) {
+  asio::co_spawn(io, play_ping(ping, pong, static_cast<int>(rounds)), [&](std::exception_ptr e) {
     failure = e;
     game_over = true;
     child_exit.cancel();

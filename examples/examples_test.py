@@ -30,9 +30,13 @@ def run(*args, env=None, timeout=30):
                           env=env)
 
 
-def start(*args, env=None):
-    """Starts a long-running example and waits for its "ready" line; returns (process, line)."""
-    p = subprocess.Popen([program, *args], stdout=subprocess.PIPE, text=True, env=env)
+def start(*args, env=None, session=False, errors=False):
+    """Starts a long-running example and waits for its "ready" line; returns (process, line).
+    session: in a process group of its own, as a shell job or a service is; errors: its stderr
+    is kept for the test to read."""
+    p = subprocess.Popen([program, *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE if errors else None, text=True, env=env,
+                         start_new_session=session)
     line = p.stdout.readline()
     check("ready" in line, f"{example} {' '.join(args)} said {line!r}")
     return p, line
@@ -152,6 +156,42 @@ def test_tcp_bridge():
             bridge.kill()
             bridge.wait()
 
+    def ring_files(name):
+        return [f for f in os.listdir("/dev/shm") if f.startswith(f"shmio.u{os.getuid()}.{name}.")]
+
+    # SIGTERM to the whole process group (Ctrl-C, `timeout`, a service manager): the worker
+    # ignores it and is told to finish by the bridge, so both exit cleanly and the rings go.
+    name = f"shmio-test.bridge-group.{os.getpid()}"
+    bridge, _ = start("0", name, session=True)
+    try:
+        check(len(ring_files(name)) == 2, "the bridge's two rings exist")
+        os.killpg(bridge.pid, signal.SIGTERM)
+        check(bridge.wait(timeout=30) == 0, "SIGTERM to the group stops bridge and worker cleanly")
+        check(ring_files(name) == [], f"no ring files left: {ring_files(name)}")
+    finally:
+        if bridge.poll() is None:
+            os.killpg(bridge.pid, signal.SIGKILL)
+            bridge.wait()
+
+    # A worker that dies: the bridge stops and says so, rather than leave clients unanswered.
+    name = f"shmio-test.bridge-worker.{os.getpid()}"
+    bridge, _ = start("0", name, errors=True)
+    try:
+        with open(f"/proc/{bridge.pid}/task/{bridge.pid}/children") as f:
+            worker = int(f.read().split()[0])
+        os.kill(worker, signal.SIGKILL)
+        check(bridge.wait(timeout=30) == 1, "the bridge exits 1 when its worker dies")
+        check("worker exited" in bridge.stderr.read(), "and says why")
+        check(ring_files(name) == [], f"no ring files left: {ring_files(name)}")
+    finally:
+        if bridge.poll() is None:
+            bridge.kill()
+            bridge.wait()
+
+    for port in ["99999", "abc", "-1"]:
+        p = run(port, f"shmio-test.bridge-args.{os.getpid()}")
+        check(p.returncode == 2 and "PORT" in p.stderr, f"port {port!r}: {p.returncode} {p.stderr!r}")
+
 
 def test_echo():
     name = f"shmio-test.echo.{os.getpid()}"
@@ -222,9 +262,12 @@ def test_ticker():
         check(p.returncode == 0 and p.stdout.splitlines()[-1] == "stopped after 3 ticks",
               f"stopping watcher: {p.stdout!r} {p.stderr!r}")
         # A request the handler cannot read: its exception's text reaches the watcher.
-        p = run("watch", name, "BAD", "x")
-        check(p.returncode == 1 and "expected 'SYMBOL COUNT MS'" in p.stderr,
-              f"bad request: {p.stderr!r}")
+        for bad in (["x"], ["-3", "1"], ["3", "60001"]):
+            p = run("watch", name, "BAD", *bad)
+            check(p.returncode == 1 and "expected 'SYMBOL COUNT MS'" in p.stderr,
+                  f"bad request {bad}: {p.stderr!r}")
+        p = run("watch", name, "FOREVER", "0", "5", "abc")
+        check(p.returncode == 2 and "usage" in p.stderr, f"a STOP that is not a number: {p.stderr!r}")
         server.send_signal(signal.SIGTERM)
         check(server.wait(timeout=30) == 0, "SIGTERM stops the server cleanly")
         log = server.stdout.read()
@@ -246,6 +289,9 @@ def test_ticker():
 def test_event_ping_pong():
     p = run("200")
     check(p.returncode == 0 and "200 round trips" in p.stdout, "ping-pong")
+    for rounds in ["abc", "0", "-1"]:
+        p = run(rounds)
+        check(p.returncode == 2 and "usage" in p.stderr, f"rounds {rounds!r}: {p.returncode}")
 
 
 def test_broadcast():

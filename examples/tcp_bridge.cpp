@@ -30,6 +30,8 @@
 #include <shmio/shmio.hpp>
 #include <string>
 
+#include "args.hpp"
+
 namespace {
 
 using asio::ip::tcp;
@@ -43,8 +45,14 @@ constexpr std::size_t node_size = sizeof(std::uint32_t) + max_line + 1;
 
 int work(const std::string& name) {
   asio::io_context io;  // the rings need an executor; the worker never runs it
-  shmio::circular_buffer in(io.get_executor(), shmio::open_only, name + ".in");
-  shmio::circular_buffer out(io.get_executor(), shmio::open_only, name + ".out");
+  // Rings already gone: the bridge was stopped before this process got to them.
+  std::error_code ec;
+  shmio::circular_buffer in(io.get_executor(), shmio::open_only, name + ".in", {}, ec);
+  if (ec == shmio::errc::not_found) return 0;
+  if (ec) throw shmio::error(ec, "open circular buffer", name + ".in");
+  shmio::circular_buffer out(io.get_executor(), shmio::open_only, name + ".out", {}, ec);
+  if (ec == shmio::errc::not_found) return 0;
+  if (ec) throw shmio::error(ec, "open circular buffer", name + ".out");
   char buf[node_size];
   for (;;) {
     std::size_t n = in.read(asio::buffer(buf), std::chrono::milliseconds::max());
@@ -150,36 +158,70 @@ int run_main(int argc, char** argv) {
     std::fprintf(stderr, "usage: tcp_bridge [PORT [NAME]]\n");
     return 2;
   }
-  const auto port = static_cast<unsigned short>(argc > 1 ? std::atoi(argv[1]) : 0);
+  unsigned long port = 0;
+  if (argc > 1 && !examples::parse_number(argv[1], 65535, port)) {
+    std::fprintf(stderr, "tcp_bridge: PORT must be a number from 0 to 65535\n");
+    return 2;
+  }
   const std::string name = argc > 2 ? argv[2] : "tcp-bridge." + std::to_string(::getpid());
 
   asio::io_context io;
-  bridge b(io, port, name);
+  bridge b(io, static_cast<unsigned short>(port), name);
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  // The bridge tells the worker when to finish. A SIGINT or SIGTERM sent to the whole process
+  // group (Ctrl-C, `timeout`, a service manager) must not kill the worker first: it would die
+  // holding the rings, and the bridge, no longer their last user, would leave their files
+  // behind. So the worker ignores both; they stay blocked from before the fork until it does,
+  // and in the bridge until its handler is there (a signal meanwhile waits, it is not lost).
+  sigset_t stop_signals, old_mask;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  ::pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
   const pid_t parent = ::getpid();
   pid_t worker = ::fork();
+  if (worker == 0) {
+    // The worker dies with the bridge: it would wait for ever for lines nobody sends.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(1);
+    std::signal(SIGINT, SIG_IGN);
+    std::signal(SIGTERM, SIG_IGN);
+    ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+    ::execl("/proc/self/exe", "tcp_bridge", "worker", name.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   if (worker < 0) {
     std::perror("tcp_bridge: fork");
     return 1;
   }
-  if (worker == 0) {
-    // The worker dies with the bridge: it would wait for ever for lines nobody sends.
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(1);
-    ::execl("/proc/self/exe", "tcp_bridge", "worker", name.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
   b.start();
-  asio::signal_set signals(io, SIGINT, SIGTERM);
+  // The worker's pidfd turns readable when it exits.
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, worker, 0));
+  std::unique_ptr<asio::posix::stream_descriptor> worker_exit;
   signals.async_wait([&](std::error_code ec, int) {
+    if (ec) return;
+    if (worker_exit) worker_exit->cancel();
     // A worker stuck writing answers nobody reads cannot be told to finish: stop it.
-    if (!ec && !b.stop()) ::kill(worker, SIGKILL);
+    if (!b.stop()) ::kill(worker, SIGKILL);
   });
+  // A worker that dies (killed, say) would leave clients waiting for answers that never come:
+  // the bridge stops, and says so.
+  if (pidfd >= 0) {
+    worker_exit = std::make_unique<asio::posix::stream_descriptor>(io, ::dup(pidfd));
+    worker_exit->async_wait(asio::posix::stream_descriptor::wait_read, [&](std::error_code ec) {
+      if (ec) return;
+      std::fprintf(stderr, "tcp_bridge: the worker exited; stopping\n");
+      signals.cancel();
+      b.stop();
+    });
+  }
   std::printf("ready %u\n", b.port());
   std::fflush(stdout);
   io.run();
   // A worker told to finish may still be stuck writing answers nobody reads: give it 2 s
   // (its pidfd turns readable when it exits).
   int status = 0;
-  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, worker, 0));
+  worker_exit.reset();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   bool exited = false;
   while (pidfd >= 0 && !exited) {

@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "args.hpp"
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -50,7 +52,10 @@ struct tick_request {
 
 bool parse(std::string_view text, tick_request& r) {
   std::istringstream in{std::string(text)};
-  return static_cast<bool>(in >> r.symbol >> r.count >> r.interval_ms) && r.interval_ms <= 60'000;
+  std::string count, interval;
+  return static_cast<bool>(in >> r.symbol >> count >> interval) &&
+         examples::parse_number(count, 1'000'000'000, r.count) &&
+         examples::parse_number(interval, 60'000, r.interval_ms);
 }
 
 // The "ticks" method: COUNT ticks of SYMBOL (0: until the watcher stops), one every MS ms.
@@ -183,7 +188,10 @@ int run_watch(const std::vector<std::string>& args) {
   // NAME SYMBOL COUNT [MS [STOP]]
   if (args.size() < 3 || args.size() > 5) return 2;
   const std::string ms = args.size() > 3 ? args[3] : "10";
-  const unsigned long stop = args.size() > 4 ? std::stoul(args[4]) : 0;
+  // COUNT and MS are the service's to check (its refusal comes back as the read's error); STOP
+  // is the watcher's own.
+  unsigned long stop = 0;
+  if (args.size() > 4 && !examples::parse_number(args[4], 1'000'000'000, stop)) return 2;
   asio::io_context io;
   int rc = 1;
   asio::co_spawn(io, watch(args[0], args[1] + " " + args[2] + " " + ms, stop),
@@ -194,7 +202,8 @@ int run_watch(const std::vector<std::string>& args) {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: ticker serve NAME | ticker watch NAME SYMBOL COUNT [MS [STOP]] | ticker\n");
+               "usage: ticker serve NAME | ticker watch NAME SYMBOL COUNT [MS [STOP]] | ticker\n"
+               "  (COUNT and STOP: 0 to 1000000000; MS: 0 to 60000)\n");
   return 2;
 }
 

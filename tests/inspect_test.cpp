@@ -1,6 +1,7 @@
 // Tests of shmio::inspect: what it reads from live, stale, corrupted and temporary files, that
 // it never trusts what it reads, and that its stale removal leaves live segments alone.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -343,6 +344,48 @@ TEST_CASE("inspect survives random damage to a segment", "[inspect]") {
   }
 }
 
+TEST_CASE("inspect lists files under a name that the library refuses, and says why", "[inspect]") {
+  // Each makes a create or an open of the name fail with access_denied: an operator must see
+  // them in the listing, not an empty one.
+  scoped_name name("inspect");
+  const std::string path = file_of(name.str());
+  std::string why;
+  SECTION("a directory") {
+    REQUIRE(::mkdir(path.c_str(), 0700) == 0);
+    why = "not a regular file";
+  }
+  SECTION("a FIFO") {
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+    why = "not a regular file";
+  }
+  SECTION("a symbolic link") {
+    REQUIRE(::symlink("/dev/null", path.c_str()) == 0);
+    why = "a symbolic link";
+  }
+  SECTION("a segment readable by others") {
+    leave_stale_ring(name.str());
+    REQUIRE(::chmod(path.c_str(), 0644) == 0);
+    why = "mode 0644";
+  }
+  std::error_code ec;
+  auto info = shmio::inspect::examine(name.str(), ec);
+  CHECK(ec == shmio::errc::access_denied);
+  CHECK(info.status == shmio::errc::access_denied);
+  CHECK_THAT(info.problem, Catch::Contains(why));
+  CHECK_FALSE(info.header_read);
+  CHECK_FALSE(info.stale);  // not swept: the library did not make it
+  const auto all = shmio::inspect::list(ec);
+  REQUIRE_FALSE(ec);
+  const auto listed =
+      std::find_if(all.begin(), all.end(), [&](const auto& s) { return s.name == name.str(); });
+  REQUIRE(listed != all.end());
+  CHECK(listed->status == shmio::errc::access_denied);
+  asio::io_context io;
+  shmio::circular_buffer opened(io.get_executor(), shmio::open_only, name.str(), {}, ec);
+  CHECK(ec == shmio::errc::access_denied);  // the library's own verdict agrees
+  if (::rmdir(path.c_str()) != 0) ::unlink(path.c_str());
+}
+
 TEST_CASE("inspect lists and sweeps temporary files of dead creators", "[inspect]") {
   const std::uint32_t pid = dead_pid();
   const std::string path = "/dev/shm/.shmio.tmp." + std::to_string(pid) + ".00000000feedf00d";
@@ -356,6 +399,7 @@ TEST_CASE("inspect lists and sweeps temporary files of dead creators", "[inspect
   CHECK(info.temp_pid == pid);
   // Young: its creator may be in another pid namespace, between making the file and locking it.
   CHECK_FALSE(info.stale);
+  CHECK_FALSE(info.status);  // empty as a create's file is before it is sized: not damage
   CHECK_FALSE(shmio::inspect::remove_file_if_stale(path, ec));
   CHECK(ec == shmio::errc::busy);
   CHECK(::access(path.c_str(), F_OK) == 0);

@@ -104,6 +104,7 @@ std::string display_name(const inspect::segment_info& s) {
 }
 
 std::string state(const inspect::segment_info& s) {
+  if (s.status == shmio::errc::access_denied) return "refused";  // not looked into
   if (s.live) return "live";
   if (s.temporary && !s.stale) return "creating";
   return "stale";
@@ -184,8 +185,17 @@ std::string clients_text(const inspect::rpc_service_info& r) {
          " live)";
 }
 
+// "CORRUPTED: <problem>" and the like, for a status that is set.
+std::string status_text(const std::error_code& status, const std::string& problem) {
+  const char* label = status == shmio::errc::corrupted       ? "CORRUPTED"
+                      : status == shmio::errc::incompatible  ? "INCOMPATIBLE"
+                      : status == shmio::errc::access_denied ? "REFUSED"
+                                                             : "UNREADABLE";
+  return std::string(label) + ": " + problem;
+}
+
 std::string details(const inspect::segment_info& s) {
-  if (s.status) return "CORRUPTED: " + s.problem;
+  if (s.status) return status_text(s.status, s.problem);
   if (s.locked)
     return std::to_string(s.locked->length) + " x " + bytes(s.locked->element_size) + "; lock " +
            lock_text(s.locked->lock);
@@ -268,7 +278,7 @@ void print_detail(const inspect::segment_info& s) {
     std::printf("creator:  %s\n", creator_text(s).c_str());
     std::printf("created:  %s\n", utc_time(s.created_ns).c_str());
   }
-  std::printf("status:   %s\n", s.status ? ("CORRUPTED: " + s.problem).c_str() : "ok");
+  std::printf("status:   %s\n", s.status ? status_text(s.status, s.problem).c_str() : "ok");
   if (s.event) {
     std::printf("event:    %s, %s\n", s.event->signalled ? "set" : "clear",
                 s.event->manual_reset ? "manual-reset" : "auto-reset");
@@ -301,7 +311,7 @@ void print_detail(const inspect::segment_info& s) {
     for (const auto& c : r.clients) {
       std::printf("  %s  client pid %u %s, server end %s", printable(c.name).c_str(), c.pid,
                   c.alive ? "alive" : "gone", c.server_attached ? "attached" : "none");
-      if (c.status) std::printf("; CORRUPTED: %s", c.problem.c_str());
+      if (c.status) std::printf("; %s", status_text(c.status, c.problem).c_str());
       std::printf("\n");
     }
     std::printf("methods:  %zu%s\n", r.methods.size(),
@@ -351,10 +361,13 @@ void print_detail(const inspect::segment_info& s) {
 
 // ---- JSON ---------------------------------------------------------------------------------
 
-// "ok", "corrupted" or "incompatible".
+// "ok", "corrupted", "incompatible", "refused" (a file the library will not use: not a
+// regular file, another user's, or open to others) or "unreadable" (it could not be looked at).
 std::string status_name(const std::error_code& status) {
   if (!status) return "ok";
-  return status == shmio::errc::incompatible ? "incompatible" : "corrupted";
+  if (status == shmio::errc::corrupted) return "corrupted";
+  if (status == shmio::errc::incompatible) return "incompatible";
+  return status == shmio::errc::access_denied ? "refused" : "unreadable";
 }
 
 void write_queue(json_writer& j, const inspect::wait_queue_info& q) {
@@ -580,7 +593,9 @@ int stat(const std::string& name, bool json) {
     std::fprintf(stderr, "shmio: no segment named '%s'\n", printable(name).c_str());
     return 1;
   }
-  if (ec) return fail(name, ec);
+  // A file the library refuses is shown with why, and the exit status says it is not usable.
+  const bool refused = ec == shmio::errc::access_denied && s.status;
+  if (ec && !refused) return fail(name, ec);
   if (json) {
     json_writer j;
     write_segment(j, s);
@@ -588,7 +603,7 @@ int stat(const std::string& name, bool json) {
   } else {
     print_detail(s);
   }
-  return 0;
+  return refused ? 1 : 0;
 }
 
 int remove_one(const std::string& name, bool force) {

@@ -19,7 +19,8 @@ enum class errc {
   peer_gone,          ///< The other side closed or died.
   message_too_large,  ///< The message does not fit in a node or packet.
   remote_error,       ///< The remote handler failed; the text travels with the reply.
-  access_denied,      ///< The file is not a regular file owned by this user, or a link.
+  access_denied,      ///< The file is a link, not a regular file, not owned by this user, or
+                      ///< readable or writable by others (mode 0600 only).
   invalid_name,       ///< The name is empty or only a prefix, or its file would be a cut name's.
   invalid_argument,   ///< An argument is out of its documented range.
   busy,               ///< Another operation holds what this one needs (e.g. a second pending wait).

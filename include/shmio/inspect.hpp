@@ -4,10 +4,13 @@
 // Nothing here opens a segment the way an I/O object does: files are opened read-only, mapped
 // read-only and never locked, so inspecting cannot keep a segment alive or change its state.
 // Every value read is validated; a file that fails is reported with status errc::corrupted (or
-// errc::incompatible for another layout version), never trusted. What is read is a snapshot of
-// memory that other processes keep changing: counts may be a moment old. A file truncated while
-// it is read is reported corrupted too: the first examination installs the process's truncation
-// guard, a SIGBUS handler that chains to any installed before it (docs/protocol.md).
+// errc::incompatible for another layout version), never trusted. A file under one of this
+// user's names that the library refuses to use (a symbolic link, not a regular file, another
+// user's, or readable or writable by others) is reported with errc::access_denied and why. What is
+// read is a snapshot of memory that other processes keep changing: counts may be a moment old. A
+// file truncated while it is read is reported corrupted too: the first examination installs the
+// process's truncation guard, a SIGBUS handler that chains to any installed before it
+// (docs/protocol.md).
 //
 // Liveness is the one the library uses: a segment is live while some process holds the shared
 // lock on byte 0 of its file, and stale once none does (its last user died without closing).
@@ -217,8 +220,9 @@ struct segment_info {
 std::string kind_name(std::uint32_t kind);
 
 /// Every segment file of this user (their own names, and machine-wide names they own), plus the
-/// temporary files of unfinished creates, sorted by name. An RPC service's clients are the
-/// channels of the same listing that are named for it.
+/// temporary files of unfinished creates, sorted by name. Files under those names that the
+/// library refuses are listed too, with status errc::access_denied and nothing read from them. An
+/// RPC service's clients are the channels of the same listing that are named for it.
 std::vector<segment_info> list(std::error_code& ec);
 /// The segment `name`, or errc::not_found.
 segment_info examine(std::string_view name, std::error_code& ec);

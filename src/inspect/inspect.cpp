@@ -154,18 +154,32 @@ segment_info examine_one(const std::string& path, std::error_code& ec) {
     ec = errc::invalid_name;
     return info;
   }
+  // A file under one of our names that the library refuses to use (segment.cpp): listed with
+  // why, so that an operator sees what stands in the way of a create or an open of the name.
+  // (A temporary file is nobody's to open: one that is not ours is only left out.)
+  const auto refused = [&](std::string why) {
+    ec = errc::access_denied;
+    if (!info.temporary)
+      set_problem(info, errc::access_denied, std::move(why) + " (the library refuses it)");
+    return info;
+  };
   platform::unique_fd fd = platform::open_read_only(path, ec);
+  if (ec == std::errc::too_many_symbolic_link_levels) return refused("a symbolic link");
   if (ec) {
     ec = detail::file_error(ec);
     return info;
   }
   auto st = platform::status(fd.get(), ec);
   if (ec) return info;
-  if (!st.regular || st.owner_uid != platform::user_id()) {
-    ec = errc::access_denied;
-    return info;
-  }
   info.file_size = st.size;
+  if (!st.regular) return refused("not a regular file");
+  if (st.owner_uid != platform::user_id())
+    return refused("owned by uid " + std::to_string(st.owner_uid));
+  if ((st.mode & 077) != 0 && !info.temporary) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.mode & 07777));
+    return refused(std::string("mode ") + mode + ": readable or writable by others");
+  }
   std::error_code lock_ec;
   info.live = platform::byte_locked_by_other(fd.get(), layout::holder_lock_byte, lock_ec);
   // A creator locks its temporary file a moment after creating it: until then only the file's
@@ -174,7 +188,14 @@ segment_info examine_one(const std::string& path, std::error_code& ec) {
   info.stale =
       !info.live && !(info.temporary && !detail::old_enough_to_be_abandoned(st.modified_ns));
   if (st.size < sizeof(layout::segment_header)) {
-    set_problem(info, errc::corrupted, "shorter than a segment header");
+    // A create in progress sizes its temporary file a moment after making it.
+    if (!(info.temporary && !info.stale))
+      set_problem(info, errc::corrupted, "shorter than a segment header");
+    return info;
+  }
+  if (st.size > sizeof(layout::segment_header) + layout::max_body_size) {
+    set_problem(info, errc::corrupted,
+                std::to_string(st.size) + " bytes: larger than any segment (16 TiB of body)");
     return info;
   }
   // A file truncated while we read it must not kill the inspector: the guard turns the fault
@@ -299,8 +320,10 @@ std::vector<segment_info> list(std::error_code& ec) {
     if (!is_shmio_file(file)) continue;
     std::error_code one;
     segment_info info = examine_one(dir + file, one);
-    // Gone meanwhile, another user's, or not one of ours by name: not listed.
-    if (one == errc::not_found || one == errc::access_denied || one == errc::invalid_name) continue;
+    // Gone meanwhile, or not one of ours by name: not listed. One the library refuses is, with
+    // why (its status says so).
+    if (one == errc::not_found || one == errc::invalid_name) continue;
+    if (one == errc::access_denied && !info.status) continue;
     // One that could not be looked at (no descriptor or memory left) is listed with why, not
     // left out as if it were not there.
     if (one && !info.status) {

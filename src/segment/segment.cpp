@@ -21,7 +21,7 @@ using namespace std::chrono_literals;
 
 // Rename/remove races with other creators resolve in a few rounds; this bounds pathological ones.
 constexpr int max_create_rounds = 64;
-constexpr std::uint64_t max_body_size = std::uint64_t{1} << 44;  // 16 TiB: far past any /dev/shm
+using layout::max_body_size;
 
 // Only a regular file of ours, readable by nobody else, is a segment we may use.
 std::error_code check_ownership(const platform::file_status& st) {

@@ -33,6 +33,9 @@ inline constexpr std::uint64_t segment_magic = 0x0031304f494d4853ull;  // "SHMIO
 // version 3 process would take a tagged word for a damaged one, and reclaim a live lock).
 inline constexpr std::uint32_t layout_version = 4;
 
+// The largest body a segment may have: 16 TiB, far past any /dev/shm. A larger file is not one.
+inline constexpr std::uint64_t max_body_size = std::uint64_t{1} << 44;
+
 struct segment_header {
   std::uint64_t magic;        // segment_magic; anything else is not a shmio segment
   std::uint32_t version;      // layout_version of the creator
