@@ -349,6 +349,12 @@ TEST_CASE("inspect lists files under a name that the library refuses, and says w
   // them in the listing, not an empty one.
   scoped_name name("inspect");
   const std::string path = file_of(name.str());
+  struct remover {  // whatever the checks below do (scoped_name removes no directory)
+    std::string path;
+    ~remover() {
+      if (::rmdir(path.c_str()) != 0) ::unlink(path.c_str());
+    }
+  } remove_it{path};
   std::string why;
   SECTION("a directory") {
     REQUIRE(::mkdir(path.c_str(), 0700) == 0);
@@ -361,6 +367,13 @@ TEST_CASE("inspect lists files under a name that the library refuses, and says w
   SECTION("a symbolic link") {
     REQUIRE(::symlink("/dev/null", path.c_str()) == 0);
     why = "a symbolic link";
+  }
+  if (::geteuid() == 0) {  // only root can give a file away
+    SECTION("another user's file") {
+      leave_stale_ring(name.str());
+      REQUIRE(::chown(path.c_str(), 12345, 12345) == 0);
+      why = "owned by uid 12345";
+    }
   }
   SECTION("a segment readable by others") {
     leave_stale_ring(name.str());
@@ -383,7 +396,6 @@ TEST_CASE("inspect lists files under a name that the library refuses, and says w
   asio::io_context io;
   shmio::circular_buffer opened(io.get_executor(), shmio::open_only, name.str(), {}, ec);
   CHECK(ec == shmio::errc::access_denied);  // the library's own verdict agrees
-  if (::rmdir(path.c_str()) != 0) ::unlink(path.c_str());
 }
 
 TEST_CASE("inspect lists and sweeps temporary files of dead creators", "[inspect]") {

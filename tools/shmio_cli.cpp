@@ -7,7 +7,9 @@
 //
 // With PREFIX, only names that start with it count (a temporary file's name is its file name).
 // NAME is a shmio name ("jobs", "Global\jobs") or the path of a file in /dev/shm. Exit status:
-// 0 success, 1 failure (e.g. no such segment), 2 wrong usage.
+// 0 success, 1 failure (e.g. no such segment, or `stat` of a file the library refuses), 2 wrong
+// usage. In --json, "state" is live, stale, creating or refused, and "status" ok, corrupted,
+// incompatible, refused (a file the library will not use) or unreadable (it could not be read).
 #include <cerrno>
 #include <cstdio>
 #include <ctime>

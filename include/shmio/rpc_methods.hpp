@@ -78,7 +78,8 @@ class rpc_methods {
   /// kinds above (a handler of another shape fails to compile with one static_assert). Throws
   /// shmio::error (errc::invalid_argument) for a name over max_name bytes or an empty handler.
   template <class Handler>
-  rpc_methods& add(std::string_view name, Handler&& handler) {
+  requires(!std::is_same_v<std::remove_cvref_t<Handler>, std::nullptr_t>)
+      rpc_methods& add(std::string_view name, Handler&& handler) {
     bool callable = false;
     auto method = method_of(std::forward<Handler>(handler), callable);
     return put(name, std::move(method), callable);

@@ -165,6 +165,15 @@ segment_info examine_one(const std::string& path, std::error_code& ec) {
   };
   platform::unique_fd fd = platform::open_read_only(path, ec);
   if (ec == std::errc::too_many_symbolic_link_levels) return refused("a symbolic link");
+  if (ec == std::errc::permission_denied || ec == std::errc::operation_not_permitted) {
+    // Another user's file, readable by its owner only: who owns it is still to be seen.
+    std::error_code lec;
+    const auto lst = platform::link_status(path, lec);
+    if (!lec && lst.owner_uid != platform::user_id()) {
+      info.file_size = lst.size;
+      return refused("owned by uid " + std::to_string(lst.owner_uid));
+    }
+  }
   if (ec) {
     ec = detail::file_error(ec);
     return info;
@@ -187,10 +196,11 @@ segment_info examine_one(const std::string& path, std::error_code& ec) {
   // that shares /dev/shm is not one of ours, and would lose its file between the two steps.
   info.stale =
       !info.live && !(info.temporary && !detail::old_enough_to_be_abandoned(st.modified_ns));
+  // A create in progress sizes its temporary file, then writes its header and body: what it
+  // holds is not looked into until it is abandoned.
+  if (info.temporary && !info.stale) return info;
   if (st.size < sizeof(layout::segment_header)) {
-    // A create in progress sizes its temporary file a moment after making it.
-    if (!(info.temporary && !info.stale))
-      set_problem(info, errc::corrupted, "shorter than a segment header");
+    set_problem(info, errc::corrupted, "shorter than a segment header");
     return info;
   }
   if (st.size > sizeof(layout::segment_header) + layout::max_body_size) {

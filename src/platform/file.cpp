@@ -89,12 +89,9 @@ std::vector<std::string> list_directory(const std::string& directory, std::error
   return names;
 }
 
-file_status status(int fd, std::error_code& ec) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ec = last_error();
-    return {};
-  }
+namespace {
+
+file_status status_of(const struct stat& st) {
   file_status out;
   out.size = static_cast<std::uint64_t>(st.st_size);
   out.inode = static_cast<std::uint64_t>(st.st_ino);
@@ -105,6 +102,26 @@ file_status status(int fd, std::error_code& ec) {
   out.modified_ns = static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1'000'000'000u +
                     static_cast<std::uint64_t>(st.st_mtim.tv_nsec);
   return out;
+}
+
+}  // namespace
+
+file_status status(int fd, std::error_code& ec) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ec = last_error();
+    return {};
+  }
+  return status_of(st);
+}
+
+file_status link_status(const std::string& path, std::error_code& ec) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    ec = last_error();
+    return {};
+  }
+  return status_of(st);
 }
 
 void reserve(int fd, std::uint64_t size, std::error_code& ec) {

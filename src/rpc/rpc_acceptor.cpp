@@ -280,6 +280,7 @@ rpc_acceptor& rpc_acceptor::operator=(rpc_acceptor&& other) noexcept {
     ex_ = other.ex_;
     name_ = std::move(other.name_);
     impl_ = std::move(other.impl_);
+    last_statistics_ = other.last_statistics_;
   }
   return *this;
 }

@@ -55,6 +55,8 @@ unique_fd open_read_only(const std::string& path, std::error_code& ec);
 /// The names in `directory` (no "." or ".."), in no particular order.
 std::vector<std::string> list_directory(const std::string& directory, std::error_code& ec);
 file_status status(int fd, std::error_code& ec);
+/// The same for `path` itself (a final symlink is not followed): for a file we may not open.
+file_status link_status(const std::string& path, std::error_code& ec);
 /// Reserves `size` bytes so that a full /dev/shm fails here (ENOSPC), never as SIGBUS later.
 void reserve(int fd, std::uint64_t size, std::error_code& ec);
 /// Renames `from` to `to` unless `to` exists (then errc::file_exists).

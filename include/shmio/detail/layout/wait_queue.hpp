@@ -26,14 +26,12 @@ inline constexpr std::uint64_t parked_sleeper_unit = 1;
 // A slot owner id with this bit set is a blocking sleeper (pid << 32 | tid), not a doorbell.
 inline constexpr std::uint64_t slot_sleeper_bit = std::uint64_t{1} << 63;
 
-// What `parked` can hold: at most every slot armed, and again as many arms on their way out (an
-// owner that counts itself before finding its slot armed already takes its count back); at most
-// as many counted sleepers as Linux has thread ids (pid_max is at most 2^22). A value beyond
-// either was written by something else: signallers then trust neither half (wait_queue.cpp).
-inline constexpr std::uint64_t max_parked_arms = 2 * wait_slot_count;
-inline constexpr std::uint64_t max_counted_sleepers = std::uint64_t{1} << 22;
+// What `parked` can hold. Each half counts waits (armed slots; counted sleepers), and may be
+// left a few too high by processes killed between a count and its undoing, never near 2^31. A
+// half at 2^31 or more was written over (or went below zero and wrapped): signallers then trust
+// neither half (wait_queue.cpp), and the inspector reports the segment corrupted.
 constexpr bool parked_in_range(std::uint64_t parked) noexcept {
-  return (parked >> 32) <= max_parked_arms && (parked & 0xffffffffu) <= max_counted_sleepers;
+  return (parked >> 63) == 0 && (parked & 0x80000000u) == 0;
 }
 
 struct wait_slot {
