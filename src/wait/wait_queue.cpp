@@ -64,16 +64,21 @@ void wake_sleepers(layout::wait_queue& q, std::uint64_t parked, int count) noexc
   platform::futex_wake(q.futex_seq, count);
 }
 
+// The signaller's read of `parked`. seq_cst: this load must not move before the caller's
+// publication (StoreLoad), or a waiter that armed after our read but re-checked before our
+// publication would sleep on. A count out of range was written over (a wrapped one can read as no
+// armed slot while every slot is armed): read as both halves set, so that every sleeper is woken
+// and every slot looked at.
+std::uint64_t parked_to_signal(const layout::wait_queue& q) noexcept {
+  const std::uint64_t parked = q.parked.load(std::memory_order_seq_cst);
+  return layout::parked_in_range(parked) ? parked : ~std::uint64_t{0};
+}
+
 }  // namespace
 
 void notify_all(layout::wait_queue& q) noexcept {
-  // seq_cst: this load must not move before the caller's publication (StoreLoad), or a waiter
-  // that armed after our read but re-checked before our publication would sleep on.
-  std::uint64_t parked = q.parked.load(std::memory_order_seq_cst);
+  const std::uint64_t parked = parked_to_signal(q);
   if (parked == 0) return;
-  // A count out of range was written over (a wrapped one can read as no armed slot while every
-  // slot is armed): wake every sleeper and look at every slot, as if both halves were set.
-  if (!layout::parked_in_range(parked)) parked = ~std::uint64_t{0};
   wake_sleepers(q, parked, INT_MAX);
   if (parked < parked_doorbell_unit) return;
   for (std::uint32_t i = 0; i < wait_slot_count; ++i)
@@ -81,9 +86,8 @@ void notify_all(layout::wait_queue& q) noexcept {
 }
 
 void notify_one(layout::wait_queue& q) noexcept {
-  std::uint64_t parked = q.parked.load(std::memory_order_seq_cst);  // as in notify_all
+  const std::uint64_t parked = parked_to_signal(q);
   if (parked == 0) return;
-  if (!layout::parked_in_range(parked)) parked = ~std::uint64_t{0};  // as in notify_all
   // A counted sleeper may be one that already has what it waited for and is on its way out, so
   // waking one sleeper is not enough: ring one armed slot as well (models/wake_protocol.pml).
   wake_sleepers(q, parked, 1);
