@@ -109,8 +109,17 @@ enum class family {
   node_ring_claims,
   node_ring_atomics,
   ring_view_direct,
-  co_node_floor
+  co_node_floor,
+  shmio_sync_spsc,  // BM_ring_flow_pairs only: shmio_sync and shmio_co on a ring_mode::spsc ring
+  shmio_co_spsc
 };
+
+/// The family an spsc family runs as (on its single-writer ring); any other is its own.
+family base_of(family f) {
+  if (f == family::shmio_sync_spsc) return family::shmio_sync;
+  if (f == family::shmio_co_spsc) return family::shmio_co;
+  return f;
+}
 
 const char* name_of(family f) {
   switch (f) {
@@ -140,6 +149,10 @@ const char* name_of(family f) {
       return "ring_view_direct";
     case family::co_node_floor:
       return "co_node_floor";
+    case family::shmio_sync_spsc:
+      return "shmio_sync_spsc";
+    case family::shmio_co_spsc:
+      return "shmio_co_spsc";
   }
   return "?";
 }
@@ -306,6 +319,8 @@ void bm_roundtrip(benchmark::State& state, family f, placement p, std::size_t si
       case family::node_ring_atomics:
       case family::ring_view_direct:
       case family::co_node_floor:
+      case family::shmio_sync_spsc:
+      case family::shmio_co_spsc:
         throw std::logic_error("no round trip for this family here (see BM_roundtrip_pairs)");
     }
   });
@@ -615,7 +630,8 @@ constexpr family paired_flows[] = {
     family::spin_ring,        family::node_ring_release, family::node_ring_parkable,
     family::node_ring_claims, family::node_ring_atomics, family::ring_view_direct,
     family::co_node_floor,    family::shmio_sync,        family::shmio_async,
-    family::shmio_co,         family::shmio_sync_batch,  family::shmio_async_batch};
+    family::shmio_co,         family::shmio_sync_batch,  family::shmio_async_batch,
+    family::shmio_sync_spsc,  family::shmio_co_spsc};
 constexpr int paired_count = static_cast<int>(std::size(paired_flows));
 
 /// The bare rings of the flow pairs, made before the fork (shared anonymous memory).
@@ -718,9 +734,10 @@ asio::awaitable<std::size_t> co_node_read(node_ring& r, std::vector<std::byte>& 
 /// Moves `n` messages of `msg`'s size from the producer's side of a bare ring or `ring` as `f`
 /// does.
 void produce_block(family f, std::uint64_t n, bare_rings& bare, direct_ring& direct,
-                   shmio::circular_buffer& ring, asio::io_context& io,
+                   shmio::circular_buffer& ring, shmio::circular_buffer& spsc, asio::io_context& io,
                    const std::vector<std::byte>& msg) {
   if (node_ring* r = bare.node_of(f)) return spin_write(*r, n, msg);
+  if (base_of(f) != f) return write_messages(base_of(f), n, spsc, io, msg);
   switch (f) {
     case family::spin_ring:
       return spin_write(bare.spin, n, msg);
@@ -739,8 +756,10 @@ void produce_block(family f, std::uint64_t n, bare_rings& bare, direct_ring& dir
 
 /// The consumer's side of produce_block: takes `n` messages, counting them in `received`.
 void consume_block(family f, std::uint64_t n, bare_rings& bare, direct_ring& direct,
-                   shmio::circular_buffer& ring, asio::io_context& io, std::vector<std::byte>& msg,
-                   shared_counters& received) {
+                   shmio::circular_buffer& mpmc, shmio::circular_buffer& spsc, asio::io_context& io,
+                   std::vector<std::byte>& msg, shared_counters& received) {
+  shmio::circular_buffer& ring = base_of(f) != f ? spsc : mpmc;
+  f = base_of(f);
   std::uint64_t got = 0;
   auto count = [&got](std::span<const std::byte>) { ++got; };
   if (node_ring* r = bare.node_of(f)) {
@@ -801,6 +820,9 @@ void flow_pairs(benchmark::State& state, session& s) {
   asio::io_context io;
   shmio::circular_buffer ring(io.get_executor(), shmio::create_only, name, fl.node_count,
                               fl.message_size);
+  const std::string spsc_name = s.segment_name("pairs-spsc");
+  shmio::circular_buffer spsc(io.get_executor(), shmio::create_only, spsc_name, fl.node_count,
+                              fl.message_size, shmio::ring_mode::spsc);
   // Block b (from 1) is announced by storing its family in ctl().count, then b in ctl().ping;
   // ctl().stop ends both children. Each side waits for the next block yielding, not spinning.
   auto next_block = [&c](std::uint32_t b) {
@@ -816,11 +838,12 @@ void flow_pairs(benchmark::State& state, session& s) {
         place(fl, 0);
         asio::io_context cio;
         shmio::circular_buffer r(cio.get_executor(), shmio::open_only, name);
+        shmio::circular_buffer one(cio.get_executor(), shmio::open_only, spsc_name);
         direct_ring direct(name);
         const std::vector<std::byte> msg(fl.message_size, std::byte{1});
         ready();
         for (std::uint32_t b = 1; next_block(b); ++b)
-          produce_block(family_of_block(), flow_pair_block, bare, direct, r, cio, msg);
+          produce_block(family_of_block(), flow_pair_block, bare, direct, r, one, cio, msg);
       },
       false);
   s.fork_child(
@@ -828,11 +851,13 @@ void flow_pairs(benchmark::State& state, session& s) {
         place(fl, 1);
         asio::io_context cio;
         shmio::circular_buffer r(cio.get_executor(), shmio::open_only, name);
+        shmio::circular_buffer one(cio.get_executor(), shmio::open_only, spsc_name);
         direct_ring direct(name);
         std::vector<std::byte> msg(fl.message_size);
         ready();
         for (std::uint32_t b = 1; next_block(b); ++b)
-          consume_block(family_of_block(), flow_pair_block, bare, direct, r, cio, msg, received);
+          consume_block(family_of_block(), flow_pair_block, bare, direct, r, one, cio, msg,
+                        received);
       },
       false);
   s.start_children();
@@ -895,6 +920,8 @@ void bm_flow(benchmark::State& state, family f, flow fl) {
       case family::node_ring_atomics:
       case family::ring_view_direct:
       case family::co_node_floor:
+      case family::shmio_sync_spsc:
+      case family::shmio_co_spsc:
         throw std::logic_error("this family runs only in BM_ring_flow_pairs");
     }
   });

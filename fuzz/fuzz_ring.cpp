@@ -41,11 +41,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static const std::string name = shmio::fuzz::fuzz_name("ring");
   const std::size_t node_count = 2 + data[0] % 6;
   const std::size_t node_size = 1 + data[1] % 96;
+  // Half the inputs make a single-writer ring (its roles, its plain claims, its mode bytes).
+  const auto mode = data[0] & 0x80 ? shmio::ring_mode::spsc : shmio::ring_mode::mpmc;
   asio::io_context io;
   std::error_code ec;
   shmio::segment::remove(name, ec);
   shmio::circular_buffer creator(io.get_executor(), shmio::create_only, name, node_count, node_size,
-                                 {}, ec);
+                                 mode, {}, ec);
   if (ec) return 0;
   // Some published messages and some free nodes, so that mutations hit live state.
   for (std::size_t i = 0; i + 1 < node_count; ++i) {

@@ -231,7 +231,7 @@ TEST_CASE("a segment file has mode 0600 and a header with magic, version, kind a
   with_raw_fd(s.path(), [&](int fd) { REQUIRE(::pread(fd, &h, sizeof h, 0) == sizeof h); });
   CHECK(h.magic == 0x0031304f494d4853ull);  // "SHMIO01\0"
   CHECK(h.version == shmio::detail::layout::layout_version);
-  CHECK(h.version == 4);
+  CHECK(h.version == 5);
   CHECK(h.kind == static_cast<std::uint32_t>(object_kind::event));
   CHECK(h.total_size == 164);
   CHECK(h.body_offset == 64);

@@ -4,8 +4,9 @@
 // counts torn messages and messages out of order; the totals must match what was sent: no
 // loss, no duplicate, nothing torn.
 //
-//   shmio_stress processes|threads [PRODUCERS CONSUMERS MESSAGES_PER_PRODUCER NODES]
-//   (defaults 4 4 20000 16; the long mode is `shmio_stress processes 4 4 2500000`: 10 M)
+//   shmio_stress processes|threads [PRODUCERS CONSUMERS MESSAGES_PER_PRODUCER NODES [spsc]]
+//   (defaults 4 4 20000 16; the long mode is `shmio_stress processes 4 4 2500000`: 10 M;
+//   `spsc` makes a single-writer ring, for 1 producer and 1 consumer)
 //
 // Prints one summary line and exits 1 on any violation.
 #include <sys/wait.h>
@@ -142,7 +143,7 @@ void send_stops(const std::string& name, std::size_t consumers) {
 int main(int argc, char** argv) {
   if (argc < 2 ||
       (std::strcmp(argv[1], "processes") != 0 && std::strcmp(argv[1], "threads") != 0)) {
-    std::fprintf(stderr, "usage: shmio_stress processes|threads [P C MESSAGES NODES]\n");
+    std::fprintf(stderr, "usage: shmio_stress processes|threads [P C MESSAGES NODES [spsc]]\n");
     return 2;
   }
   const bool processes = std::strcmp(argv[1], "processes") == 0;
@@ -150,10 +151,13 @@ int main(int argc, char** argv) {
   const std::size_t consumers = argc > 3 ? std::stoul(argv[3]) : 4;
   const auto per_producer = static_cast<std::uint32_t>(argc > 4 ? std::stoul(argv[4]) : 20000);
   const std::size_t nodes = argc > 5 ? std::stoul(argv[5]) : 16;
+  const bool spsc = argc > 6 && std::strcmp(argv[6], "spsc") == 0;
   if (producers == 0 || producers > max_producers || consumers == 0) return 2;
+  if (spsc && (producers != 1 || consumers != 1)) return 2;
   const std::string name = "shmio-test.stress." + std::to_string(::getpid());
   asio::io_context io;
-  shmio::circular_buffer ring(io.get_executor(), shmio::create_only, name, nodes, sizeof(message));
+  shmio::circular_buffer ring(io.get_executor(), shmio::create_only, name, nodes, sizeof(message),
+                              spsc ? shmio::ring_mode::spsc : shmio::ring_mode::mpmc);
   const auto start = clock_type::now();
   std::vector<tally> tallies(consumers);
   bool producers_ok = true;

@@ -256,7 +256,13 @@ void print_queue(const char* what, const inspect::wait_queue_info& q) {
 }
 
 void print_ring(const char* title, const inspect::ring_info& r) {
-  std::printf("%s: %u nodes of %s\n", title, r.node_count, bytes(r.node_size).c_str());
+  std::printf("%s: %u nodes of %s%s\n", title, r.node_count, bytes(r.node_size).c_str(),
+              r.single ? ", single writer and reader" : "");
+  if (r.single) {
+    auto holder = [](std::uint32_t p) { return p ? "participant " + std::to_string(p) : "none"; };
+    std::printf("  %-14s writer %s, reader %s\n", "roles", holder(r.writer).c_str(),
+                holder(r.reader).c_str());
+  }
   std::printf("  %-14s %u free, %u published, %u being written, %u being read", "nodes", r.free,
               r.published, r.writing, r.reading);
   if (r.invalid) std::printf(", %u INVALID", r.invalid);
@@ -397,6 +403,11 @@ void write_ring(json_writer& j, const inspect::ring_info& r) {
   j.key("head").value(r.head);
   j.key("tail").value(r.tail);
   j.key("cursors_apart").value(r.cursors_apart);
+  j.key("mode").value(r.single ? "spsc" : "mpmc");
+  if (r.single) {
+    j.key("writer").value(std::uint64_t{r.writer});
+    j.key("reader").value(std::uint64_t{r.reader});
+  }
   j.key("readers");
   write_queue(j, r.readers);
   j.key("writers");

@@ -6,7 +6,8 @@
 // - One message per node; node_count and node_size are fixed by the creator and learnt by
 //   openers. All node_count nodes can hold unread messages (the C# SharedMemory library keeps one
 //   free: it holds node_count - 1).
-// - Writers and readers may be many, in any processes. Readers compete: each message goes to
+// - Writers and readers may be many, in any processes (or, in a ring created with
+//   ring_mode::spsc, one of each at a time, for speed). Readers compete: each message goes to
 //   exactly one reader. Messages are read in the order their writers claimed nodes.
 // - A message larger than node_size() is refused with errc::message_too_large, never cut. A read
 //   into a buffer smaller than the next message fails with errc::message_too_large and leaves
@@ -18,11 +19,11 @@
 // Waiting: see shmio/wait_strategy.hpp. A write wakes a parked reader and a read a parked writer
 // with one shared-memory load when nobody is parked, and no system call.
 //
-// Threads: several threads may read and write through one handle at once. Closing, moving or
-// destroying it must not overlap another call on it, a blocking one or an async operation's
-// initiating call (as for an Asio socket; a blocking call is not woken by close(): give it a
-// timeout). Pending async operations are aborted by close() from any thread, a handler's
-// included.
+// Threads: several threads may read and write through one handle at once (in a single-writer
+// ring, see ring_mode::spsc, one at a time each way). Closing, moving or destroying it must not
+// overlap another call on it, a blocking one or an async operation's initiating call (as for an
+// Asio socket; a blocking call is not woken by close(): give it a timeout). Pending async
+// operations are aborted by close() from any thread, a handler's included.
 
 #include <chrono>
 #include <cstddef>
@@ -44,6 +45,31 @@
 
 namespace shmio {
 
+/// Who may use a ring, fixed by its creator.
+enum class ring_mode {
+  /// Any number of writers and readers, in any processes and threads (the default).
+  mpmc,
+  /// One writing handle and one reading handle at a time (the same handle, or any two, in any
+  /// processes), for the fastest single-message flow: nodes are claimed and published without
+  /// an atomic read-modify-write or a full fence, and a wait pays with a membarrier(2) system
+  /// call each time it parks instead (a few microseconds; a wait that finds its message or node
+  /// while it spins pays nothing).
+  /// - A handle becomes the writer at its first write and stays so until it is closed (and any
+  ///   in-place callback of it has returned); another handle's write meanwhile fails with
+  ///   errc::busy (a handle that only reads never becomes the writer). The same for reading. A
+  ///   writer or reader killed is replaced by the next handle to write or read, its
+  ///   half-written message skipped or the message it was reading lost (see above).
+  /// - One thread (or strand) at a time writes through the writing handle, and one reads
+  ///   through the reading handle: a blocking call, an initiating call or a fast form must not
+  ///   overlap another of the same direction. Any number of async operations may be pending;
+  ///   a blocking call fails with errc::busy while one of its direction is (their claims would
+  ///   race).
+  /// - Every process that opens it needs membarrier's global expedited command (Linux 4.16);
+  ///   where the kernel or a seccomp filter refuses it, the open fails with that system error.
+  ///   (A filter that forbids it after the open makes a wait abort the process.)
+  spsc,
+};
+
 class circular_buffer {
  public:
   using executor_type = asio::any_io_executor;
@@ -52,12 +78,20 @@ class circular_buffer {
   /// Throws shmio::error: errc::invalid_argument, errc::already_exists, errc::no_space, ...
   circular_buffer(const executor_type& ex, create_only_t, std::string_view name,
                   std::size_t node_count, std::size_t node_size, wait_strategy strategy = {});
-  /// Opens the ring `name`; node_count() and node_size() come from the segment.
+  /// The same, with the ring's mode (see ring_mode).
+  circular_buffer(const executor_type& ex, create_only_t, std::string_view name,
+                  std::size_t node_count, std::size_t node_size, ring_mode mode,
+                  wait_strategy strategy = {});
+  /// Opens the ring `name`; node_count(), node_size() and mode() come from the segment.
   circular_buffer(const executor_type& ex, open_only_t, std::string_view name,
                   wait_strategy strategy = {});
-  /// Opens the ring `name`, or creates it with these sizes.
+  /// Opens the ring `name` (of either mode), or creates it with these sizes (ring_mode::mpmc).
   circular_buffer(const executor_type& ex, open_or_create_t, std::string_view name,
                   std::size_t node_count, std::size_t node_size, wait_strategy strategy = {});
+  /// The same, with the ring's mode; an existing ring of the other mode is errc::incompatible.
+  circular_buffer(const executor_type& ex, open_or_create_t, std::string_view name,
+                  std::size_t node_count, std::size_t node_size, ring_mode mode,
+                  wait_strategy strategy = {});
   /// The error_code forms: on failure `ec` is set and the object is closed.
   circular_buffer(const executor_type& ex, create_only_t, std::string_view name,
                   std::size_t node_count, std::size_t node_size, wait_strategy strategy,
@@ -67,6 +101,12 @@ class circular_buffer {
   circular_buffer(const executor_type& ex, open_or_create_t, std::string_view name,
                   std::size_t node_count, std::size_t node_size, wait_strategy strategy,
                   std::error_code& ec);
+  circular_buffer(const executor_type& ex, create_only_t, std::string_view name,
+                  std::size_t node_count, std::size_t node_size, ring_mode mode,
+                  wait_strategy strategy, std::error_code& ec);
+  circular_buffer(const executor_type& ex, open_or_create_t, std::string_view name,
+                  std::size_t node_count, std::size_t node_size, ring_mode mode,
+                  wait_strategy strategy, std::error_code& ec);
 
   /// The moved-from handle is closed and keeps its executor.
   circular_buffer(circular_buffer&& other) noexcept;
@@ -81,6 +121,8 @@ class circular_buffer {
   const std::string& name() const noexcept;
   std::size_t node_count() const noexcept;
   std::size_t node_size() const noexcept;
+  /// ring_mode::mpmc for a closed handle.
+  ring_mode mode() const noexcept;
 
   // ---- blocking -------------------------------------------------------------------------
   // Timeouts: zero tries once; negative or milliseconds::max() waits for ever.

@@ -51,6 +51,11 @@ struct ring_info {
   /// The head and tail further apart than a ring's cursors ever are (two laps either way, in
   /// a pair read while the head stood still): one of them was damaged.
   bool cursors_apart = false;
+  /// A single-writer ring (ring_mode::spsc), and the participant numbers of its writing and
+  /// reading handles (0: none yet, or the last one closed).
+  bool single = false;
+  std::uint32_t writer = 0;
+  std::uint32_t reader = 0;
   wait_queue_info readers;
   wait_queue_info writers;
   std::uint32_t used() const noexcept { return published + writing + reading; }

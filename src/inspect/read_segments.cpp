@@ -108,6 +108,12 @@ ring_info read_ring(std::span<const std::byte> body, const detail::ring_geometry
                     st.head.position.load(std::memory_order_relaxed) == r.head;
   r.readers = read_queue(st.readers);
   r.writers = read_queue(st.writers);
+  if (g.single) {
+    r.single = true;
+    // relaxed: snapshot for display. A role naming no participant number is shown as is.
+    r.writer = st.tail.role.load(std::memory_order_relaxed);
+    r.reader = st.head.role.load(std::memory_order_relaxed);
+  }
   const std::byte* nodes = body.data() + g.nodes_offset;
   const std::uint64_t turn_mask = (std::uint64_t{1} << (64 - layout::node_turn_shift)) - 1;
   for (std::uint32_t i = 0; i < r.node_count; ++i) {
@@ -154,8 +160,9 @@ void read_event(std::span<const std::byte> body, segment_info& info) {
 
 void read_circular_buffer(std::span<const std::byte> body, segment_info& info) {
   detail::ring_geometry g;
-  if (detail::ring_view::validate(body, g))
-    return set_problem(info, errc::corrupted, "ring header inconsistent with the file size");
+  if (detail::ring_view::validate(body, g, true))
+    return set_problem(info, errc::corrupted,
+                       "ring header inconsistent with the file size or its mode");
   info.ring = read_ring(body, g);
   if (info.ring->invalid)
     set_problem(info, errc::corrupted, std::to_string(info.ring->invalid) + " invalid nodes");

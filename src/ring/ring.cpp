@@ -41,12 +41,16 @@ constexpr std::int64_t distance(std::uint64_t turn, std::uint64_t position) {
          node_turn_shift;
 }
 
-// Moves a cursor past `position` if nobody has yet; losing the race is fine.
-void help_advance(layout::ring_cursor& c, std::uint64_t position) {
-  // acq_rel: the claim of the node at `position` (or its skip) happens before any look that
-  // loads the cursor past it (acquire), through every advance after this one; that look then
-  // never finds the node older than its claim, which is how a damaged cursor is told from a
-  // busy one (the d < 0 branches of the claims). Free on x86, where a CAS is a full barrier.
+// Moves a cursor past `position` if nobody has yet; losing the race is fine. In a single-writer
+// ring only the cursor's one mover (the role holder, whose `position` is its own last store)
+// moves it: a store does.
+void help_advance(layout::ring_cursor& c, std::uint64_t position, bool single) {
+  // acq_rel (release for the store): the claim of the node at `position` (or its skip) happens
+  // before any look that loads the cursor past it (acquire), through every advance after this
+  // one; that look then never finds the node older than its claim, which is how a damaged
+  // cursor is told from a busy one (the d < 0 branches of the claims). Free on x86, where a CAS
+  // is a full barrier.
+  if (single) return c.position.store(position + 1, std::memory_order_release);
   c.position.compare_exchange_strong(position, position + 1, std::memory_order_acq_rel,
                                      std::memory_order_relaxed);
 }
@@ -65,7 +69,8 @@ ring_view::ring_view(layout::ring_state* state, const ring_geometry& g, int fd,
       size_(g.node_size),
       stride_(g.node_stride),
       fd_(fd),
-      me_(me) {}
+      me_(me),
+      single_(g.single) {}
 
 layout::node_header& ring_view::node(std::uint32_t index) const noexcept {
   return *reinterpret_cast<layout::node_header*>(nodes_ + std::size_t{index} * stride_);
@@ -81,8 +86,41 @@ bool ring_view::owner_is_dead(patience& record, std::uint64_t word, std::uint32_
   return record.spent(stuck) && !participant_alive(fd_, owner);
 }
 
+bool ring_view::take_role(layout::ring_cursor& c) noexcept {
+  // acquire: what a dead holder did to the ring happens before our first claim.
+  std::uint32_t holder = c.role.load(std::memory_order_acquire);
+  for (;;) {
+    if (holder == me_) return true;
+    if (holder != 0 && holder <= layout::max_participants && participant_alive(fd_, holder))
+      return false;
+    // acq_rel: as the load; one CAS decides between two takers of a dead holder's role.
+    if (c.role.compare_exchange_weak(holder, me_, std::memory_order_acq_rel,
+                                     std::memory_order_acquire))
+      return true;
+  }
+}
+
+bool ring_view::hold_role(layout::ring_cursor& c, bool& held) noexcept {
+  // Looked at before every claim, not only the first: a role word that no longer names us
+  // (damage; or a copy of this handle in a forked child gave it away) must not leave two
+  // parties storing claims. relaxed: the word sits in the cursor line that we write anyway.
+  if (held && c.role.load(std::memory_order_relaxed) == me_) return true;
+  held = take_role(c);
+  return held;
+}
+
+void ring_view::leave_roles() noexcept {
+  if (!single_) return;
+  for (layout::ring_cursor* c : {&state_->tail, &state_->head}) {
+    std::uint32_t ours = me_;
+    // release: our last claims and cursor moves happen before the next holder's (take_role).
+    c->role.compare_exchange_strong(ours, 0, std::memory_order_release, std::memory_order_relaxed);
+  }
+}
+
 claim_status ring_view::try_claim_write(write_claim& out) noexcept {
   auto& tail = state_->tail;
+  if (single_ && !hold_role(tail, writing_)) return claim_status::busy;
   std::uint64_t pos = load_cursor(tail);
   for (;;) {
     const auto i = index_of(pos);
@@ -93,16 +131,20 @@ claim_status ring_view::try_claim_write(write_claim& out) noexcept {
     const std::uint16_t owner = owner_of(w);
     if (d == 0 && owner == 0) {
       // acquire: the previous lap's reader finished with the bytes before it freed the node.
-      if (n.word.compare_exchange_weak(w, make_word(pos, i, me_), std::memory_order_acquire,
+      // The one writer of a single-writer ring stores: only it claims free nodes, and the load
+      // above acquired the free.
+      if (single_) n.word.store(make_word(pos, i, me_), std::memory_order_relaxed);
+      if (single_ ||
+          n.word.compare_exchange_weak(w, make_word(pos, i, me_), std::memory_order_acquire,
                                        std::memory_order_relaxed)) {
-        help_advance(tail, pos);
+        help_advance(tail, pos, single_);
         out = {&n, {reinterpret_cast<std::byte*>(&n + 1), size_}, pos, i};
         return claim_status::claimed;
       }
       continue;  // lost the node to another writer: look again at the same position
     }
     if (d == 0) {  // another writer holds this position: move on past it
-      help_advance(tail, pos);
+      help_advance(tail, pos, single_);
     } else if (d == 1 - static_cast<std::int64_t>(count_)) {
       // The node still holds the previous lap's message: unread (full), or being read.
       if (owner == 0) return claim_status::would_block;
@@ -130,7 +172,7 @@ claim_status ring_view::try_claim_write(write_claim& out) noexcept {
     } else {
       // The node is past this position (written, or skipped after its writer died before it
       // could move the tail): move the tail on, or we would look at this node for ever.
-      help_advance(tail, pos);
+      help_advance(tail, pos, single_);
     }
     pos = load_cursor(tail);
   }
@@ -142,7 +184,11 @@ void ring_view::publish(const write_claim& c, std::uint32_t length) noexcept {
   // re-check of the word fails. Atomic because that reader may be loading it now.
   std::atomic_ref<std::uint32_t>(c.node->length).store(length, std::memory_order_release);
   // seq_cst: release for the bytes, and ordered before notify's read of `parked` (StoreLoad).
-  c.node->word.store(make_word(c.position + 1, c.index, 0), std::memory_order_seq_cst);
+  // Release in a single-writer ring: its parkers' heavy fence stands in for the StoreLoad one.
+  c.node->word.store(make_word(c.position + 1, c.index, 0), publish_order());
+  // Keeps the compiler from moving notify's load of `parked` before the store, which a release
+  // store alone allows; the processor's reordering is the parkers' heavy fence's to undo.
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   notify_one(state_->readers);
 }
 
@@ -156,6 +202,7 @@ void ring_view::abandon(const write_claim& c) noexcept {
 claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
                                        bool skip_corrupted) noexcept {
   auto& head = state_->head;
+  if (single_ && !hold_role(head, reading_)) return claim_status::busy;
   std::uint64_t pos = load_cursor(head);
   for (;;) {
     const auto i = index_of(pos);
@@ -176,7 +223,7 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
         // Corrupted: skip it, so that one bad node cannot wedge every reader.
         if (n.word.compare_exchange_strong(w, make_word(pos + count_, i, 0),
                                            std::memory_order_acq_rel)) {
-          help_advance(head, pos);
+          help_advance(head, pos, single_);
           notify_one(state_->writers);
           return claim_status::corrupted;
         }
@@ -193,16 +240,19 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
         notify_one(state_->readers);
         return claim_status::too_small;
       }
-      if (n.word.compare_exchange_weak(w, make_word(pos + 1, i, me_, true),
+      // The one reader of a single-writer ring stores (as the writer's claim).
+      if (single_) n.word.store(make_word(pos + 1, i, me_, true), std::memory_order_relaxed);
+      if (single_ ||
+          n.word.compare_exchange_weak(w, make_word(pos + 1, i, me_, true),
                                        std::memory_order_acquire, std::memory_order_relaxed)) {
-        help_advance(head, pos);
+        help_advance(head, pos, single_);
         out = {&n, {reinterpret_cast<const std::byte*>(&n + 1), length}, pos, i};
         return claim_status::claimed;
       }
       continue;
     }
     if (d == 1) {
-      help_advance(head, pos);  // another reader has it: move on
+      help_advance(head, pos, single_);  // another reader has it: move on
     } else if (d == 0) {
       // Empty, or a writer is filling it.
       if (owner == 0) return claim_status::would_block;
@@ -223,7 +273,7 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
       // it forward one position at a time could take 2^48 steps.
       return claim_status::corrupted;
     } else if (d > 1) {
-      help_advance(head, pos);  // skipped (abandoned or recovered) for this lap: move on
+      help_advance(head, pos, single_);  // skipped (abandoned or recovered) for this lap: move on
     } else {
       // The previous lap's reader claimed this node before the head passed it, and we see that
       // claim (help_advance): a node behind the head is one lap behind and still held by that
@@ -241,8 +291,9 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
 
 void ring_view::release(const read_claim& c) noexcept {
   // seq_cst: orders our reads of the bytes before the node's reuse, and the store before
-  // notify's read of `parked`.
-  c.node->word.store(make_word(c.position + count_, c.index, 0), std::memory_order_seq_cst);
+  // notify's read of `parked` (release in a single-writer ring, as in publish).
+  c.node->word.store(make_word(c.position + count_, c.index, 0), publish_order());
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // as in publish
   notify_one(state_->writers);
 }
 
@@ -327,8 +378,14 @@ bool ring_view::body_size_for(std::uint64_t node_count, std::uint64_t node_size,
 }
 
 void ring_view::initialize(std::span<std::byte> body, std::uint32_t node_count,
-                           std::uint32_t node_size) noexcept {
+                           std::uint32_t node_size, bool single) noexcept {
   auto* st = new (body.data()) layout::ring_state{};
+  if (single) {
+    st->header.flags = layout::ring_single;
+    // relaxed: the segment is published to openers after its initialisation (segment.cpp).
+    st->readers.flags.store(layout::queue_heavy_fence, std::memory_order_relaxed);
+    st->writers.flags.store(layout::queue_heavy_fence, std::memory_order_relaxed);
+  }
   st->header.node_count = node_count;
   st->header.node_size = node_size;
   st->header.node_stride = static_cast<std::uint32_t>(layout::node_stride_for(node_size));
@@ -338,7 +395,8 @@ void ring_view::initialize(std::span<std::byte> body, std::uint32_t node_count,
   // ring, a page fault each, where a ring in use touches only the pages of the nodes it uses.
 }
 
-std::error_code ring_view::validate(std::span<const std::byte> body, ring_geometry& out) noexcept {
+std::error_code ring_view::validate(std::span<const std::byte> body, ring_geometry& out,
+                                    bool allow_single) noexcept {
   if (body.size() < sizeof(layout::ring_state)) return errc::corrupted;
   // One copy of the header: the memory is shared, and a value checked must be the value used.
   layout::ring_header h;
@@ -348,7 +406,17 @@ std::error_code ring_view::validate(std::span<const std::byte> body, ring_geomet
       h.node_stride != layout::node_stride_for(h.node_size) ||
       h.nodes_offset != layout::ring_nodes_offset)
     return errc::corrupted;
-  out = {h.node_count, h.node_size, h.node_stride, h.nodes_offset};
+  const bool single = h.flags == layout::ring_single;
+  if (h.flags != 0 && !single) return errc::corrupted;
+  if (single && !allow_single) return errc::incompatible;
+  // A single-writer ring's parkers must issue the heavy fence (its publishers do not fence);
+  // without the mark on its queues they would not. relaxed: as initialize's stores.
+  const auto* st = reinterpret_cast<const layout::ring_state*>(body.data());
+  const std::uint32_t fence = single ? layout::queue_heavy_fence : 0;
+  if (st->readers.flags.load(std::memory_order_relaxed) != fence ||
+      st->writers.flags.load(std::memory_order_relaxed) != fence)
+    return errc::corrupted;
+  out = {h.node_count, h.node_size, h.node_stride, h.nodes_offset, single};
   return {};
 }
 

@@ -117,8 +117,9 @@ void op_queue::hold() noexcept {
 }
 
 bool op_queue::unhold() noexcept {
-  // relaxed: as in hold(); the waiter's mutex orders this against the next head's attempt.
-  return holds_.fetch_sub(1, std::memory_order_relaxed) == 1;
+  // release: pairs with quiet()'s acquire (a blocking call after the claim's last use); the
+  // waiter's mutex orders this against the next head's attempt.
+  return holds_.fetch_sub(1, std::memory_order_release) == 1;
 }
 
 }  // namespace shmio::detail

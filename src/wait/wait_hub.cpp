@@ -363,6 +363,7 @@ void wait_hub_member::arm() noexcept {
       } else {
         // seq_cst: counted before the caller re-checks; then the sequence to sleep on.
         g.queue->parked.fetch_add(layout::parked_sleeper_unit, std::memory_order_seq_cst);
+        fence_after_arming(*g.queue);
         g.seq = g.queue->futex_seq.load(std::memory_order_seq_cst);
       }
       s.poke();

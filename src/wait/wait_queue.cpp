@@ -151,9 +151,25 @@ bool arm(layout::wait_queue& q, int slot) noexcept {
   // subtract before we add, and `parked` would wrap for a moment (models/wake_protocol.pml).
   // seq_cst: both must be visible before the caller re-checks its condition (StoreLoad).
   q.parked.fetch_add(parked_doorbell_unit, std::memory_order_seq_cst);
-  if (q.slots[slot].armed.exchange(1, std::memory_order_seq_cst) == 0) return true;
-  q.parked.fetch_sub(parked_doorbell_unit, std::memory_order_seq_cst);  // it was armed already
-  return false;
+  if (q.slots[slot].armed.exchange(1, std::memory_order_seq_cst) != 0) {
+    // Armed already: by an arming of ours that was fenced, and that no signaller has claimed
+    // since; it orders this re-check as it did the last.
+    q.parked.fetch_sub(parked_doorbell_unit, std::memory_order_seq_cst);
+    return false;
+  }
+  fence_after_arming(q);
+  return true;
+}
+
+void fence_after_arming(const layout::wait_queue& q) noexcept {
+  // relaxed: set at creation, before any handle parks here. Only a process that opened a
+  // single-writer ring (and so found the system call here) parks on such a queue: elsewhere the
+  // mark is a peer's damage, which must not cost a system call, let alone the abort of one
+  // refused. A peer that clears it can only make wake-ups be missed, as writing over `parked`
+  // can.
+  if ((q.flags.load(std::memory_order_relaxed) & layout::queue_heavy_fence) &&
+      platform::heavy_fence_enabled())
+    platform::heavy_fence();
 }
 
 bool disarm(layout::wait_queue& q, int slot) noexcept {
@@ -187,6 +203,7 @@ void sleeper::announce() noexcept {
   if (!announced_) {
     // seq_cst: our presence must be visible before the caller re-checks its condition.
     q_.parked.fetch_add(parked_sleeper_unit, std::memory_order_seq_cst);
+    fence_after_arming(q_);
     announced_ = true;
   }
   // seq_cst: read after announcing; a notify that missed our announcement bumps it after this.

@@ -145,6 +145,13 @@ class op_queue {
     // that matters comes through the executor's own synchronisation.
     return queued_.load(std::memory_order_acquire) == 0 && gate_open(0);
   }
+  /// Nothing waits in the list and no claim is in use (see waiter::quiet).
+  bool quiet() const noexcept {
+    // acquire: pairs with take()'s and unhold()'s release, so that what the claims of the last
+    // operation or callback did to the shared memory happens before the caller's own claims.
+    return queued_.load(std::memory_order_acquire) == 0 &&
+           holds_.load(std::memory_order_acquire) == 0;
+  }
   /// The head may be tried, `taken` of the operations before it being in the caller's batch.
   bool gate_open(std::uint32_t taken) const noexcept {
     // acquire: pairs with the release in delivered(): a head let go because an earlier

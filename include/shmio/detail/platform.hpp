@@ -176,6 +176,23 @@ void orphan_inherited(int fd) noexcept;
 /// Waits up to `timeout` for `fd` to become readable (negative: no limit).
 bool wait_readable(int fd, std::chrono::nanoseconds timeout) noexcept;
 
+// ---- the asymmetric fence ----------------------------------------------------------------
+// Dekker's pattern between a frequent side (a publisher: store, then load) and a rare one (a
+// party about to park: store, then load) without a StoreLoad fence on the frequent side: the
+// rare side issues heavy_fence() between its store and its load, which makes every thread of
+// every registered process execute a full barrier (membarrier(2), Linux 4.16).
+
+/// Checks that membarrier's global expedited command exists here and registers this process
+/// for it. Once done, heavy_fence_registered() holds until a fork() (in the child).
+std::error_code enable_heavy_fence() noexcept;
+/// True if this process's plain stores are ordered by other processes' heavy_fence().
+bool heavy_fence_registered() noexcept;
+/// True once enable_heavy_fence() succeeded in this process (or in its parent before fork()).
+bool heavy_fence_enabled() noexcept;
+/// A full barrier on every CPU that runs a registered process. Only after enable_heavy_fence()
+/// succeeded; aborts if the kernel refuses it afterwards (a seccomp filter installed since).
+void heavy_fence() noexcept;
+
 // ---- the process -------------------------------------------------------------------------
 
 std::uint32_t process_id() noexcept;

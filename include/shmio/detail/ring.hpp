@@ -46,6 +46,7 @@ struct ring_geometry {
   std::uint32_t node_size = 0;
   std::uint32_t node_stride = 0;
   std::uint64_t nodes_offset = 0;
+  bool single = false;  // layout::ring_single: one writing and one reading handle at a time
 };
 
 enum class claim_status {
@@ -55,17 +56,20 @@ enum class claim_status {
   corrupted,    // read: the next message's length is out of range (it was skipped, unless the
                 // caller asked to leave it); read or write: the head or tail is damaged (more
                 // than two laps behind a node)
+  busy,         // single-writer ring: another live handle writes (or reads) it
 };
 
 class ring_view {
  public:
   ring_view() = default;
   /// `g` is what validate() found in `state`'s body; `fd` is the segment file, `me` this
-  /// handle's participant number (1-based, its lock held).
+  /// handle's participant number (1-based, its lock held). For a single-writer ring (g.single)
+  /// the process must have enabled the heavy fence (platform::enable_heavy_fence).
   ring_view(layout::ring_state* state, const ring_geometry& g, int fd, std::uint16_t me) noexcept;
 
   std::uint32_t node_count() const noexcept { return count_; }
   std::uint32_t node_size() const noexcept { return size_; }
+  bool single() const noexcept { return single_; }
   layout::ring_state& state() const noexcept { return *state_; }
 
   claim_status try_claim_write(write_claim& out) noexcept;
@@ -99,6 +103,10 @@ class ring_view {
 
   /// Frees or skips every node a previous holder of our participant number left claimed.
   void recover_own_nodes() noexcept;
+  /// Single-writer ring: gives up a writer's or reader's role that names our participant
+  /// number. At open (a previous holder of the number died with it) and when the handle is
+  /// gone (nothing of it claims any more).
+  void leave_roles() noexcept;
   /// recover_own_nodes for a ring in which no handle holding our participant number ever read
   /// (the connect ring of an RPC listener, which clients only write): a writer's claim lies
   /// between the head and the tail, so only those nodes are looked at (all of them if the
@@ -111,10 +119,12 @@ class ring_view {
   /// Writes a new ring's header into `body`, which must be all zero (a new segment file's):
   /// the nodes are left as they are (see layout/ring.hpp, the node word).
   static void initialize(std::span<std::byte> body, std::uint32_t node_count,
-                         std::uint32_t node_size) noexcept;
+                         std::uint32_t node_size, bool single = false) noexcept;
   /// Checks a ring's header against the size of its body, reading each field once, and
-  /// gives the values it checked.
-  static std::error_code validate(std::span<const std::byte> body, ring_geometry& out) noexcept;
+  /// gives the values it checked. A single-writer ring is incompatible unless `allow_single`
+  /// (the rings of an RPC channel never are one).
+  static std::error_code validate(std::span<const std::byte> body, ring_geometry& out,
+                                  bool allow_single = false) noexcept;
   static std::error_code validate(std::span<const std::byte> body) noexcept {
     ring_geometry ignored;
     return validate(body, ignored);
@@ -132,6 +142,16 @@ class ring_view {
   // Frees or skips node i if we hold a claim on it (a previous holder of our number left it);
   // true if it did.
   bool recover_node(std::uint32_t i) noexcept;
+  // Single-writer ring: takes the role `c` names for us, or finds it ours; false if another live
+  // participant holds it.
+  bool take_role(layout::ring_cursor& c) noexcept;
+  // Before a claim: true if the role `c` names is ours (taking it if free), `held` caching it.
+  bool hold_role(layout::ring_cursor& c, bool& held) noexcept;
+  // The order of a publication or a free: release where parkers issue the heavy fence.
+  std::memory_order publish_order() const noexcept {
+    return single_ && platform::heavy_fence_registered() ? std::memory_order_release
+                                                         : std::memory_order_seq_cst;
+  }
 
   layout::ring_state* state_ = nullptr;
   std::byte* nodes_ = nullptr;
@@ -140,6 +160,11 @@ class ring_view {
   std::uint32_t stride_ = 0;
   int fd_ = -1;
   std::uint16_t me_ = 0;
+  bool single_ = false;  // one writer, one reader: claims and cursor moves are plain stores
+  // The roles this handle took (single_ only). Each is used by one thread at a time: the
+  // single-writer contract (circular_buffer.hpp).
+  bool writing_ = false;
+  bool reading_ = false;
   // The node we last found stuck: one record per direction, or a handle waiting both to read
   // and to write would keep resetting it.
   patience stuck_[2];  // [0]: reading, [1]: writing

@@ -41,6 +41,8 @@ size_outcome attempt_write(ring_view& ring, Fill& fill) {
       break;
     case claim_status::corrupted:
       return outcome<std::size_t>{errc::corrupted, 0};
+    case claim_status::busy:
+      return outcome<std::size_t>{errc::busy, 0};
     default:
       return std::nullopt;
   }
@@ -70,6 +72,8 @@ size_outcome attempt_read(ring_view& ring, Use& use, std::size_t capacity) {
       return outcome<std::size_t>{errc::corrupted, 0};
     case claim_status::too_small:
       return outcome<std::size_t>{errc::message_too_large, c.data.size()};
+    case claim_status::busy:
+      return outcome<std::size_t>{errc::busy, 0};
     case claim_status::claimed:
       break;
   }
@@ -105,6 +109,7 @@ inline size_outcome attempt_write_batch(ring_view& ring,
     if (s != claim_status::claimed) {
       if (done != 0) break;
       if (s == claim_status::corrupted) return outcome<std::size_t>{errc::corrupted, 0};
+      if (s == claim_status::busy) return outcome<std::size_t>{errc::busy, 0};
       return std::nullopt;
     }
     if (done + 1 < messages.size()) ring.prefetch(c.position + 1);
@@ -146,6 +151,8 @@ size_outcome attempt_read_batch(ring_view& ring, std::size_t max_messages, Capac
           return outcome<std::size_t>{errc::corrupted, 0};
         case claim_status::too_small:
           return outcome<std::size_t>{errc::message_too_large, 0};
+        case claim_status::busy:
+          return outcome<std::size_t>{errc::busy, 0};
         default:
           return std::nullopt;
       }

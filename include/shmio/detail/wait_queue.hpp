@@ -8,6 +8,9 @@
 //
 // With both sides sequentially consistent, either the waiter's re-check sees the publication
 // or the signaller's read sees the arming. models/wake_protocol.pml checks this exhaustively.
+// A single-writer ring's signallers publish with a release store instead; its waiters then
+// issue a heavy fence (membarrier) between arming and re-checking, which serves as the
+// signallers' StoreLoad fence too (fence_after_arming).
 
 #include <chrono>
 #include <cstdint>
@@ -35,6 +38,11 @@ int claim_slot(layout::wait_queue& q, std::uint64_t id, bool probe_doorbells = t
 bool release_slot(layout::wait_queue& q, int slot, std::uint64_t id, bool armed_by_us) noexcept;
 /// Marks the slot as wanting a ring. Returns true if it was not armed already.
 bool arm(layout::wait_queue& q, int slot) noexcept;
+/// After an arming (or a count in `parked`) and before the re-check: on a queue whose
+/// signallers publish without a StoreLoad fence (layout::queue_heavy_fence), the heavy fence
+/// that orders their publications and their reads of `parked` against ours. arm() and
+/// sleeper::announce() call it; other armings must.
+void fence_after_arming(const layout::wait_queue& q) noexcept;
 /// Withdraws the slot's wish for a ring. Returns false if a signaller claimed it first (then a
 /// ring is on its way to the doorbell).
 bool disarm(layout::wait_queue& q, int slot) noexcept;

@@ -127,6 +127,10 @@ class waiter final : public std::enable_shared_from_this<waiter>, public deliver
   void hold(std::size_t q) noexcept { ops_[q].hold(); }
   void unhold(std::size_t q) noexcept;
 
+  /// Queue `q` has no operation waiting and no claim in use by a callback: nothing of this
+  /// waiter's can be claiming on it, nor until an operation starts. Read without the mutex.
+  bool quiet(std::size_t q) const noexcept { return ops_[q].quiet(); }
+
   /// shutdown() has run (a callback closed the object, say): claim nothing more for it.
   bool closed() const noexcept { return closed_flag_.load(std::memory_order_acquire); }
 

@@ -1,6 +1,8 @@
 #pragma once
 // The template part of circular_buffer; included by shmio/circular_buffer.hpp.
 
+#include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -9,6 +11,7 @@
 #include <asio/use_awaitable.hpp>
 
 #include "shmio/detail/in_place.hpp"
+#include "shmio/detail/platform.hpp"
 #include "shmio/detail/ring_ops.hpp"
 #include "shmio/detail/waiter.hpp"
 
@@ -18,9 +21,23 @@ struct circular_buffer::impl {
   segment seg;
   detail::ring_view ring;
   std::shared_ptr<detail::waiter> waiter;
+  std::uint32_t opened_by = 0;  // the process that opened it (a forked child's copy is not)
+
+  // A blocking call's wait. In a single-writer ring its claims are plain stores, which must not
+  // race those that this handle's async operations of the same direction make on the
+  // executor's threads: while one of them is pending, or holds a claim for its callback, the
+  // call fails with errc::busy.
+  template <class Attempt>
+  detail::size_outcome blocking(std::size_t q, Attempt attempt, std::chrono::nanoseconds limit) {
+    if (ring.single() && !waiter->quiet(q)) return detail::outcome<std::size_t>{errc::busy, 0};
+    return waiter->wait(q, std::move(attempt), limit);
+  }
 
   ~impl() {
     if (waiter) waiter->shutdown();  // abort operations before the memory they use goes
+    // Only now, with nothing of this handle claiming any more, may another take its roles; and
+    // not from a forked child's copy, which shares the parent's participant number.
+    if (ring.single() && opened_by == detail::platform::process_id()) ring.leave_roles();
   }
 
   using held_write = detail::held_claim<detail::ring_view, detail::write_claim>;
@@ -43,6 +60,8 @@ struct circular_buffer::impl {
               {}, held_write(im, im->ring, c, &abandon, *im->waiter, detail::writers_queue)};
         case detail::claim_status::corrupted:
           return detail::outcome<held_write>{errc::corrupted, {}};
+        case detail::claim_status::busy:
+          return detail::outcome<held_write>{errc::busy, {}};
         default:
           return std::nullopt;
       }
@@ -57,6 +76,8 @@ struct circular_buffer::impl {
               {}, held_read(im, im->ring, c, &release, *im->waiter, detail::readers_queue)};
         case detail::claim_status::would_block:
           return std::nullopt;
+        case detail::claim_status::busy:
+          return detail::outcome<held_read>{errc::busy, {}};
         default:  // any size fits: only a corrupted length (skipped) or a damaged head
           return detail::outcome<held_read>{errc::corrupted, {}};
       }
@@ -95,7 +116,7 @@ std::size_t circular_buffer::write_in_place(Fill&& fill, std::chrono::millisecon
   // Held for the call: the user's callback may close the handle.
   const std::shared_ptr<impl> keep = impl_;
   impl& im = *keep;
-  auto r = im.waiter->wait(
+  auto r = im.blocking(
       detail::writers_queue, [&] { return detail::attempt_write(im.ring, fill); },
       detail::wait_limit(timeout));
   return detail::finish_blocking(r, ec);
@@ -119,7 +140,7 @@ std::size_t circular_buffer::read_in_place(Use&& use, std::chrono::milliseconds 
   // Held for the call: the user's callback may close the handle.
   const std::shared_ptr<impl> keep = impl_;
   impl& im = *keep;
-  auto r = im.waiter->wait(
+  auto r = im.blocking(
       detail::readers_queue,
       [&] { return detail::attempt_read(im.ring, use, std::numeric_limits<std::size_t>::max()); },
       detail::wait_limit(timeout));
@@ -146,7 +167,7 @@ std::size_t circular_buffer::read_batch_in_place(Use&& use, std::size_t max_mess
   const std::shared_ptr<impl> keep = impl_;
   impl& im = *keep;
   std::size_t done = 0;
-  auto r = im.waiter->wait(
+  auto r = im.blocking(
       detail::readers_queue,
       [&] {
         return detail::attempt_read_batch_in_place(im.ring, max_messages, use, done,

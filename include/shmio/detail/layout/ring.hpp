@@ -32,19 +32,26 @@ namespace shmio::detail::layout {
 // Owners are participant numbers: each open handle holds an exclusive lock on byte
 // participant_lock_base + number - 1 of the segment file, so a dead owner can be told from a slow
 // one.
+//
+// A single-writer ring (flags & ring_single) has one writing and one reading handle at a time,
+// named by `role` in the tail's and the head's line (0: none; a dead holder's role is taken
+// over). Its two holders claim nodes and move the cursors with plain stores, and publish and
+// free nodes without a StoreLoad fence: its wait queues carry queue_heavy_fence, and whoever
+// parks on them issues the heavy fence (membarrier) between arming and re-checking.
 
 inline constexpr std::uint64_t participant_lock_base = 64;
 inline constexpr std::uint32_t max_participants = 4096;
 inline constexpr unsigned node_turn_shift = 16;
+inline constexpr std::uint32_t ring_single = 1;  // ring_header.flags: one writer, one reader
 inline constexpr std::uint64_t node_reading_bit = std::uint64_t{1} << 15;
 inline constexpr std::uint64_t node_owner_mask = node_reading_bit - 1;
 static_assert(max_participants <= node_owner_mask);
 
 struct ring_header {
-  std::uint32_t node_count;   // >= 2
-  std::uint32_t node_size;    // >= 1: the largest message
-  std::uint32_t node_stride;  // bytes from one node to the next: round_up(16 + node_size, 64)
-  std::uint32_t reserved0;
+  std::uint32_t node_count;    // >= 2
+  std::uint32_t node_size;     // >= 1: the largest message
+  std::uint32_t node_stride;   // bytes from one node to the next: round_up(16 + node_size, 64)
+  std::uint32_t flags;         // ring_single or 0; any other bit: a ring this version cannot use
   std::uint64_t nodes_offset;  // from the start of the body: 1344
   std::uint8_t reserved[40];
 };
@@ -52,14 +59,17 @@ static_assert(sizeof(ring_header) == 64);
 static_assert(offsetof(ring_header, node_count) == 0);
 static_assert(offsetof(ring_header, node_size) == 4);
 static_assert(offsetof(ring_header, node_stride) == 8);
+static_assert(offsetof(ring_header, flags) == 12);
 static_assert(offsetof(ring_header, nodes_offset) == 16);
 
 struct alignas(cache_line) ring_cursor {
   std::atomic<std::uint64_t> position;
-  std::uint8_t reserved[cache_line - 8];
+  std::atomic<std::uint32_t> role;  // single-writer ring: the participant that moves it, or 0
+  std::uint8_t reserved[cache_line - 12];
 };
 static_assert(sizeof(ring_cursor) == cache_line);
 static_assert(offsetof(ring_cursor, position) == 0);
+static_assert(offsetof(ring_cursor, role) == 8);
 
 struct ring_state {
   ring_header header;

@@ -31,7 +31,9 @@ inline constexpr std::uint64_t segment_magic = 0x0031304f494d4853ull;  // "SHMIO
 // 3: a ring node's word holds its turn less the node's index (a new ring's words are zero).
 // 4: the lock words of a reader/writer lock and of a broadcast carry their writer's tag (a
 // version 3 process would take a tagged word for a damaged one, and reclaim a live lock).
-inline constexpr std::uint32_t layout_version = 4;
+// 5: single-writer rings (ring_header.flags): their publishers store without a StoreLoad fence,
+// and a version 4 process parking on one would not issue the heavy fence, and miss wake-ups.
+inline constexpr std::uint32_t layout_version = 5;
 
 // The largest body a segment may have: 16 TiB, far past any /dev/shm. A larger file is not one.
 inline constexpr std::uint64_t max_body_size = std::uint64_t{1} << 44;

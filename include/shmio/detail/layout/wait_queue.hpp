@@ -21,6 +21,9 @@ namespace shmio::detail::layout {
 // of `parked`.
 
 inline constexpr std::uint32_t wait_slot_count = 32;
+// wait_queue.flags: its signallers publish without a StoreLoad fence, so a waiter issues the
+// heavy fence (membarrier) after arming and before re-checking (layout/ring.hpp).
+inline constexpr std::uint32_t queue_heavy_fence = 1;
 inline constexpr std::uint64_t parked_doorbell_unit = std::uint64_t{1} << 32;
 inline constexpr std::uint64_t parked_sleeper_unit = 1;
 // A slot owner id with this bit set is a blocking sleeper (pid << 32 | tid), not a doorbell.
@@ -47,12 +50,14 @@ static_assert(offsetof(wait_slot, pid) == 12);
 struct alignas(cache_line) wait_queue {
   std::atomic<std::uint64_t> parked;     // armed slots << 32 | futex sleepers
   std::atomic<std::uint32_t> futex_seq;  // bumped by a notify that finds sleepers
-  std::uint8_t reserved[cache_line - 12];
+  std::atomic<std::uint32_t> flags;      // queue_heavy_fence or 0, set at creation
+  std::uint8_t reserved[cache_line - 16];
   wait_slot slots[wait_slot_count];
 };
 static_assert(sizeof(wait_queue) == 64 + 16 * wait_slot_count);
 static_assert(offsetof(wait_queue, parked) == 0);
 static_assert(offsetof(wait_queue, futex_seq) == 8);
+static_assert(offsetof(wait_queue, flags) == 12);
 static_assert(offsetof(wait_queue, slots) == 64);
 
 }  // namespace shmio::detail::layout
