@@ -185,7 +185,7 @@ void ring_view::publish(const write_claim& c, std::uint32_t length) noexcept {
   std::atomic_ref<std::uint32_t>(c.node->length).store(length, std::memory_order_release);
   // seq_cst: release for the bytes, and ordered before notify's read of `parked` (StoreLoad).
   // Release in a single-writer ring: its parkers' heavy fence stands in for the StoreLoad one.
-  c.node->word.store(make_word(c.position + 1, c.index, 0), publish_order());
+  store_published(*c.node, make_word(c.position + 1, c.index, 0));
   // Keeps the compiler from moving notify's load of `parked` before the store, which a release
   // store alone allows; the processor's reordering is the parkers' heavy fence's to undo.
   std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -292,7 +292,7 @@ claim_status ring_view::try_claim_read(read_claim& out, std::size_t capacity,
 void ring_view::release(const read_claim& c) noexcept {
   // seq_cst: orders our reads of the bytes before the node's reuse, and the store before
   // notify's read of `parked` (release in a single-writer ring, as in publish).
-  c.node->word.store(make_word(c.position + count_, c.index, 0), publish_order());
+  store_published(*c.node, make_word(c.position + count_, c.index, 0));
   std::atomic_signal_fence(std::memory_order_seq_cst);  // as in publish
   notify_one(state_->writers);
 }

@@ -147,10 +147,14 @@ class ring_view {
   bool take_role(layout::ring_cursor& c) noexcept;
   // Before a claim: true if the role `c` names is ours (taking it if free), `held` caching it.
   bool hold_role(layout::ring_cursor& c, bool& held) noexcept;
-  // The order of a publication or a free: release where parkers issue the heavy fence.
-  std::memory_order publish_order() const noexcept {
-    return single_ && platform::heavy_fence_registered() ? std::memory_order_release
-                                                         : std::memory_order_seq_cst;
+  // A publication or a free: `w` stored to `n`'s word with release where parkers issue the
+  // heavy fence, else seq_cst. (Two stores, each with a constant order: a store given its order
+  // at run time is compiled as seq_cst.)
+  void store_published(layout::node_header& n, std::uint64_t w) const noexcept {
+    if (single_ && platform::heavy_fence_registered())
+      n.word.store(w, std::memory_order_release);
+    else
+      n.word.store(w, std::memory_order_seq_cst);
   }
 
   layout::ring_state* state_ = nullptr;
