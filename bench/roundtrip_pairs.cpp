@@ -18,6 +18,7 @@
 //   rpc_coroutine  the same with a coroutine handler ("c")
 //   rpc_in_place   the call made in place (async_request("i", request, reply buffer)) to an
 //               in-place handler (rpc_in_place_handler), run inline
+//   sync_spsc, co_fast_spsc  sync and co_fast through two single-writer rings (ring_mode::spsc)
 // Every other block is a line block: each family's block is compared with the line blocks on
 // either side, because the cache-line floor moves between ~100 ns and ~1 µs when the host moves
 // a vCPU, sometimes within seconds; only adjacent blocks compare. The order of the families
@@ -63,12 +64,14 @@ enum family : int {
   rpc_plain,
   rpc_coroutine,
   rpc_in_place,
+  sync_spsc,
+  co_fast_spsc,
   family_count
 };
 const char* name_of(int f) {
-  static const char* names[] = {"line",      "spin_ring",     "sync",
-                                "co_await",  "co_fast",       "post_floor",
-                                "rpc_plain", "rpc_coroutine", "rpc_in_place"};
+  static const char* names[] = {"line",         "spin_ring",  "sync",        "co_await",
+                                "co_fast",      "post_floor", "rpc_plain",   "rpc_coroutine",
+                                "rpc_in_place", "sync_spsc",  "co_fast_spsc"};
   return names[f];
 }
 
@@ -104,8 +107,14 @@ shared_lines* map_lines() {
 
 // The child's side of one block: echoes block_round_trips messages.
 void serve_block(int f, shared_lines& l, spin_ring& to_child, spin_ring& to_parent,
-                 shmio::circular_buffer& ping, shmio::circular_buffer& pong, asio::io_context& io,
-                 std::vector<std::byte>& buf, int& served) {
+                 shmio::circular_buffer& mpmc_ping, shmio::circular_buffer& mpmc_pong,
+                 shmio::circular_buffer& spsc_ping, shmio::circular_buffer& spsc_pong,
+                 asio::io_context& io, std::vector<std::byte>& buf, int& served) {
+  const bool spsc = f == sync_spsc || f == co_fast_spsc;
+  shmio::circular_buffer& ping = spsc ? spsc_ping : mpmc_ping;
+  shmio::circular_buffer& pong = spsc ? spsc_pong : mpmc_pong;
+  if (f == sync_spsc) f = sync;
+  if (f == co_fast_spsc) f = co_fast;
   switch (f) {
     case rpc_plain:
     case rpc_coroutine:
@@ -185,6 +194,8 @@ void roundtrip_pairs(benchmark::State& state, session& s) {
     asio::io_context io;
     shmio::circular_buffer ping(io.get_executor(), shmio::open_only, ping_name);
     shmio::circular_buffer pong(io.get_executor(), shmio::open_only, pong_name);
+    shmio::circular_buffer ping1(io.get_executor(), shmio::open_only, ping_name + "-spsc");
+    shmio::circular_buffer pong1(io.get_executor(), shmio::open_only, pong_name + "-spsc");
     std::vector<std::byte> buf(message);
     int served = 0;
     shmio::rpc_methods methods;
@@ -210,14 +221,18 @@ void roundtrip_pairs(benchmark::State& state, session& s) {
     for (std::uint64_t b = 1;; ++b) {
       while (l.block.load(std::memory_order_acquire) < b)
         if (s.ctl().stop.load(std::memory_order_acquire)) return;
-      serve_block(l.family.load(std::memory_order_relaxed), l, to_child, to_parent, ping, pong, io,
-                  buf, served);
+      serve_block(l.family.load(std::memory_order_relaxed), l, to_child, to_parent, ping, pong,
+                  ping1, pong1, io, buf, served);
       l.done.store(b, std::memory_order_release);
     }
   });
   asio::io_context io;
   shmio::circular_buffer ping(io.get_executor(), shmio::create_only, ping_name, 8, message);
   shmio::circular_buffer pong(io.get_executor(), shmio::create_only, pong_name, 8, message);
+  shmio::circular_buffer ping1(io.get_executor(), shmio::create_only, ping_name + "-spsc", 8,
+                               message, shmio::ring_mode::spsc);
+  shmio::circular_buffer pong1(io.get_executor(), shmio::create_only, pong_name + "-spsc", 8,
+                               message, shmio::ring_mode::spsc);
   s.start_children();
   shmio::rpc_buffer caller(io, shmio::open_only, rpc_name);
 
@@ -228,6 +243,11 @@ void roundtrip_pairs(benchmark::State& state, session& s) {
   auto run_block = [&](int f) {
     l.family.store(f, std::memory_order_relaxed);
     l.block.store(++block, std::memory_order_release);  // publishes the family with it
+    const bool spsc = f == sync_spsc || f == co_fast_spsc;
+    shmio::circular_buffer& to = spsc ? ping1 : ping;
+    shmio::circular_buffer& from = spsc ? pong1 : pong;
+    if (f == sync_spsc) f = sync;
+    if (f == co_fast_spsc) f = co_fast;
     auto timed = [&](int i, auto&& one) {
       const auto t0 = clock_type::now();
       one();
@@ -255,8 +275,8 @@ void roundtrip_pairs(benchmark::State& state, session& s) {
       case sync:
         for (int i = 0; i < block_round_trips; ++i)
           timed(i, [&] {
-            ping.write(asio::buffer(out), forever);
-            while (pong.read(asio::buffer(in), 1s) == 0)
+            to.write(asio::buffer(out), forever);
+            while (from.read(asio::buffer(in), 1s) == 0)
               if (s.children_gone()) throw_child_gone();
           });
         break;
@@ -269,8 +289,8 @@ void roundtrip_pairs(benchmark::State& state, session& s) {
               co_await posted_write(to_child, out.data(), out.size());
               co_await posted_read(to_parent, in.data());
             } else if (f == co_fast) {
-              co_await ping.co_write(asio::buffer(out));
-              co_await pong.co_read(asio::buffer(in));
+              co_await to.co_write(asio::buffer(out));
+              co_await from.co_read(asio::buffer(in));
             } else if (f == rpc_in_place) {
               co_await caller.async_request("i", asio::buffer(out), asio::buffer(in),
                                             asio::use_awaitable);
@@ -302,7 +322,7 @@ void roundtrip_pairs(benchmark::State& state, session& s) {
         const int f = 1 + (round + k) % (family_count - 1);
         const double m = run_block(f);
         if (f == co_await_family || f == co_fast || f == rpc_plain || f == rpc_coroutine ||
-            f == rpc_in_place)
+            f == rpc_in_place || f == co_fast_spsc)
           all_rtts[f].insert(all_rtts[f].end(), rtt.begin(), rtt.end());
         const double after = run_block(line);
         medians[line].push_back(after);

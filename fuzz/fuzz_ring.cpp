@@ -41,8 +41,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static const std::string name = shmio::fuzz::fuzz_name("ring");
   const std::size_t node_count = 2 + data[0] % 6;
   const std::size_t node_size = 1 + data[1] % 96;
-  // Half the inputs make a single-writer ring (its roles, its plain claims, its mode bytes).
+  // Half the inputs make a single-writer ring (its roles, its plain claims, its mode bytes); of
+  // those, half leave both roles to the handle opened after the damage.
   const auto mode = data[0] & 0x80 ? shmio::ring_mode::spsc : shmio::ring_mode::mpmc;
+  const bool seed_apart = mode == shmio::ring_mode::spsc && (data[1] & 0x80) != 0;
   asio::io_context io;
   std::error_code ec;
   shmio::segment::remove(name, ec);
@@ -50,9 +52,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                                  mode, {}, ec);
   if (ec) return 0;
   // Some published messages and some free nodes, so that mutations hit live state.
-  for (std::size_t i = 0; i + 1 < node_count; ++i) {
-    const std::string m(i % node_size + 1, static_cast<char>('a' + i));
-    creator.write(asio::buffer(m), 0ms, ec);
+  {
+    shmio::circular_buffer seeder(io.get_executor(), shmio::open_only, name, {}, ec);
+    shmio::circular_buffer& writer = seed_apart && !ec ? seeder : creator;
+    for (std::size_t i = 0; i + 1 < node_count; ++i) {
+      const std::string m(i % node_size + 1, static_cast<char>('a' + i));
+      writer.write(asio::buffer(m), 0ms, ec);
+    }
   }
   shmio::fuzz::xor_into_file(name, shmio::object_kind::circular_buffer,
                              std::span(data + 2, size - 2));

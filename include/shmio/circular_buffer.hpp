@@ -54,11 +54,13 @@ enum class ring_mode {
   /// an atomic read-modify-write or a full fence, and a wait pays with a membarrier(2) system
   /// call each time it parks instead (a few microseconds; a wait that finds its message or node
   /// while it spins pays nothing).
-  /// - A handle becomes the writer at its first write and stays so until it is closed (and any
+  /// - A handle becomes the writer at its first write (the first try: one that times out, is
+  ///   cancelled or finds the ring full counts) and stays so until it is closed (and any
   ///   in-place callback of it has returned); another handle's write meanwhile fails with
   ///   errc::busy (a handle that only reads never becomes the writer). The same for reading. A
   ///   writer or reader killed is replaced by the next handle to write or read, its
-  ///   half-written message skipped or the message it was reading lost (see above).
+  ///   half-written message skipped or the message it was reading lost (see above). A child
+  ///   forked without exec that keeps an inherited handle open keeps its roles taken.
   /// - One thread (or strand) at a time writes through the writing handle, and one reads
   ///   through the reading handle: a blocking call, an initiating call or a fast form must not
   ///   overlap another of the same direction. Any number of async operations may be pending;

@@ -3,6 +3,7 @@
 // for the ordering instead (docs/protocol.md, "Single-writer rings").
 #include <linux/membarrier.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -66,7 +67,12 @@ bool heavy_fence_enabled() noexcept {
 }
 
 void heavy_fence() noexcept {
-  if (membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0) return;
+  // ENOMEM: the kernel could not allocate its CPU mask this time; it may next time.
+  for (int tries = 0; tries < 100; ++tries) {
+    if (membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0) return;
+    if (errno != ENOMEM && errno != EINTR) break;
+    ::sched_yield();
+  }
   // The open that made this queue need the fence checked that the command exists here, so
   // only a filter installed since (seccomp) can refuse it. Going on would lose wake-ups
   // silently; say why and stop.

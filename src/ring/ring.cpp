@@ -101,9 +101,9 @@ bool ring_view::take_role(layout::ring_cursor& c) noexcept {
 }
 
 bool ring_view::hold_role(layout::ring_cursor& c, bool& held) noexcept {
-  // Looked at before every claim, not only the first: a role word that no longer names us
-  // (damage; or a copy of this handle in a forked child gave it away) must not leave two
-  // parties storing claims. relaxed: the word sits in the cursor line that we write anyway.
+  // Looked at before every claim, not only the first: a role word that no longer names us (a
+  // peer wrote over it) must not leave two parties storing claims. relaxed: the word sits in
+  // the cursor line that we write anyway.
   if (held && c.role.load(std::memory_order_relaxed) == me_) return true;
   held = take_role(c);
   return held;
@@ -407,8 +407,8 @@ std::error_code ring_view::validate(std::span<const std::byte> body, ring_geomet
       h.nodes_offset != layout::ring_nodes_offset)
     return errc::corrupted;
   const bool single = h.flags == layout::ring_single;
-  if (h.flags != 0 && !single) return errc::corrupted;
-  if (single && !allow_single) return errc::incompatible;
+  // The rings of an RPC channel or listener are never single-writer: there the flag is damage.
+  if (h.flags != 0 && (!single || !allow_single)) return errc::corrupted;
   // A single-writer ring's parkers must issue the heavy fence (its publishers do not fence);
   // without the mark on its queues they would not. relaxed: as initialize's stores.
   const auto* st = reinterpret_cast<const layout::ring_state*>(body.data());

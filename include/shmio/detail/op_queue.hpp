@@ -156,7 +156,10 @@ class op_queue {
   bool gate_open(std::uint32_t taken) const noexcept {
     // acquire: pairs with the release in delivered(): a head let go because an earlier
     // delivery's handler was reached is ordered after that handler's start.
-    return holds_.load(std::memory_order_relaxed) == 0 &&
+    // acquire on holds_ too: pairs with unhold()'s release, so that a ready path taken right
+    // after an in-place callback let its claim go comes after that callback's claims (a
+    // single-writer ring's claims are plain stores).
+    return holds_.load(std::memory_order_acquire) == 0 &&
            delivering_.load(std::memory_order_acquire) == taken;
   }
   /// Notes that the gate held back a head.

@@ -121,8 +121,8 @@ class ring_view {
   static void initialize(std::span<std::byte> body, std::uint32_t node_count,
                          std::uint32_t node_size, bool single = false) noexcept;
   /// Checks a ring's header against the size of its body, reading each field once, and
-  /// gives the values it checked. A single-writer ring is incompatible unless `allow_single`
-  /// (the rings of an RPC channel never are one).
+  /// gives the values it checked. A single-writer ring is corrupted unless `allow_single` (the
+  /// rings of an RPC channel never are one).
   static std::error_code validate(std::span<const std::byte> body, ring_geometry& out,
                                   bool allow_single = false) noexcept;
   static std::error_code validate(std::span<const std::byte> body) noexcept {
