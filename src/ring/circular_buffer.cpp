@@ -27,6 +27,17 @@ std::error_code check_mode(ring_mode mode) {
   return {};
 }
 
+// Both open_or_create forms: the segment, found or made with these sizes and mode.
+segment open_or_create_ring(std::string_view name, std::size_t node_count, std::size_t node_size,
+                            ring_mode mode, std::error_code& ec) {
+  std::uint64_t body = 0;
+  ec = check_sizes(node_count, node_size, body);
+  if (!ec) ec = check_mode(mode);
+  if (ec) return {};
+  return segment::open_or_create(name, object_kind::circular_buffer, body,
+                                 init_ring(node_count, node_size, mode), ec);
+}
+
 }  // namespace
 
 std::shared_ptr<circular_buffer::impl> circular_buffer::make_impl(const executor_type& ex,
@@ -90,11 +101,7 @@ circular_buffer::circular_buffer(const executor_type& ex, open_or_create_t, std:
                                  std::size_t node_count, std::size_t node_size,
                                  wait_strategy strategy, std::error_code& ec)
     : ex_(ex) {
-  std::uint64_t body = 0;
-  ec = check_sizes(node_count, node_size, body);
-  if (ec) return;
-  segment seg = segment::open_or_create(name, object_kind::circular_buffer, body,
-                                        init_ring(node_count, node_size, ring_mode::mpmc), ec);
+  segment seg = open_or_create_ring(name, node_count, node_size, ring_mode::mpmc, ec);
   if (!ec) impl_ = make_impl(ex, std::move(seg), strategy, ec);
 }
 
@@ -102,12 +109,7 @@ circular_buffer::circular_buffer(const executor_type& ex, open_or_create_t, std:
                                  std::size_t node_count, std::size_t node_size, ring_mode mode,
                                  wait_strategy strategy, std::error_code& ec)
     : ex_(ex) {
-  std::uint64_t body = 0;
-  ec = check_sizes(node_count, node_size, body);
-  if (!ec) ec = check_mode(mode);
-  if (ec) return;
-  segment seg = segment::open_or_create(name, object_kind::circular_buffer, body,
-                                        init_ring(node_count, node_size, mode), ec);
+  segment seg = open_or_create_ring(name, node_count, node_size, mode, ec);
   if (!ec) impl_ = make_impl(ex, std::move(seg), strategy, ec);
   if (impl_ && this->mode() != mode) {
     // The one we found has the other mode: its thread contract is not the one asked for.
